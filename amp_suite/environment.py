@@ -1,0 +1,122 @@
+"""Records the environment beside every number, without importing a framework.
+
+Framework versions come from installed package metadata; the device a run
+really used is recorded by the worker (see :mod:`amp_suite.worker`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from amp_suite import __version__
+
+# CPU flags that decide whether reduced precision can be fast on a CPU.
+CPU_FLAGS_OF_INTEREST = (
+    "avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "avx512_vnni",
+    "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
+)
+# Distributions whose versions change results.
+PACKAGES = (
+    "torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "jaxlib",
+    "dm-haiku", "jmp", "optax", "numpy", "pluggy",
+)
+
+
+def package_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu_info(cpuinfo_text: str | None = None) -> dict[str, Any]:
+    """CPU model and the flags of interest, from ``/proc/cpuinfo`` on Linux."""
+    if cpuinfo_text is None:
+        try:
+            cpuinfo_text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            cpuinfo_text = ""
+    model = platform.processor() or platform.machine()
+    flags: set[str] = set()
+    for line in cpuinfo_text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and value.strip():
+            model = value.strip()
+        elif key in ("flags", "Features") and not flags:
+            flags = set(value.split())
+    return {
+        "cpu_model": model,
+        "cpu_flags": [f for f in CPU_FLAGS_OF_INTEREST if f in flags],
+        "cpu_count": os.cpu_count(),
+    }
+
+
+def gpu_info() -> list[dict[str, str]]:
+    """NVIDIA GPUs as ``nvidia-smi`` reports them (empty without a driver)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    gpus = []
+    for line in out.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) >= 4:
+            gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2], "compute_capability": parts[3]})
+    return gpus
+
+
+def git_commit(start: Path | None = None) -> str | None:
+    """The commit of the amp-suite checkout, when it runs from one."""
+    where = start or Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"], cwd=where,
+            capture_output=True, text=True, timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
+                           capture_output=True, text=True, timeout=10).stdout.strip()
+    return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def memory_total_bytes() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def host_environment() -> dict[str, Any]:
+    """Everything about this machine a reader needs to trust a figure."""
+    return {
+        "amp_suite_version": __version__,
+        "git_commit": git_commit(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        **cpu_info(),
+        "memory_total_bytes": memory_total_bytes(),
+        "gpus": gpu_info(),
+        "packages": {p: v for p in PACKAGES if (v := package_version(p))},
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }

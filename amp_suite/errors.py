@@ -1,0 +1,23 @@
+"""Exceptions with a meaning for the CLI and the runner."""
+
+from __future__ import annotations
+
+
+class UsageError(Exception):
+    """Bad input from the user: the CLI prints one line and exits 2."""
+
+
+class UnsupportedError(Exception):
+    """The cell cannot run on this machine by design (tf32 on a CPU)."""
+
+
+class FrameworkUnavailableError(Exception):
+    """The framework's modules are not installed; the message names the extra."""
+
+
+class DivergedError(Exception):
+    """Training produced a NaN or infinite loss."""
+
+
+class PluginError(Exception):
+    """A plugin broke its hook contract (duplicate keys, missing answers)."""

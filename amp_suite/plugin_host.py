@@ -1,0 +1,214 @@
+"""Builds the pluggy manager and wraps it in one typed method per hook.
+
+The rest of amp-suite never spells ``pm.hook.x(...)``.  Entry points are loaded
+one by one, so a broken third-party plugin is reported (``amp-suite plugins``)
+instead of taking the host down.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pluggy
+
+from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, host_measure, hookspecs
+from amp_suite.errors import PluginError
+from amp_suite.records import (
+    Batch,
+    CellResult,
+    DeviceInfo,
+    EpochResult,
+    FrameworkInfo,
+    PrecisionApplied,
+    RunSpec,
+    Workload,
+)
+
+# Comma-separated plugin names not to load (like pytest's ``-p no:NAME``).
+DISABLE_ENV = "AMP_SUITE_DISABLE_PLUGINS"
+# Set to 1 to load no entry point at all (only plugins named explicitly).
+NO_AUTOLOAD_ENV = "AMP_SUITE_DISABLE_PLUGIN_AUTOLOAD"
+# Comma-separated extra plugin modules, loaded like ``--plugin MODULE``.
+EXTRA_PLUGINS_ENV = "AMP_SUITE_PLUGINS"
+
+
+@dataclass(frozen=True)
+class PluginLoadFailure:
+    """A plugin that could not be loaded, and why."""
+
+    name: str
+    source: str
+    error: str
+
+
+@dataclass(frozen=True)
+class PluginDescription:
+    """A loaded plugin as ``amp-suite plugins`` shows it."""
+
+    name: str
+    source: str
+    version: str
+    hooks: tuple[str, ...]
+
+
+class PluginHost:
+    """The plugin manager with a typed method per hook."""
+
+    def __init__(
+        self,
+        *,
+        extra_modules: tuple[str, ...] | list[str] = (),
+        autoload: bool | None = None,
+    ) -> None:
+        self.pm = pluggy.PluginManager(PROJECT_NAME)
+        self.pm.add_hookspecs(hookspecs)
+        self.failures: list[PluginLoadFailure] = []
+        self._sources: dict[str, tuple[str, str]] = {}
+        blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+        if autoload is None:
+            autoload = os.environ.get(NO_AUTOLOAD_ENV, "") not in ("1", "true", "yes")
+        self._register(host_measure, "host_measure", "amp-suite (built-in)", __version__)
+        if autoload:
+            self._load_entry_points(blocked)
+        env_modules = [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
+        for module_name in [*extra_modules, *env_modules]:
+            if module_name in blocked or self.pm.has_plugin(module_name):
+                continue
+            self._load_module(module_name, module_name, source=f"module {module_name}", version="")
+        self.pm.check_pending()
+
+    # --- loading -----------------------------------------------------------
+
+    def _load_entry_points(self, blocked: set[str]) -> None:
+        for ep in sorted(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+            if ep.name in blocked or self.pm.has_plugin(ep.name):
+                continue
+            dist = getattr(ep, "dist", None)
+            version = dist.version if dist is not None else ""
+            source = f"{dist.name if dist is not None else '?'} ({ep.value})"
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # a broken plugin is reported, not fatal
+                self.failures.append(PluginLoadFailure(ep.name, source, _one_line(exc)))
+                continue
+            self._register(plugin, ep.name, source, version)
+
+    def _load_module(self, name: str, module_name: str, *, source: str, version: str) -> None:
+        try:
+            plugin = importlib.import_module(module_name)
+        except Exception as exc:
+            self.failures.append(PluginLoadFailure(name, source, _one_line(exc)))
+            return
+        self._register(plugin, name, source, version)
+
+    def _register(self, plugin: object, name: str, source: str, version: str) -> None:
+        try:
+            self.pm.register(plugin, name=name)
+        except Exception as exc:
+            self.failures.append(PluginLoadFailure(name, source, _one_line(exc)))
+            return
+        self._sources[name] = (source, version)
+
+    def register(self, plugin: object, name: str | None = None) -> None:
+        """Register an in-process plugin object (tests, inline runs)."""
+        self.pm.register(plugin, name=name)
+        self.pm.check_pending()
+
+    def unregister(self, plugin: object) -> None:
+        self.pm.unregister(plugin)
+
+    def describe(self) -> list[PluginDescription]:
+        """Every loaded plugin with its version and the hooks it implements."""
+        out = []
+        for name, plugin in self.pm.list_name_plugin():
+            hooks = tuple(sorted(h.name for h in self.pm.get_hookcallers(plugin) or []))
+            source, version = self._sources.get(name, ("registered in process", ""))
+            out.append(PluginDescription(name, source, version, hooks))
+        return sorted(out, key=lambda d: d.name)
+
+    # --- describing --------------------------------------------------------
+
+    def frameworks(self) -> dict[str, FrameworkInfo]:
+        """Framework name -> description, from every ``framework_info`` answer."""
+        found: dict[str, FrameworkInfo] = {}
+        for info in self.pm.hook.framework_info():
+            if info.name in found:
+                raise PluginError(f"two plugins describe framework {info.name!r}")
+            found[info.name] = info
+        return dict(sorted(found.items()))
+
+    # --- one run -----------------------------------------------------------
+
+    def select_device(self, run: RunSpec) -> DeviceInfo:
+        return self._first("select_device", run=run)
+
+    def set_precision(self, run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
+        return self._first("set_precision", run=run, device=device)
+
+    def build_model(
+        self,
+        run: RunSpec,
+        workload: Workload,
+        initial_weights: dict[str, np.ndarray],
+        applied: PrecisionApplied,
+        device: DeviceInfo,
+    ) -> Any:
+        return self._first("build_model", run=run, workload=workload,
+            initial_weights=initial_weights, applied=applied, device=device,
+        )
+
+    def stage_batches(self, run: RunSpec, model: Any, batches: list[Batch]) -> Any:
+        return self._first("stage_batches", run=run, model=model, batches=batches)
+
+    def train_epoch(self, run: RunSpec, model: Any, staged: Any, epoch: int) -> EpochResult:
+        return self._first("train_epoch", run=run, model=model, staged=staged, epoch=epoch)
+
+    def predict(self, run: RunSpec, model: Any, images: np.ndarray) -> np.ndarray:
+        return self._first("predict", run=run, model=model, images=images)
+
+    def measure(self, run: RunSpec, model: Any, device: DeviceInfo) -> dict[str, Any]:
+        """Merge every plugin's figures; a key given twice is a plugin error."""
+        merged: dict[str, Any] = {}
+        owners: dict[str, str] = {}
+        callers = self.pm.hook.measure.get_hookimpls()
+        for impl in reversed(callers):  # call order, for stable error messages
+            answer = impl.function(**{a: v for a, v in
+                                      {"run": run, "model": model, "device": device}.items()
+                                      if a in impl.argnames})
+            if not answer:
+                continue
+            for key, value in answer.items():
+                if key in merged:
+                    raise PluginError(
+                        f"measure key {key!r} given by both {owners[key]!r} and {impl.plugin_name!r}"
+                    )
+                merged[key] = value
+                owners[key] = impl.plugin_name
+        return merged
+
+    # --- reporting ---------------------------------------------------------
+
+    def write_report(
+        self, results: list[CellResult], out_dir: Path, environment: dict[str, Any]
+    ) -> list[Path]:
+        written: list[Path] = []
+        for paths in self.pm.hook.write_report(results=results, out_dir=out_dir, environment=environment):
+            written.extend(paths or [])
+        return written
+
+    def _first(self, hook_name: str, **kwargs: Any) -> Any:
+        answer = getattr(self.pm.hook, hook_name)(**kwargs)
+        if answer is None:
+            raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
+        return answer
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,92 @@
+"""Small helpers shared by framework plugins (no framework imports here)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+
+from amp_suite.environment import cpu_info
+from amp_suite.errors import UnsupportedError
+from amp_suite.records import DeviceInfo, LayerSpec, PrecisionApplied, RunSpec, Workload
+
+
+def cpu_device() -> DeviceInfo:
+    """The host CPU as a :class:`DeviceInfo`."""
+    info = cpu_info()
+    return DeviceInfo(kind="cpu", platform="cpu", name=info["cpu_model"], count=1)
+
+
+def require_device_kind(run: RunSpec, gpu_available: bool, framework: str) -> str:
+    """``"gpu"`` or ``"cpu"`` for ``run.device``; an explicit ``gpu`` with none is unsupported."""
+    if run.device == "cpu":
+        return "cpu"
+    if gpu_available:
+        return "gpu"
+    if run.device == "gpu":
+        raise UnsupportedError(f"device 'gpu' requested but {framework} sees no GPU")
+    return "cpu"
+
+
+# The dtypes each precision computes in, and whether it scales the loss.
+COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "float16", "amp_bf16": "bfloat16"}
+DYNAMIC_LOSS_SCALE_INIT = 2.0 ** 15
+
+
+def standard_precision(run: RunSpec, device: DeviceInfo, *, initial_scale: float,
+                       notes: tuple[str, ...] = ()) -> PrecisionApplied:
+    """The :class:`PrecisionApplied` every framework gives for a standard precision name.
+
+    Raises :class:`UnsupportedError` for ``tf32`` on a device without TF32.
+    """
+    precision = run.precision
+    if precision not in COMPUTE_DTYPES:
+        raise UnsupportedError(f"precision {precision!r} is not supported; allowed: {', '.join(COMPUTE_DTYPES)}")
+    if precision == "tf32" and not device.supports_tf32:
+        raise UnsupportedError(f"tf32 needs an NVIDIA GPU of compute capability 8.0 or newer; this run is on {device.kind} ({device.name})")
+    fp16 = precision == "amp_fp16"
+    return PrecisionApplied(
+        precision=precision,
+        compute_dtype=COMPUTE_DTYPES[precision],
+        param_dtype="float32",
+        output_dtype="float32",
+        loss_scaling="dynamic" if fp16 else "none",
+        initial_loss_scale=initial_scale if fp16 else None,
+        notes=notes,
+    )
+
+
+def timed_steps(batches: Iterable[Any], step: Callable[[Any], float]) -> tuple[list[float], list[float], float]:
+    """Run ``step`` on each batch; ``step`` returns the loss as a Python float.
+
+    Fetching the loss to the host waits for the device, so each duration
+    covers finished work.  Returns per-step times, losses and the epoch time.
+    """
+    times: list[float] = []
+    losses: list[float] = []
+    epoch_start = time.perf_counter()
+    for batch in batches:
+        start = time.perf_counter()
+        loss = step(batch)
+        times.append(time.perf_counter() - start)
+        losses.append(loss)
+    return times, losses, time.perf_counter() - epoch_start
+
+
+def hwc_rows_to_chw(kernel: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
+    """Reorder a dense kernel's input rows from NHWC-flatten to NCHW-flatten order."""
+    h, w, c = hwc
+    out = kernel.shape[1]
+    return kernel.reshape(h, w, c, out).transpose(2, 0, 1, 3).reshape(h * w * c, out)
+
+
+def first_dense_after_flatten(layers: tuple[LayerSpec, ...]) -> str | None:
+    seen_flatten = False
+    for layer in layers:
+        if layer.kind == "flatten":
+            seen_flatten = True
+        elif layer.kind == "dense" and seen_flatten:
+            return layer.name
+    return None

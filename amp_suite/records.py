@@ -1,0 +1,223 @@
+"""Typed records that cross hook and process boundaries.
+
+Everything here is plain data (numbers, strings, tuples, dicts of those, numpy
+arrays inside a worker only), so a record can be turned into JSON with
+:func:`dataclasses.asdict` and sent from a worker process to the host.
+Framework objects never appear in these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Device kinds a plugin may declare precisions for.
+DEVICE_KINDS = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class FrameworkInfo:
+    """How a framework plugin describes itself, without importing its framework.
+
+    ``precisions`` maps a device kind (``"cpu"`` or ``"gpu"``) to the precision
+    names the plugin can run there.  ``env`` holds environment variables the
+    worker sets *before* the framework is imported (e.g. JAX's
+    ``XLA_PYTHON_CLIENT_PREALLOCATE``).  ``extra`` names the ``pip install
+    amp-suite[EXTRA]`` extra that installs the framework; ``distributions``
+    are the package names whose installed version is the framework's version.
+    """
+
+    name: str
+    display_name: str
+    modules: tuple[str, ...]
+    extra: str
+    precisions: dict[str, tuple[str, ...]]
+    env: dict[str, str] = field(default_factory=dict)
+    distributions: tuple[str, ...] = ()
+
+    def install_hint(self) -> str:
+        return f"pip install 'amp-suite[{self.extra}]'"
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """The device a run uses, as the framework sees it.
+
+    ``kind`` is ``"cpu"`` or ``"gpu"``; ``platform`` is the framework's own
+    name for it (``"cuda"``, ``"rocm"``, ``"cpu"``).  ``supports_tf32`` is true
+    only on GPUs with TF32 tensor cores (compute capability 8.0 and newer).
+    """
+
+    kind: str
+    platform: str
+    name: str
+    count: int = 1
+    driver: str = ""
+    compute_capability: str = ""
+    memory_total_bytes: int | None = None
+    supports_tf32: bool = False
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer of a framework-neutral sequential model.
+
+    ``kind`` is one of ``conv2d``, ``relu``, ``avg_pool``, ``flatten`` and
+    ``dense``.  Layers with parameters have a ``name``; their canonical
+    parameters are ``NAME/w`` and ``NAME/b`` (see :mod:`amp_suite.workloads`).
+    """
+
+    kind: str
+    name: str = ""
+    features: int = 0
+    kernel_size: int = 0
+    window: int = 0
+    padding: str = "SAME"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A framework-neutral training workload: model, data shape and optimizer."""
+
+    name: str
+    model: str
+    input_size: int
+    channels: int
+    num_classes: int
+    batch_size: int
+    optimizer: str
+    learning_rate: float
+    layers: tuple[LayerSpec, ...]
+    description: str = ""
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        """Per-example shape in the canonical NHWC layout: (height, width, channels)."""
+        return (self.input_size, self.input_size, self.channels)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One cell of a sweep: framework x workload x precision x repeat."""
+
+    framework: str
+    workload: str
+    precision: str
+    repeat: int = 0
+    steps: int = 50
+    epochs: int = 1
+    warmup: int = 5
+    batch_size: int = 128
+    seed: int = 0
+    dataset: str = "synthetic"
+    device: str = "auto"
+    timeout_s: float = 900.0
+    options: dict[str, Any] = field(default_factory=dict)
+    plugin_modules: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> str:
+        """Identifies the cell in ``results.jsonl`` (used by ``--resume``)."""
+        return f"{self.framework}/{self.workload}/{self.precision}/r{self.repeat}"
+
+
+@dataclass(frozen=True)
+class PrecisionApplied:
+    """What ``set_precision`` really applied.
+
+    ``loss_scaling`` is ``"none"``, ``"dynamic"`` or ``"static"``;
+    ``initial_loss_scale`` is ``None`` without loss scaling.  ``notes`` records
+    switches that change results (TF32 matmul flags, channels-last, XLA).
+    """
+
+    precision: str
+    compute_dtype: str
+    param_dtype: str
+    output_dtype: str = "float32"
+    loss_scaling: str = "none"
+    initial_loss_scale: float | None = None
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One training batch: NHWC float32 images in [0, 1] and int32 labels."""
+
+    images: np.ndarray
+    labels: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass
+class EpochResult:
+    """What ``train_epoch`` returns for one epoch.
+
+    ``step_times_s`` holds one wall-clock duration per step, each read only
+    after the device finished that step's work.  ``step_losses`` are the
+    unscaled float32 losses, one per step.  Loss-scale figures are ``None``
+    when the run does not scale its loss.
+    """
+
+    step_times_s: list[float]
+    step_losses: list[float]
+    samples: int
+    epoch_time_s: float
+    loss_scale_final: float | None = None
+    skipped_steps: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mean_loss(self) -> float:
+        return float(np.mean(self.step_losses)) if self.step_losses else float("nan")
+
+
+# Status of a finished cell.  Only "ok" carries figures.
+STATUSES = ("ok", "failed", "timeout", "oom", "diverged", "unavailable", "unsupported")
+# Statuses that do not make the sweep's exit code 1: the cell was not
+# measurable on this machine by design (e.g. tf32 on a CPU).
+BENIGN_STATUSES = ("ok", "unsupported")
+
+
+@dataclass
+class CellResult:
+    """One finished cell, as written to ``results.jsonl``."""
+
+    key: str
+    framework: str
+    workload: str
+    precision: str
+    repeat: int
+    status: str
+    error: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    applied: dict[str, Any] = field(default_factory=dict)
+    device: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    environment: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    wall_time_s: float = 0.0
+
+
+def run_from_dict(data: dict[str, Any]) -> RunSpec:
+    """Rebuild a :class:`RunSpec` sent as JSON to a worker."""
+    data = dict(data)
+    data["plugin_modules"] = tuple(data.get("plugin_modules", ()))
+    return RunSpec(**data)
+
+
+def workload_from_dict(data: dict[str, Any]) -> Workload:
+    """Rebuild a :class:`Workload` sent as JSON to a worker."""
+    data = dict(data)
+    data["layers"] = tuple(LayerSpec(**layer) for layer in data["layers"])
+    return Workload(**data)
+
+
+def cell_from_dict(data: dict[str, Any]) -> CellResult:
+    """Rebuild a :class:`CellResult` read from ``results.jsonl``."""
+    known = set(CellResult.__dataclass_fields__)
+    return CellResult(**{k: v for k, v in data.items() if k in known})

@@ -1,0 +1,297 @@
+"""The PyTorch plugin: eager training with ``torch.autocast`` and ``GradScaler``.
+
+torch is imported inside the hooks only, so loading this plugin is cheap and
+``amp-suite --help`` never imports it.
+
+Recipe (PyTorch AMP docs, "Automatic Mixed Precision examples"):
+autocast wraps the forward pass and the loss only; backward runs outside it;
+``amp_fp16`` uses a ``GradScaler`` (CUDA or CPU) that skips a step whose
+gradients overflow and halves its scale; ``amp_bf16`` needs no scaler.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from amp_suite import hookimpl
+from amp_suite.environment import package_version
+from amp_suite.plugin_kit import (
+    cpu_device,
+    hwc_rows_to_chw,
+    require_device_kind,
+    standard_precision,
+    timed_steps,
+)
+from amp_suite.records import (
+    Batch,
+    DeviceInfo,
+    EpochResult,
+    FrameworkInfo,
+    PrecisionApplied,
+    RunSpec,
+    Workload,
+)
+from amp_suite.workloads import flatten_input_shape
+
+NAME = "torch"
+# GradScaler's own default initial scale.
+GRAD_SCALER_INIT = 2.0 ** 16
+
+
+@hookimpl
+def framework_info() -> FrameworkInfo:
+    return FrameworkInfo(
+        name=NAME,
+        display_name="PyTorch",
+        modules=("torch",),
+        extra="torch",
+        precisions={"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")},
+        distributions=("torch",),
+    )
+
+
+@dataclass
+class TorchModel:
+    """Everything one run needs, kept inside the worker."""
+
+    module: Any
+    optimizer: Any
+    scaler: Any
+    device: Any
+    device_type: str
+    autocast_dtype: Any
+    memory_format: Any
+
+
+@hookimpl
+def select_device(run: RunSpec) -> DeviceInfo | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    if require_device_kind(run, torch.cuda.is_available(), "PyTorch") == "cpu":
+        return cpu_device()
+    index = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(index)
+    return DeviceInfo(
+        kind="gpu",
+        platform="rocm" if getattr(torch.version, "hip", None) else "cuda",
+        name=props.name,
+        count=torch.cuda.device_count(),
+        driver=f"CUDA runtime {torch.version.cuda}" if torch.version.cuda else "",
+        compute_capability=f"{props.major}.{props.minor}",
+        memory_total_bytes=int(props.total_memory),
+        supports_tf32=props.major >= 8,
+    )
+
+
+@hookimpl
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    tf32 = run.precision == "tf32"
+    applied = standard_precision(run, device, initial_scale=GRAD_SCALER_INIT)
+    # TF32 is a process-global switch: set it explicitly both ways and record it.
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    torch.backends.cudnn.allow_tf32 = tf32
+    torch.set_float32_matmul_precision("high" if tf32 else "highest")
+    notes = [f"allow_tf32={tf32}", f"float32_matmul_precision={torch.get_float32_matmul_precision()}"]
+    if device.kind == "gpu":
+        torch.backends.cudnn.benchmark = bool(run.options.get("cudnn_benchmark", True))
+        notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
+    notes.append(f"channels_last={bool(run.options.get('channels_last', True))}")
+    return PrecisionApplied(**{**applied.__dict__, "notes": tuple(notes)})
+
+
+def _build_module(torch: Any, workload: Workload, weights: dict[str, np.ndarray]) -> Any:
+    nn = torch.nn
+    layers = []
+    channels = workload.channels
+    flat_hwc = flatten_input_shape(workload)
+    after_flatten = False
+    features = None
+    for spec in workload.layers:
+        if spec.kind == "conv2d":
+            conv = nn.Conv2d(channels, spec.features, spec.kernel_size, padding=spec.padding.lower())
+            # canonical HWIO -> torch OIHW
+            conv.weight.data.copy_(torch.from_numpy(weights[f"{spec.name}/w"].transpose(3, 2, 0, 1).copy()))
+            conv.bias.data.copy_(torch.from_numpy(weights[f"{spec.name}/b"]))
+            layers.append(conv)
+            channels = spec.features
+        elif spec.kind == "relu":
+            layers.append(nn.ReLU())
+        elif spec.kind == "avg_pool":
+            layers.append(nn.AvgPool2d(spec.window))
+        elif spec.kind == "flatten":
+            layers.append(nn.Flatten())
+            after_flatten = True
+            features = None
+        elif spec.kind == "dense":
+            kernel = weights[f"{spec.name}/w"]
+            if after_flatten and features is None and flat_hwc is not None:
+                # torch flattens NCHW as (c, h, w); the canonical rows are (h, w, c)
+                kernel = hwc_rows_to_chw(kernel, flat_hwc)
+            linear = nn.Linear(kernel.shape[0], kernel.shape[1])
+            linear.weight.data.copy_(torch.from_numpy(np.ascontiguousarray(kernel.T)))
+            linear.bias.data.copy_(torch.from_numpy(weights[f"{spec.name}/b"]))
+            layers.append(linear)
+            features = kernel.shape[1]
+        else:
+            raise ValueError(f"torch plugin cannot build layer kind {spec.kind!r}")
+    return nn.Sequential(*layers)
+
+
+@hookimpl
+def build_model(
+    run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
+    applied: PrecisionApplied, device: DeviceInfo,
+) -> TorchModel | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    torch.manual_seed(run.seed)
+    dev = torch.device("cuda" if device.kind == "gpu" else "cpu")
+    memory_format = torch.channels_last if run.options.get("channels_last", True) else torch.contiguous_format
+    module = _build_module(torch, workload, initial_weights).to(dev, memory_format=memory_format)
+    module.train()
+    optimizer = torch.optim.Adam(module.parameters(), lr=workload.learning_rate, betas=(0.9, 0.999), eps=1e-8)
+    autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
+    scaler = None
+    if applied.loss_scaling == "dynamic":
+        scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale)
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    return TorchModel(module, optimizer, scaler, dev, dev.type, autocast_dtype, memory_format)
+
+
+def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
+    # NHWC numpy -> logical NCHW tensor in the model's memory format
+    tensor = torch.from_numpy(images).permute(0, 3, 1, 2)
+    return tensor.contiguous(memory_format=model.memory_format).to(model.device)
+
+
+@hookimpl
+def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list[tuple[Any, Any]] | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int64)).to(model.device))
+              for b in batches]
+    if model.device_type == "cuda":
+        torch.cuda.synchronize()
+    return staged
+
+
+def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any) -> Any:
+    with torch.autocast(model.device_type, dtype=model.autocast_dtype or torch.float32,
+                        enabled=model.autocast_dtype is not None):
+        logits = model.module(images)
+        return torch.nn.functional.cross_entropy(logits.float(), labels)
+
+
+def make_step(torch: Any, model: TorchModel):
+    """One optimizer step on a staged batch; returns (loss tensor, skipped flag as a tensor or None)."""
+
+    def step(batch: tuple[Any, Any]) -> tuple[Any, float | None]:
+        images, labels = batch
+        model.optimizer.zero_grad(set_to_none=True)
+        loss = _forward_loss(torch, model, images, labels)
+        if model.scaler is None:
+            loss.backward()
+            model.optimizer.step()
+            return loss, None
+        scale_before = model.scaler.get_scale()
+        model.scaler.scale(loss).backward()
+        model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
+        model.scaler.update()
+        return loss, scale_before
+
+    return step
+
+
+@hookimpl
+def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    step = make_step(torch, model)
+    skipped = 0
+
+    def timed(batch: tuple[Any, Any]) -> float:
+        nonlocal skipped
+        loss, scale_before = step(batch)
+        value = float(loss.item())  # waits for the step's work
+        if scale_before is not None and model.scaler.get_scale() < scale_before:
+            skipped += 1
+        return value
+
+    if model.device_type == "cuda":
+        times, losses, epoch_time = _cuda_timed(torch, staged, timed)
+    else:
+        times, losses, epoch_time = timed_steps(staged, timed)
+    return EpochResult(
+        step_times_s=times, step_losses=losses, samples=sum(int(lbl.shape[0]) for _, lbl in staged),
+        epoch_time_s=epoch_time,
+        loss_scale_final=float(model.scaler.get_scale()) if model.scaler is not None else None,
+        skipped_steps=skipped,
+    )
+
+
+def _cuda_timed(torch: Any, staged: list, timed: Any) -> tuple[list[float], list[float], float]:
+    """Per-step times from CUDA events, read after the stream finished."""
+    times, losses = [], []
+    torch.cuda.synchronize()
+    epoch_start = time.perf_counter()
+    for batch in staged:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        losses.append(timed(batch))
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1000.0)
+    torch.cuda.synchronize()
+    return times, losses, time.perf_counter() - epoch_start
+
+
+@hookimpl
+def predict(run: RunSpec, model: TorchModel, images: np.ndarray) -> np.ndarray | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    model.module.eval()
+    try:
+        with torch.no_grad(), torch.autocast(model.device_type, dtype=model.autocast_dtype or torch.float32,
+                                             enabled=model.autocast_dtype is not None):
+            logits = model.module(_to_tensor(torch, model, np.ascontiguousarray(images, dtype=np.float32)))
+        return logits.float().cpu().numpy()
+    finally:
+        model.module.train()
+
+
+@hookimpl
+def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, Any] | None:
+    if run.framework != NAME:
+        return None
+    import torch
+
+    figures: dict[str, Any] = {
+        "param_count": int(sum(p.numel() for p in model.module.parameters())),
+        "framework_version": package_version("torch") or torch.__version__,
+        "torch_num_threads": torch.get_num_threads(),
+    }
+    if model.device_type == "cuda":
+        torch.cuda.synchronize()
+        figures["device_peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
+        figures["device_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+    return figures

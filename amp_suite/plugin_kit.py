@@ -32,7 +32,10 @@ def require_device_kind(run: RunSpec, gpu_available: bool, framework: str) -> st
 
 # The dtypes each precision computes in, and whether it scales the loss.
 COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "float16", "amp_bf16": "bfloat16"}
+# Dynamic loss scaling, the same in every framework: start at 2**15 (Keras's
+# and jmp examples' value), halve on overflow, double after 2000 finite steps.
 DYNAMIC_LOSS_SCALE_INIT = 2.0 ** 15
+LOSS_SCALE_GROWTH_INTERVAL = 2000
 
 
 def standard_precision(run: RunSpec, device: DeviceInfo, *, initial_scale: float,

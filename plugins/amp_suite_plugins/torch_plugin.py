@@ -20,6 +20,8 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
 from amp_suite.plugin_kit import (
+    DYNAMIC_LOSS_SCALE_INIT,
+    LOSS_SCALE_GROWTH_INTERVAL,
     cpu_device,
     hwc_rows_to_chw,
     require_device_kind,
@@ -38,8 +40,6 @@ from amp_suite.records import (
 from amp_suite.workloads import flatten_input_shape
 
 NAME = "torch"
-# GradScaler's own default initial scale.
-GRAD_SCALER_INIT = 2.0 ** 16
 
 
 @hookimpl
@@ -96,7 +96,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     import torch
 
     tf32 = run.precision == "tf32"
-    applied = standard_precision(run, device, initial_scale=GRAD_SCALER_INIT)
+    applied = standard_precision(run, device, initial_scale=DYNAMIC_LOSS_SCALE_INIT)
     # TF32 is a process-global switch: set it explicitly both ways and record it.
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -165,7 +165,9 @@ def build_model(
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     scaler = None
     if applied.loss_scaling == "dynamic":
-        scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale)
+        scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale,
+                                      growth_factor=2.0, backoff_factor=0.5,
+                                      growth_interval=LOSS_SCALE_GROWTH_INTERVAL)
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

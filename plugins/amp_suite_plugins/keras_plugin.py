@@ -1,0 +1,244 @@
+"""The Keras plugin (Keras 3 on TensorFlow): dtype policies and ``LossScaleOptimizer``.
+
+TensorFlow is imported inside the hooks only.  Recipe (Keras mixed-precision
+guide): a global dtype policy (``mixed_float16`` or ``mixed_bfloat16``) set
+before the model is built; the logits pass a float32 ``Activation`` so the
+softmax and loss run in float32; ``mixed_float16`` trains through a dynamic
+``LossScaleOptimizer``, which unscales the gradients and skips a step whose
+gradients are not finite.  The train step is one ``tf.function``, XLA-compiled
+unless ``[frameworks.keras] jit_compile = false``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from amp_suite import hookimpl
+from amp_suite.environment import package_version
+from amp_suite.plugin_kit import (
+    DYNAMIC_LOSS_SCALE_INIT,
+    LOSS_SCALE_GROWTH_INTERVAL,
+    cpu_device,
+    require_device_kind,
+    standard_precision,
+    timed_steps,
+)
+from amp_suite.records import (
+    Batch,
+    DeviceInfo,
+    EpochResult,
+    FrameworkInfo,
+    PrecisionApplied,
+    RunSpec,
+    Workload,
+)
+
+NAME = "keras"
+POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16"}
+
+
+@hookimpl
+def framework_info() -> FrameworkInfo:
+    return FrameworkInfo(
+        name=NAME,
+        display_name="Keras (TF)",
+        modules=("tensorflow", "keras"),
+        extra="tf",
+        precisions={"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")},
+        env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
+        distributions=("tensorflow", "tensorflow-cpu", "keras"),
+    )
+
+
+@dataclass
+class KerasModel:
+    model: Any
+    optimizer: Any
+    train_step: Any
+    predict_fn: Any
+    device_name: str
+    loss_scaled: bool
+
+
+def _jit(run: RunSpec) -> bool:
+    return bool(run.options.get("jit_compile", True))
+
+
+@hookimpl
+def select_device(run: RunSpec) -> DeviceInfo | None:
+    if run.framework != NAME:
+        return None
+    import tensorflow as tf
+
+    gpus = tf.config.list_physical_devices("GPU")
+    if require_device_kind(run, bool(gpus), "TensorFlow") == "cpu":
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        return cpu_device()
+    # Before anything touches a GPU: without memory growth TF maps nearly all of it.
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    details = tf.config.experimental.get_device_details(gpus[0])
+    capability = details.get("compute_capability") or (0, 0)
+    return DeviceInfo(
+        kind="gpu",
+        platform="cuda" if tf.test.is_built_with_cuda() else "rocm",
+        name=details.get("device_name", gpus[0].name),
+        count=len(gpus),
+        driver=f"CUDA {tf.sysconfig.get_build_info().get('cuda_version', '?')} (TF build)",
+        compute_capability=f"{capability[0]}.{capability[1]}",
+        supports_tf32=capability[0] >= 8,
+    )
+
+
+@hookimpl
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
+    if run.framework != NAME:
+        return None
+    import keras
+    import tensorflow as tf
+
+    applied = standard_precision(run, device, initial_scale=DYNAMIC_LOSS_SCALE_INIT)
+    tf32 = run.precision == "tf32"
+    tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    keras.mixed_precision.set_global_policy(POLICIES[run.precision])
+    notes = (
+        f"dtype_policy={keras.mixed_precision.global_policy().name}",
+        f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
+        f"jit_compile={_jit(run)}",
+    )
+    return PrecisionApplied(**{**applied.__dict__, "notes": notes})
+
+
+def _build_keras_model(keras: Any, workload: Workload, weights: dict[str, np.ndarray]) -> Any:
+    layers = keras.layers
+    model = keras.Sequential(name=workload.name)
+    model.add(keras.Input(shape=workload.input_shape))
+    for spec in workload.layers:
+        if spec.kind == "conv2d":
+            model.add(layers.Conv2D(spec.features, spec.kernel_size, padding=spec.padding.lower(), name=spec.name))
+        elif spec.kind == "relu":
+            model.add(layers.ReLU())
+        elif spec.kind == "avg_pool":
+            model.add(layers.AveragePooling2D(spec.window))
+        elif spec.kind == "flatten":
+            model.add(layers.Flatten())
+        elif spec.kind == "dense":
+            model.add(layers.Dense(spec.features, name=spec.name))
+        else:
+            raise ValueError(f"keras plugin cannot build layer kind {spec.kind!r}")
+    # Logits leave the mixed-precision region in float32.
+    model.add(layers.Activation("linear", dtype="float32", name="logits_float32"))
+    for spec in workload.layers:
+        if spec.name:
+            # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
+            model.get_layer(spec.name).set_weights([weights[f"{spec.name}/w"], weights[f"{spec.name}/b"]])
+    return model
+
+
+@hookimpl
+def build_model(
+    run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
+    applied: PrecisionApplied, device: DeviceInfo,
+) -> KerasModel | None:
+    if run.framework != NAME:
+        return None
+    import keras
+    import tensorflow as tf
+
+    device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
+    with tf.device(device_name):
+        model = _build_keras_model(keras, workload, initial_weights)
+        optimizer = keras.optimizers.Adam(learning_rate=workload.learning_rate, beta_1=0.9, beta_2=0.999,
+                                          epsilon=1e-8)
+        loss_scaled = applied.loss_scaling == "dynamic"
+        if loss_scaled:
+            optimizer = keras.optimizers.LossScaleOptimizer(
+                optimizer, initial_scale=applied.initial_loss_scale,
+                dynamic_growth_steps=LOSS_SCALE_GROWTH_INTERVAL,
+            )
+        optimizer.build(model.trainable_variables)
+    variables = model.trainable_variables
+
+    def step(images: Any, labels: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
+            target = optimizer.scale_loss(loss) if loss_scaled else loss
+        grads = tape.gradient(target, variables)
+        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        optimizer.apply(grads, variables)  # LossScaleOptimizer unscales and skips non-finite steps
+        return loss, finite
+
+    def forward(images: Any) -> Any:
+        return tf.cast(model(images, training=False), tf.float32)
+
+    train_step = tf.function(step, jit_compile=_jit(run), reduce_retracing=True)
+    predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
+    if device.kind == "gpu":
+        tf.config.experimental.reset_memory_stats("GPU:0")
+    return KerasModel(model, optimizer, train_step, predict_fn, device_name, loss_scaled)
+
+
+@hookimpl
+def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list[tuple[Any, Any]] | None:
+    if run.framework != NAME:
+        return None
+    import tensorflow as tf
+
+    with tf.device(model.device_name):
+        return [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels))) for b in batches]
+
+
+def _scale(model: KerasModel) -> float | None:
+    return float(model.optimizer.dynamic_scale.numpy()) if model.loss_scaled else None
+
+
+@hookimpl
+def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult | None:
+    if run.framework != NAME:
+        return None
+    skipped = 0
+
+    def timed(batch: tuple[Any, Any]) -> float:
+        nonlocal skipped
+        loss, finite = model.train_step(*batch)
+        value = float(loss.numpy())  # copies to the host once the step is done
+        skipped += not bool(finite.numpy())
+        return value
+
+    times, losses, epoch_time = timed_steps(staged, timed)
+    return EpochResult(
+        step_times_s=times, step_losses=losses, samples=sum(int(lbl.shape[0]) for _, lbl in staged),
+        epoch_time_s=epoch_time, loss_scale_final=_scale(model), skipped_steps=skipped,
+        extra={"traces": model.train_step.experimental_get_tracing_count()},
+    )
+
+
+@hookimpl
+def predict(run: RunSpec, model: KerasModel, images: np.ndarray) -> np.ndarray | None:
+    if run.framework != NAME:
+        return None
+    import tensorflow as tf
+
+    with tf.device(model.device_name):
+        return model.predict_fn(tf.constant(np.asarray(images, dtype=np.float32))).numpy()
+
+
+@hookimpl
+def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, Any] | None:
+    if run.framework != NAME:
+        return None
+    import tensorflow as tf
+
+    figures: dict[str, Any] = {
+        "param_count": int(model.model.count_params()),
+        "framework_version": f"tensorflow {tf.__version__}, keras {package_version('keras') or '?'}",
+        "train_step_traces": int(model.train_step.experimental_get_tracing_count()),
+    }
+    if device.kind == "gpu":
+        figures["device_peak_memory_bytes"] = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    return figures

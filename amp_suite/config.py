@@ -118,11 +118,16 @@ def _settings_from_table(table: dict[str, Any], path: Path) -> SweepSettings:
 def load_config(path: Path) -> SuiteConfig:
     """Parse and check a config file; every problem is a one-line :class:`UsageError`."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: malformed TOML: {exc}") from None
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        if "(at end of document)" in message:  # tomllib gives no line number here
+            message = message.replace("(at end of document)", f"(at end of document, line {len(text.splitlines())})")
+        raise UsageError(f"{path}: malformed TOML: {message}") from None
     unknown = set(data) - {"defaults", "workloads", "frameworks"}
     if unknown:
         raise UsageError(

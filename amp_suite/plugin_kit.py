@@ -10,7 +10,7 @@ import numpy as np
 
 from amp_suite.environment import cpu_info
 from amp_suite.errors import UnsupportedError
-from amp_suite.records import DeviceInfo, LayerSpec, PrecisionApplied, RunSpec, Workload
+from amp_suite.records import DeviceInfo, PrecisionApplied, RunSpec
 
 
 def cpu_device() -> DeviceInfo:
@@ -38,12 +38,19 @@ DYNAMIC_LOSS_SCALE_INIT = 2.0 ** 15
 LOSS_SCALE_GROWTH_INTERVAL = 2000
 
 
-def standard_precision(run: RunSpec, device: DeviceInfo, *, initial_scale: float,
-                       notes: tuple[str, ...] = ()) -> PrecisionApplied:
+def loss_scale_growth_interval(run: RunSpec) -> int:
+    """Finite steps before the dynamic loss scale doubles (option ``loss_scale_growth_interval``)."""
+    return int(run.options.get("loss_scale_growth_interval", LOSS_SCALE_GROWTH_INTERVAL))
+
+
+def standard_precision(run: RunSpec, device: DeviceInfo, notes: tuple[str, ...] = ()) -> PrecisionApplied:
     """The :class:`PrecisionApplied` every framework gives for a standard precision name.
 
-    Raises :class:`UnsupportedError` for ``tf32`` on a device without TF32.
+    The initial dynamic loss scale is :data:`DYNAMIC_LOSS_SCALE_INIT` unless the
+    framework options set ``initial_loss_scale``.  Raises
+    :class:`UnsupportedError` for ``tf32`` on a device without TF32.
     """
+    initial_scale = float(run.options.get("initial_loss_scale", DYNAMIC_LOSS_SCALE_INIT))
     precision = run.precision
     if precision not in COMPUTE_DTYPES:
         raise UnsupportedError(f"precision {precision!r} is not supported; allowed: {', '.join(COMPUTE_DTYPES)}")
@@ -83,13 +90,3 @@ def hwc_rows_to_chw(kernel: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray
     h, w, c = hwc
     out = kernel.shape[1]
     return kernel.reshape(h, w, c, out).transpose(2, 0, 1, 3).reshape(h * w * c, out)
-
-
-def first_dense_after_flatten(layers: tuple[LayerSpec, ...]) -> str | None:
-    seen_flatten = False
-    for layer in layers:
-        if layer.kind == "flatten":
-            seen_flatten = True
-        elif layer.kind == "dense" and seen_flatten:
-            return layer.name
-    return None

@@ -155,7 +155,7 @@ def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
     for _, row in summary.iterrows():
         cell = render(row) if row["status"] == "ok" else str(row["status"])
         table.setdefault((row["workload"], row["framework"]), {})[row["precision"]] = cell
-    records = [{"workload": w, "framework": f, **{p: cells.get(p, "") for p in precisions}}
+    records = [{"workload": w, "framework": f, **{p: cells.get(p, "not run") for p in precisions}}
                for (w, f), cells in table.items()]
     return pd.DataFrame(records, columns=["workload", "framework", *precisions])
 
@@ -230,7 +230,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
         "",
     ]
     for title, table in comparison_tables(summary).items():
-        out += [f"## {title}", "", table.to_markdown(index=False) if not table.empty else "_no results_", ""]
+        out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
     detail = cells[["workload", "framework", "precision", "repeat", "status", "throughput",
                     "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms", "first_step_time_s",
                     "peak_memory_mib", "first_step_loss", "final_loss", "param_count",

@@ -44,6 +44,7 @@ def steady_state(epochs: list[EpochResult], *, warmup: int, batch_size: int) -> 
         "warmup_time_s": float(sum(warm_times)),
         "warmup_steps": len(warm_times),
         "epoch_times_s": [float(e.epoch_time_s) for e in epochs],
+        "step_times_s": [[float(t) for t in e.step_times_s] for e in epochs],
         "first_step_loss": float(first_losses[0]) if first_losses else math.nan,
         "final_loss": float(last.step_losses[-1]) if last.step_losses else math.nan,
         "final_epoch_mean_loss": last.mean_loss,

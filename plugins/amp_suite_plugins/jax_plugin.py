@@ -20,9 +20,8 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
 from amp_suite.plugin_kit import (
-    DYNAMIC_LOSS_SCALE_INIT,
-    LOSS_SCALE_GROWTH_INTERVAL,
     cpu_device,
+    loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
     timed_steps,
@@ -103,7 +102,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
         return None
     import jax
 
-    applied = standard_precision(run, device, initial_scale=DYNAMIC_LOSS_SCALE_INIT)
+    applied = standard_precision(run, device)
     # float32 matmuls may silently use TF32 on Ampere unless asked for full precision.
     matmul = "tensorfloat32" if run.precision == "tf32" else "highest"
     jax.config.update("jax_default_matmul_precision", matmul)
@@ -181,7 +180,7 @@ def build_model(
     opt_state = optimizer.init(params)
     if applied.loss_scaling == "dynamic":
         loss_scale = jmp.DynamicLossScale(jnp.asarray(applied.initial_loss_scale, jnp.float32),
-                                          period=LOSS_SCALE_GROWTH_INTERVAL)
+                                          period=loss_scale_growth_interval(run))
     else:
         loss_scale = jmp.NoOpLossScale()
     trace_count = [0]

@@ -19,9 +19,8 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
 from amp_suite.plugin_kit import (
-    DYNAMIC_LOSS_SCALE_INIT,
-    LOSS_SCALE_GROWTH_INTERVAL,
     cpu_device,
+    loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
     timed_steps,
@@ -101,7 +100,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     import keras
     import tensorflow as tf
 
-    applied = standard_precision(run, device, initial_scale=DYNAMIC_LOSS_SCALE_INIT)
+    applied = standard_precision(run, device)
     tf32 = run.precision == "tf32"
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
     keras.mixed_precision.set_global_policy(POLICIES[run.precision])
@@ -158,7 +157,7 @@ def build_model(
         if loss_scaled:
             optimizer = keras.optimizers.LossScaleOptimizer(
                 optimizer, initial_scale=applied.initial_loss_scale,
-                dynamic_growth_steps=LOSS_SCALE_GROWTH_INTERVAL,
+                dynamic_growth_steps=loss_scale_growth_interval(run),
             )
         optimizer.build(model.trainable_variables)
     variables = model.trainable_variables

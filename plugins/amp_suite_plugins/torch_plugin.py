@@ -20,9 +20,8 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
 from amp_suite.plugin_kit import (
-    DYNAMIC_LOSS_SCALE_INIT,
-    LOSS_SCALE_GROWTH_INTERVAL,
     cpu_device,
+    loss_scale_growth_interval,
     hwc_rows_to_chw,
     require_device_kind,
     standard_precision,
@@ -96,7 +95,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     import torch
 
     tf32 = run.precision == "tf32"
-    applied = standard_precision(run, device, initial_scale=DYNAMIC_LOSS_SCALE_INIT)
+    applied = standard_precision(run, device)
     # TF32 is a process-global switch: set it explicitly both ways and record it.
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -167,7 +166,7 @@ def build_model(
     if applied.loss_scaling == "dynamic":
         scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale,
                                       growth_factor=2.0, backoff_factor=0.5,
-                                      growth_interval=LOSS_SCALE_GROWTH_INTERVAL)
+                                      growth_interval=loss_scale_growth_interval(run))
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()

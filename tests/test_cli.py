@@ -1,0 +1,89 @@
+"""The command line as a user types it, each in a fresh process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_cli
+
+FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"]])
+def test_help_list_and_plugins_import_no_framework(args):
+    probe = (
+        "import sys, json\nfrom amp_suite.cli import main\n"
+        "try:\n"
+        f"    main({args!r})\n"
+        "except SystemExit:\n    pass\n"
+        f"print(json.dumps([m for m in {FRAMEWORK_MODULES!r} if m in sys.modules]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == []
+
+
+def test_list_shows_frameworks_workloads_and_precisions():
+    out = run_cli("list", "-p", "ghostfw")
+    assert out.returncode == 0, out.stderr
+    assert "torch" in out.stdout and "keras" in out.stdout and "jax" in out.stdout
+    assert "ghost" in out.stdout and "not installed (pip install 'amp-suite[ghost]')" in out.stdout
+    assert "mnist_cnn_128" in out.stdout and "amp_bf16" in out.stdout
+
+
+def test_plugins_lists_hooks_and_reports_a_broken_plugin():
+    out = run_cli("plugins", "-p", "no_such_plugin_module")
+    assert out.returncode == 0
+    assert "torch" in out.stdout and "train_epoch" in out.stdout
+    assert "no_such_plugin_module  FAILED TO LOAD" in out.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--frameworks", "fake,mxnet"], "unknown framework 'mxnet'; allowed: fake, jax, keras, torch"),
+    (["--workloads", "resnet"], "unknown workload 'resnet'; allowed: tiny, mnist_cnn"),
+    (["--precisions", "fp8"], "unknown precision 'fp8'; allowed: fp32, tf32, amp_fp16, amp_bf16"),
+    (["--warmup", "4"], "warmup (4) must be smaller than steps per epoch (4)"),
+    (["--dataset", "imagenet"], "unknown dataset 'imagenet'"),
+    (["--steps", "x"], "invalid int value: 'x'"),
+])
+def test_bad_input_is_one_line_and_exit_2(tiny_config, args, needle):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", *args)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert lines[-1].startswith("amp-suite: error:") and needle in lines[-1], out.stderr
+
+
+def test_malformed_config_exit_2(tmp_path):
+    bad = tmp_path / "benchmarks.toml"
+    bad.write_text("[defaults]\nsteps = [\n")
+    out = run_cli("run", "--config", str(bad))
+    assert out.returncode == 2
+    assert "malformed TOML" in out.stderr and "line" in out.stderr
+
+
+def test_run_writes_report_csv_and_jsonl_then_report_rerenders(tiny_config, tmp_path, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--repeats", "2")
+    assert out.returncode == 0, out.stderr
+    result_dir = tmp_path / "out"
+    lines = (result_dir / "results.jsonl").read_text().splitlines()
+    assert len(lines) == 6
+    csv = (result_dir / "results.csv").read_text().splitlines()
+    assert len(csv) == 7 and csv[0].startswith("workload,framework,precision,repeat,status")
+    report = (result_dir / "report.md").read_text()
+    assert "| tiny       | fake" in report
+    assert "amp-suite 0.1.0" in report
+    (result_dir / "report.md").unlink()
+    again = run_cli("report", str(result_dir), "-p", "fakefw")
+    assert again.returncode == 0, again.stderr
+    assert (result_dir / "report.md").read_text() == report
+
+
+def test_any_failed_cell_makes_exit_1(tiny_config, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw",
+                  env={"FAKEFW_MODE": "raise", "FAKEFW_TARGET": "amp_bf16"})
+    assert out.returncode == 1
+    assert "amp_bf16 r0 failed: RuntimeError: fake framework exploded" in out.stderr

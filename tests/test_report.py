@@ -1,0 +1,83 @@
+"""The report normalizes each precision against the same framework's fp32."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from amp_suite.records import CellResult
+from amp_suite.report import comparison_tables, render_markdown, results_frame, summary_frame
+
+MIB = 1024 * 1024
+
+
+def cell(framework, precision, *, repeat=0, status="ok", throughput=None, memory_mib=None, accuracy=None,
+         device_memory_mib=None, loss=1.0, error="") -> CellResult:
+    metrics = {}
+    if status == "ok":
+        metrics = {"throughput": throughput, "peak_rss_bytes": memory_mib * MIB, "val_accuracy": accuracy,
+                   "final_loss": loss, "epoch_times_s": [1.0]}
+        if device_memory_mib is not None:
+            metrics["device_peak_memory_bytes"] = device_memory_mib * MIB
+    return CellResult(key=f"{framework}/w/{precision}/r{repeat}", framework=framework, workload="w",
+                      precision=precision, repeat=repeat, status=status, error=error, metrics=metrics,
+                      config={"dataset": "synthetic", "batch_size": 8})
+
+
+RESULTS = [
+    cell("torch", "fp32", throughput=100.0, memory_mib=400, accuracy=0.90),
+    cell("torch", "amp_bf16", throughput=250.0, memory_mib=300, accuracy=0.89),
+    cell("torch", "amp_bf16", repeat=1, throughput=150.0, memory_mib=300, accuracy=0.91),
+    cell("torch", "amp_bf16", repeat=2, throughput=200.0, memory_mib=300, accuracy=0.90),
+    cell("torch", "amp_fp16", status="oom", error="MemoryError: boom"),
+    cell("jax", "fp32", throughput=50.0, memory_mib=100, accuracy=0.5, device_memory_mib=80),
+    cell("jax", "amp_bf16", throughput=75.0, memory_mib=100, accuracy=0.55, device_memory_mib=40),
+]
+
+
+def _row(summary, framework, precision):
+    return summary[(summary.framework == framework) & (summary.precision == precision)].iloc[0]
+
+
+def test_speedup_memory_ratio_and_accuracy_delta_use_the_same_frameworks_fp32():
+    summary = summary_frame(RESULTS)
+    bf16 = _row(summary, "torch", "amp_bf16")
+    assert bf16.throughput == 200.0  # median of three repeats
+    assert bf16.speedup == pytest.approx(2.0)
+    assert bf16.memory_ratio == pytest.approx(0.75)
+    assert bf16.accuracy_delta == pytest.approx(0.0)
+    assert bf16.ok_repeats == 3
+    jax_bf16 = _row(summary, "jax", "amp_bf16")
+    assert jax_bf16.speedup == pytest.approx(1.5)  # against jax's fp32, not torch's
+    assert jax_bf16.memory_ratio == pytest.approx(0.5)  # the device allocator figure wins over RSS
+    assert jax_bf16.accuracy_delta == pytest.approx(0.05)
+
+
+def test_failed_cells_are_kept_with_their_status():
+    summary = summary_frame(RESULTS)
+    fp16 = _row(summary, "torch", "amp_fp16")
+    assert fp16.status == "oom" and math.isnan(fp16.speedup)
+    table = comparison_tables(summary)["Throughput, images/s (speed-up over fp32)"]
+    torch_row = table[table.framework == "torch"].iloc[0]
+    assert torch_row["amp_fp16"] == "oom"
+    assert torch_row["amp_bf16"] == "200 (2.00x)"
+    assert list(table.columns) == ["workload", "framework", "fp32", "amp_fp16", "amp_bf16"]
+    assert len(results_frame(RESULTS)) == len(RESULTS)
+
+
+def test_markdown_has_environment_tables_and_failures():
+    env = {"amp_suite_version": "9.9", "git_commit": "abc123", "python": "3.11", "platform": "Linux",
+           "cpu_model": "Test CPU", "cpu_count": 2, "cpu_flags": ["avx512_bf16"], "gpus": [],
+           "packages": {"torch": "2.13.0"}, "date": "2026-01-01"}
+    text = render_markdown(RESULTS, env)
+    assert "amp-suite 9.9, commit abc123" in text
+    assert "Test CPU" in text and "avx512_bf16" in text and "torch 2.13.0" in text
+    assert "| w          | torch       | 100    | oom        | 200 (2.00x)" in text
+    assert "w / torch / amp_fp16 / repeat 0: **oom** — MemoryError: boom" in text
+    assert "90.00%" in text and "(+5.00 pt)" in text
+
+
+def test_missing_baseline_gives_no_ratio():
+    summary = summary_frame([cell("torch", "amp_bf16", throughput=10.0, memory_mib=1, accuracy=0.1)])
+    assert math.isnan(summary.iloc[0].speedup)

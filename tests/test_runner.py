@@ -1,0 +1,168 @@
+"""The runner: every failure mode of a worker becomes a row, and the sweep goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amp_suite.config import load_config
+from amp_suite.records import RunSpec
+from amp_suite.results import ResultStore
+from amp_suite.runner import Cell, run_in_worker, run_sweep
+from conftest import REPO
+
+
+def _cell(config_path: Path, precision: str = "fp32", framework: str = "fake", **run_args) -> Cell:
+    config = load_config(config_path)
+    workload = config.workloads["tiny"]
+    run = RunSpec(framework=framework, workload="tiny", precision=precision, steps=4, warmup=1,
+                  batch_size=8, plugin_modules=("fakefw", "ghostfw"), **run_args)
+    return Cell(run, workload)
+
+
+def test_ok_cell_has_figures(tiny_config, tmp_path, clean_fake_env):
+    result = run_in_worker(_cell(tiny_config), log_path=tmp_path / "log")
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m["timed_steps"] == 3 and m["warmup_steps"] == 1
+    timed = m["step_times_s"][0][1:]  # warm-up step left out
+    assert m["throughput"] == pytest.approx(3 * 8 / sum(timed), rel=1e-9)
+    assert m["first_step_time_s"] == m["step_times_s"][0][0]
+    assert m["param_count"] == 8 * 8 * 3 + 3
+    assert m["peak_rss_bytes"] > 10 * 2**20
+    assert 0.0 <= m["val_accuracy"] <= 1.0 and m["val_examples"] == 512
+    assert result.environment["pid"] != os.getpid()  # ran in another process
+
+
+@pytest.mark.parametrize("mode,status,needle", [
+    ("raise", "failed", "fake framework exploded"),
+    ("crash", "failed", "exited with code 3"),
+    ("oom", "oom", "MemoryError"),
+    ("nan", "diverged", "loss became nan"),
+])
+def test_failure_statuses(tiny_config, tmp_path, clean_fake_env, mode, status, needle):
+    clean_fake_env.setenv("FAKEFW_MODE", mode)
+    result = run_in_worker(_cell(tiny_config), log_path=tmp_path / "log")
+    assert result.status == status
+    assert needle in result.error
+
+
+def test_timeout_kills_the_worker(tiny_config, tmp_path, clean_fake_env):
+    pidfile = tmp_path / "pid"
+    clean_fake_env.setenv("FAKEFW_MODE", "hang")
+    clean_fake_env.setenv("FAKEFW_PIDFILE", str(pidfile))
+    started = time.monotonic()
+    result = run_in_worker(_cell(tiny_config, timeout_s=8), log_path=tmp_path / "log")
+    assert result.status == "timeout"
+    assert time.monotonic() - started < 60
+    pid = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_missing_framework_is_unavailable_with_the_extra(tiny_config, tmp_path):
+    result = run_in_worker(_cell(tiny_config, framework="ghost"), log_path=tmp_path / "log")
+    assert result.status == "unavailable"
+    assert "amp-suite[ghost]" in result.error
+
+
+def test_unsupported_precision(tiny_config, tmp_path):
+    result = run_in_worker(_cell(tiny_config, precision="tf32"), log_path=tmp_path / "log")
+    assert result.status == "unsupported"
+
+
+def test_sweep_goes_on_after_a_failure_and_stores_every_cell(tiny_config, tmp_path, clean_fake_env):
+    clean_fake_env.setenv("FAKEFW_MODE", "raise")
+    clean_fake_env.setenv("FAKEFW_TARGET", "amp_fp16")
+    store = ResultStore(tmp_path / "out")
+    cells = [_cell(tiny_config, p) for p in ("fp32", "amp_fp16", "amp_bf16")]
+    results = run_sweep(cells, store)
+    assert [r.status for r in results] == ["ok", "failed", "ok"]
+    stored = store.load()
+    assert [r.key for r in stored] == [c.run.key for c in cells]
+
+
+def test_resume_skips_ok_cells_and_reruns_failed_ones(tiny_config, tmp_path, clean_fake_env):
+    store = ResultStore(tmp_path / "out")
+    cells = [_cell(tiny_config, p) for p in ("fp32", "amp_fp16")]
+    clean_fake_env.setenv("FAKEFW_MODE", "raise")
+    clean_fake_env.setenv("FAKEFW_TARGET", "amp_fp16")
+    first = run_sweep(cells, store)
+    assert [r.status for r in first] == ["ok", "failed"]
+    clean_fake_env.delenv("FAKEFW_MODE")
+    second = run_sweep(cells, store, resume=True)
+    assert [r.status for r in second] == ["ok", "ok"]
+    assert second[0].started_at == first[0].started_at  # reused, not rerun
+    assert len(store.load()) == 3  # one new line, for the rerun cell
+    assert store.latest_by_key()[cells[1].run.key].status == "ok"
+
+
+def test_resume_reruns_a_cell_whose_configuration_changed(tiny_config, tmp_path, clean_fake_env):
+    store = ResultStore(tmp_path / "out")
+    run_sweep([_cell(tiny_config)], store)
+    changed = _cell(tiny_config, seed=7)
+    again = run_sweep([changed], store, resume=True)
+    assert again[0].config["seed"] == 7
+    assert len(store.load()) == 2
+
+
+def test_torn_last_line_is_ignored(tmp_path, tiny_config, clean_fake_env):
+    store = ResultStore(tmp_path / "out")
+    run_sweep([_cell(tiny_config)], store)
+    with open(store.path, "a") as fh:
+        fh.write('{"key": "fake/tiny/amp_fp16/r0", "stat')
+    assert len(store.load()) == 1
+
+
+def _wait_for(path: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists() or not path.read_text().strip():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never appeared")
+        time.sleep(0.1)
+
+
+def _start_sweep(tiny_config: Path, pidfile: Path, mode: str) -> subprocess.Popen:
+    env = {**os.environ, "FAKEFW_MODE": mode, "FAKEFW_TARGET": "amp_fp16", "FAKEFW_PIDFILE": str(pidfile)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "-p", "fakefw"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_sigkill_of_one_worker_mid_sweep(tiny_config, tmp_path, clean_fake_env):
+    pidfile = tmp_path / "worker.pid"
+    sweep = _start_sweep(tiny_config, pidfile, "hang")
+    _wait_for(pidfile, 120)
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1, err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert {r["precision"]: r["status"] for r in rows} == {"fp32": "ok", "amp_fp16": "failed", "amp_bf16": "ok"}
+    killed = next(r for r in rows if r["precision"] == "amp_fp16")
+    assert "SIGKILL" in killed["error"]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "SIGKILL" in report and "| tiny" in report
+
+
+def test_ctrl_c_keeps_finished_results(tiny_config, tmp_path, clean_fake_env):
+    pidfile = tmp_path / "worker.pid"
+    sweep = _start_sweep(tiny_config, pidfile, "hang")
+    _wait_for(pidfile, 120)
+    worker_pid = int(pidfile.read_text())
+    sweep.send_signal(signal.SIGINT)
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err
+    rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    assert [(r["precision"], r["status"]) for r in rows] == [("fp32", "ok")]
+    assert (tmp_path / "out" / "report.md").exists()
+    time.sleep(0.5)
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker_pid, 0)

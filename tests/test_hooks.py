@@ -1,0 +1,115 @@
+"""The plugin host: entry points, broken plugins, firstresult and measure merging."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import numpy as np
+import pytest
+
+from amp_suite import hookimpl
+from amp_suite.errors import PluginError
+from amp_suite.plugin_host import DISABLE_ENV, PluginHost
+from amp_suite.records import DeviceInfo, FrameworkInfo, RunSpec
+
+RUN = RunSpec(framework="fake", workload="tiny", precision="fp32")
+CPU = DeviceInfo(kind="cpu", platform="cpu", name="cpu")
+
+
+def test_builtin_plugins_come_from_the_entry_point_group():
+    eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="amp_suite")}
+    assert eps["torch"] == "amp_suite_plugins.torch_plugin"
+    assert {"keras", "jax", "reporters"} <= set(eps)
+    host = PluginHost()
+    assert set(host.frameworks()) >= {"torch", "keras", "jax"}
+    described = {d.name: d for d in host.describe()}
+    assert "train_epoch" in described["torch"].hooks
+    assert described["torch"].version  # the distribution's version
+
+
+def test_a_broken_entry_point_is_reported_not_fatal(monkeypatch):
+    real = importlib.metadata.entry_points
+
+    def with_broken(**kwargs):
+        eps = list(real(**kwargs))
+        if kwargs.get("group") == "amp_suite":
+            eps.append(importlib.metadata.EntryPoint("broken", "amp_suite_missing_plugin_mod", "amp_suite"))
+        return eps
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", with_broken)
+    host = PluginHost()
+    assert [f.name for f in host.failures] == ["broken"]
+    assert "ModuleNotFoundError" in host.failures[0].error
+    assert "torch" in host.frameworks()
+
+
+def test_plugins_can_be_blocked_by_name(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "keras,jax")
+    assert set(PluginHost().frameworks()) == {"torch"}
+
+
+def test_autoload_off_loads_only_named_modules():
+    host = PluginHost(autoload=False, extra_modules=("fakefw",))
+    assert list(host.frameworks()) == ["fake"]
+
+
+def test_firstresult_hook_with_no_answer_is_a_plugin_error():
+    host = PluginHost(autoload=False)
+    with pytest.raises(PluginError, match="no plugin implements select_device for framework 'fake'"):
+        host.select_device(RUN)
+
+
+def test_firstresult_returns_the_owning_plugins_answer():
+    host = PluginHost(autoload=False, extra_modules=("fakefw",))
+    assert host.select_device(RUN).name == "fake cpu"
+    assert host.set_precision(RUN, CPU).compute_dtype == "float32"
+
+
+class _Dup:
+    @hookimpl
+    def framework_info(self):
+        return FrameworkInfo(name="fake", display_name="again", modules=(), extra="x", precisions={})
+
+
+def test_two_plugins_claiming_one_framework_is_an_error():
+    host = PluginHost(autoload=False, extra_modules=("fakefw",))
+    host.register(_Dup())
+    with pytest.raises(PluginError, match="two plugins describe framework 'fake'"):
+        host.frameworks()
+
+
+class _ExtraFigures:
+    @hookimpl
+    def measure(self, run):
+        return {"watts": 42.0}
+
+
+class _Clash:
+    @hookimpl
+    def measure(self):
+        return {"peak_rss_bytes": 1}
+
+
+def test_measure_merges_every_plugin_and_rejects_a_key_given_twice():
+    host = PluginHost(autoload=False)
+    extra = _ExtraFigures()
+    host.register(extra, name="watts")
+    merged = host.measure(RUN, model=None, device=CPU)
+    assert merged["watts"] == 42.0 and merged["peak_rss_bytes"] > 0
+    host.register(_Clash(), name="clash")
+    with pytest.raises(PluginError, match="measure key 'peak_rss_bytes' given by both"):
+        host.measure(RUN, model=None, device=CPU)
+
+
+def test_implementations_may_take_fewer_arguments():
+    host = PluginHost(autoload=False, extra_modules=("fakefw",))
+    logits_model = host.build_model(
+        RUN, workload=_tiny_workload(), initial_weights={}, applied=host.set_precision(RUN, CPU), device=CPU)
+    logits = host.predict(RUN, logits_model, np.zeros((2, 8, 8, 1), np.float32))
+    assert logits.shape == (2, 3)
+
+
+def _tiny_workload():
+    from amp_suite.workloads import workload_from_config
+
+    return workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "num_classes": 3})

@@ -1,0 +1,35 @@
+"""A real sweep through the CLI: every installed framework, fp32 and amp_bf16, tiny sizes."""
+
+import csv
+import importlib.util
+import json
+
+from conftest import run_cli
+
+INSTALLED = [name for name, module in (("torch", "torch"), ("keras", "tensorflow"), ("jax", "haiku"))
+             if importlib.util.find_spec(module) is not None]
+
+
+def test_sweep_over_installed_frameworks_reports_speedups(tmp_path):
+    out_dir = tmp_path / "out"
+    done = run_cli("run", "--frameworks", ",".join(INSTALLED), "--workloads", "mnist_cnn",
+                   "--precisions", "fp32,amp_bf16", "--steps", "4", "--warmup", "1", "--batch-size", "16",
+                   "--out", str(out_dir))
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
+    assert sorted((r["framework"], r["precision"]) for r in rows) == sorted(
+        (f, p) for f in INSTALLED for p in ("fp32", "amp_bf16"))
+    assert all(r["status"] == "ok" for r in rows)
+    pids = {r["environment"]["pid"] for r in rows}
+    assert len(pids) == len(rows)  # one fresh process per cell
+    first_losses = {r["metrics"]["first_step_loss"] for r in rows if r["precision"] == "fp32"}
+    assert max(first_losses) - min(first_losses) < 1e-4 * max(first_losses)  # same weights, same batch
+    report = (out_dir / "report.md").read_text()
+    for framework in INSTALLED:
+        line = next(l for l in report.splitlines() if l.startswith(f"| mnist_cnn  | {framework}"))
+        assert "x)" in line  # the amp_bf16 column carries a speed-up over fp32
+    with open(out_dir / "results.csv") as fh:
+        table = list(csv.DictReader(fh))
+    assert {row["status"] for row in table} == {"ok"} and all(float(row["throughput"]) > 0 for row in table)
+    env = json.loads((out_dir / "environment.json").read_text())
+    assert env["cpu_model"] and "packages" in env

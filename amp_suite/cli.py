@@ -46,7 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--frameworks", help="comma-separated, e.g. torch,keras,jax")
     run.add_argument("--workloads", help="comma-separated workload names from the config")
     run.add_argument("--precisions", help=f"comma-separated: {', '.join(PRECISIONS)}")
-    run.add_argument("--dataset", help="dataset name (default from the config)")
+    run.add_argument("--dataset", help="synthetic, mnist or cifar10 (default from the config)")
+    run.add_argument("--train-split", help="training split, TFDS notation: train, test[:8000], train[:10%%]")
+    run.add_argument("--val-split", help="validation split, e.g. test or test[8000:]")
+    run.add_argument("--data-dir", help="directory holding the official dataset files (or $AMP_SUITE_DATA)")
+    run.add_argument("--no-download", dest="download", action="store_false", default=None,
+                     help="never download dataset files")
+    run.add_argument("--synthetic-fallback", action="store_true", default=None,
+                     help="use synthetic data, and say so in the report, when a dataset cannot be had")
     run.add_argument("--steps", type=int, help="training steps per epoch")
     run.add_argument("--epochs", type=int, help="epochs per run")
     run.add_argument("--warmup", type=int, help="steps of the first epoch excluded from steady state")
@@ -116,7 +123,11 @@ def plan_cells(config: SuiteConfig, settings, plugin_modules: tuple[str, ...] = 
                         framework=framework, workload=workload_name, precision=precision, repeat=repeat,
                         steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
                         batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
-                        dataset=settings.dataset, device=settings.device, timeout_s=settings.timeout,
+                        dataset=settings.dataset, train_split=settings.train_split,
+                        val_split=settings.val_split,
+                        data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
+                        download=settings.download, synthetic_fallback=settings.synthetic_fallback,
+                        device=settings.device, timeout_s=settings.timeout,
                         options=dict(config.framework_options.get(framework, {})),
                         plugin_modules=plugin_modules,
                     )
@@ -139,7 +150,8 @@ def _progress(index: int, total: int, cell, result: CellResult | None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from amp_suite.datasets import DATASETS
+    from amp_suite.datasets import DATASETS, check_request, fetch
+    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
     from amp_suite.environment import host_environment
     from amp_suite.results import ResultStore
     from amp_suite.runner import run_sweep
@@ -148,7 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     settings = with_overrides(
         config.settings,
         frameworks=_csv(args.frameworks), workloads=_csv(args.workloads), precisions=_csv(args.precisions),
-        dataset=args.dataset, steps=args.steps, epochs=args.epochs, warmup=args.warmup,
+        dataset=args.dataset, train_split=args.train_split, val_split=args.val_split,
+        data_dir=args.data_dir, download=args.download, synthetic_fallback=args.synthetic_fallback,
+        steps=args.steps, epochs=args.epochs, warmup=args.warmup,
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
         device=args.device, out=args.out,
     )
@@ -157,6 +171,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_names("framework", settings.frameworks, host.frameworks())
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
+    for name in settings.workloads:
+        check_request(settings.dataset, config.workloads[name], settings.train_split, settings.val_split)
+    try:  # every file verified (or downloaded) before the first cell starts
+        fetch(settings.dataset, settings.train_split, settings.val_split,
+              data_dir=settings.data_dir, allow_download=settings.download)
+    except ChecksumMismatch as exc:
+        raise UsageError(str(exc)) from None
+    except DatasetError as exc:
+        if not settings.synthetic_fallback:
+            raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
+        print(f"amp-suite: warning: {exc}; synthetic data will stand in (the report says so)", file=sys.stderr)
 
     out_dir = Path(settings.out)
     store = ResultStore(out_dir)

@@ -23,6 +23,11 @@ class SweepSettings:
     workloads: tuple[str, ...] = ("mnist_cnn",)
     precisions: tuple[str, ...] = ("fp32", "amp_fp16", "amp_bf16")
     dataset: str = "synthetic"
+    train_split: str = "train"
+    val_split: str = "test"
+    data_dir: str | None = None
+    download: bool = True
+    synthetic_fallback: bool = False
     steps: int = 50
     epochs: int = 1
     warmup: int = 5
@@ -105,6 +110,9 @@ def _settings_from_table(table: dict[str, Any], path: Path) -> SweepSettings:
         elif name in ("steps", "epochs", "warmup", "repeats", "seed", "batch_size"):
             if not isinstance(value, int) or isinstance(value, bool):
                 raise UsageError(f"{path}: [defaults] {key} must be an integer, got {value!r}")
+        elif name in ("download", "synthetic_fallback"):
+            if not isinstance(value, bool):
+                raise UsageError(f"{path}: [defaults] {key} must be true or false, got {value!r}")
         elif name == "timeout":
             if not isinstance(value, (int, float)) or isinstance(value, bool):
                 raise UsageError(f"{path}: [defaults] {key} must be a number, got {value!r}")

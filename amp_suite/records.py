@@ -112,6 +112,11 @@ class RunSpec:
     batch_size: int = 128
     seed: int = 0
     dataset: str = "synthetic"
+    train_split: str = "train"
+    val_split: str = "test"
+    data_dir: str | None = None
+    download: bool = True
+    synthetic_fallback: bool = False
     device: str = "auto"
     timeout_s: float = 900.0
     options: dict[str, Any] = field(default_factory=dict)

@@ -222,6 +222,9 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
                 f"- dataset: {', '.join(datasets)}", ""]
         notes = sorted({(r.metrics or {}).get("dataset_note", "") for r in results} - {""})
         out += [f"- data: {n}" for n in notes] + ([""] if notes else [])
+        if any((r.metrics or {}).get("dataset_substituted") for r in results):
+            out += ["> **Data substitution:** synthetic data stood in for a dataset that could not be had "
+                    "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory is the framework allocator's peak on a GPU and the worker process's "

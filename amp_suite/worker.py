@@ -136,7 +136,9 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         raise ValueError(f"warm-up {run.warmup} leaves no timed step out of {run.steps * run.epochs}")
 
     weights = init_weights(workload, run.seed)
-    data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed)
+    data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed,
+                        train_split=run.train_split, val_split=run.val_split, data_dir=run.data_dir,
+                        allow_download=run.download, synthetic_fallback=run.synthetic_fallback)
 
     device = host.select_device(run)
     result.device = asdict(device)
@@ -160,6 +162,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics: dict[str, Any] = steady_state(epochs, warmup=run.warmup, batch_size=run.batch_size)
     metrics.update(validate(host, run, model, data.val_images, data.val_labels, run.batch_size))
     metrics["dataset_note"] = data.note
+    metrics["dataset_substituted"] = data.substituted
     metrics["train_examples"] = int(data.train_labels.shape[0])
     metrics["rss_before_model_bytes"] = rss_before
     measured = host.measure(run, model, device)

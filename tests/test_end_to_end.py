@@ -33,3 +33,25 @@ def test_sweep_over_installed_frameworks_reports_speedups(tmp_path):
     assert {row["status"] for row in table} == {"ok"} and all(float(row["throughput"]) > 0 for row in table)
     env = json.loads((out_dir / "environment.json").read_text())
     assert env["cpu_model"] and "packages" in env
+
+
+def test_every_framework_learns_real_mnist_in_fp32_and_bf16(tmp_path):
+    from test_datasets import SHARED_MNIST
+
+    if not (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").exists():
+        import pytest
+
+        pytest.skip("shared MNIST files are not beside the repository")
+    out_dir = tmp_path / "out"
+    done = run_cli("run", "--frameworks", ",".join(INSTALLED), "--workloads", "mnist_cnn",
+                   "--precisions", "fp32,amp_bf16", "--dataset", "mnist", "--data-dir", str(SHARED_MNIST),
+                   "--train-split", "test[:4096]", "--val-split", "test[8000:9000]", "--steps", "32",
+                   "--epochs", "2", "--warmup", "2", "--out", str(out_dir), "--no-download")
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
+    accuracy = {(r["framework"], r["precision"]): r["metrics"]["val_accuracy"] for r in rows}
+    assert all(a > 0.9 for a in accuracy.values()), accuracy
+    for framework in INSTALLED:
+        assert abs(accuracy[(framework, "amp_bf16")] - accuracy[(framework, "fp32")]) < 0.03, accuracy
+    report = (out_dir / "report.md").read_text()
+    assert "Validation accuracy (difference from fp32)" in report and " pt)" in report

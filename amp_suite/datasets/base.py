@@ -1,22 +1,30 @@
-"""The dataset record, dataset lookup, and the host's batch order."""
+"""The dataset record, dataset loading, and the host's batch order."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 
+from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
+from amp_suite.datasets.preprocess import resize_bilinear, to_unit_float
+from amp_suite.datasets.splits import Split, parse_split
 from amp_suite.errors import UsageError
 from amp_suite.records import Batch, Workload
 
-DATASETS = ("synthetic",)
+DATASETS = ("synthetic", "mnist", "cifar10")
 # Validation examples of the synthetic dataset.
 SYNTHETIC_VAL_COUNT = 512
 
 
 @dataclass(frozen=True)
 class Dataset:
-    """Training and validation arrays: NHWC float32 in [0, 1], int32 labels."""
+    """Training and validation arrays: NHWC float32 in [0, 1], int32 labels.
+
+    ``note`` says where the data came from; ``substituted`` is true when
+    synthetic data stands in for a real dataset the config allowed to fall back.
+    """
 
     name: str
     train_images: np.ndarray
@@ -24,20 +32,100 @@ class Dataset:
     val_images: np.ndarray
     val_labels: np.ndarray
     note: str = ""
+    substituted: bool = False
 
 
-def load_dataset(name: str, workload: Workload, *, steps: int, batch_size: int, seed: int) -> Dataset:
-    """Prepare the named dataset in ``workload``'s input shape."""
-    if name == "synthetic":
-        from amp_suite.datasets.synthetic import make_synthetic
+def _module(name: str) -> ModuleType:
+    if name == "mnist":
+        from amp_suite.datasets import mnist
 
-        images, labels = make_synthetic(workload, steps * batch_size + SYNTHETIC_VAL_COUNT, seed)
-        cut = steps * batch_size
-        return Dataset(
-            name, images[:cut], labels[:cut], images[cut:], labels[cut:],
-            note=f"synthetic, seed {seed}",
-        )
+        return mnist
+    if name == "cifar10":
+        from amp_suite.datasets import cifar10
+
+        return cifar10
     raise UsageError(f"unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}")
+
+
+def check_request(name: str, workload: Workload | None, train_split: str, val_split: str) -> None:
+    """Validate a dataset request without touching any file (CLI, exit 2)."""
+    if name == "synthetic":
+        return
+    module = _module(name)
+    parse_split(train_split, module.SPLITS)
+    parse_split(val_split, module.SPLITS)
+    if workload is not None and (workload.channels != module.CHANNELS or workload.num_classes != module.CLASSES):
+        raise UsageError(
+            f"dataset {name} has {module.CHANNELS}-channel images in {module.CLASSES} classes, but workload "
+            f"{workload.name!r} expects {workload.channels} channel(s) and {workload.num_classes} classes"
+        )
+
+
+def fetch(name: str, train_split: str, val_split: str, *, data_dir: str | None, allow_download: bool) -> None:
+    """Find or download and verify every file the two splits need (before a sweep starts)."""
+    if name == "synthetic":
+        return
+    module = _module(name)
+    names = dict.fromkeys(parse_split(text, module.SPLITS).name for text in (train_split, val_split))
+    for name in names:
+        module.locate_split(name, data_dir=data_dir, allow_download=allow_download)
+
+
+def _synthetic(workload: Workload, steps: int, batch_size: int, seed: int, note: str,
+               substituted: bool = False) -> Dataset:
+    from amp_suite.datasets.synthetic import make_synthetic
+
+    images, labels = make_synthetic(workload, steps * batch_size + SYNTHETIC_VAL_COUNT, seed)
+    cut = steps * batch_size
+    return Dataset("synthetic", images[:cut], labels[:cut], images[cut:], labels[cut:], note=note,
+                   substituted=substituted)
+
+
+def load_dataset(
+    name: str, workload: Workload, *, steps: int, batch_size: int, seed: int,
+    train_split: str = "train", val_split: str = "test", data_dir: str | None = None,
+    allow_download: bool = True, synthetic_fallback: bool = False,
+) -> Dataset:
+    """Prepare the named dataset in ``workload``'s input shape.
+
+    With ``synthetic_fallback``, a real dataset whose files cannot be had
+    (missing and offline) is replaced by synthetic data and the note says so;
+    a file that fails its checksum is always an error.
+    """
+    if name == "synthetic":
+        return _synthetic(workload, steps, batch_size, seed, f"synthetic, seed {seed}")
+    check_request(name, workload, train_split, val_split)
+    module = _module(name)
+    try:
+        return _load_real(module, name, workload, train_split, val_split, data_dir, allow_download)
+    except ChecksumMismatch:
+        raise
+    except DatasetError as exc:
+        if not synthetic_fallback:
+            raise
+        return _synthetic(workload, steps, batch_size, seed,
+                          f"SUBSTITUTED: synthetic data (seed {seed}) stands in for {name}: {exc}",
+                          substituted=True)
+
+
+def _load_real(module: ModuleType, name: str, workload: Workload, train_text: str, val_text: str,
+               data_dir: str | None, allow_download: bool) -> Dataset:
+    splits: dict[str, Split] = {"train": parse_split(train_text, module.SPLITS),
+                                "val": parse_split(val_text, module.SPLITS)}
+    raw: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    selected = {}
+    for role, split in splits.items():
+        if split.name not in raw:
+            raw[split.name] = module.load_split(split.name, data_dir=data_dir, allow_download=allow_download)
+        images, labels = raw[split.name]
+        start, stop = split.bounds(int(labels.shape[0]))
+        pixels = to_unit_float(images[start:stop])
+        selected[role] = (resize_bilinear(pixels, workload.input_size), labels[start:stop].copy())
+    resized = "" if workload.input_size == module.SIZE else (
+        f", resized {module.SIZE}x{module.SIZE} -> {workload.input_size}x{workload.input_size} (bilinear)")
+    note = (f"{name}: train {splits['train']} ({selected['train'][1].size} examples), "
+            f"validation {splits['val']} ({selected['val'][1].size} examples){resized}")
+    return Dataset(name, *selected["train"], *selected["val"], note=note)
 
 
 def epoch_batches(

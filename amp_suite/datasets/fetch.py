@@ -1,0 +1,142 @@
+"""Finds, downloads and verifies dataset files.
+
+Where a file comes from, in order:
+
+1. the data directory the user names (``--data-dir`` or ``AMP_SUITE_DATA``);
+2. the per-user cache (``$AMP_SUITE_CACHE``, else ``$XDG_CACHE_HOME/amp-suite``,
+   else ``~/.cache/amp-suite``), under ``datasets/NAME/``;
+3. a download into that cache: first from ``$AMP_SUITE_MIRROR/NAME/FILE`` when
+   set, then from the official source and its well-known mirrors.
+
+Every file is checked against its known size and SHA-256 before use.  A
+download is streamed into a temporary file beside its target, verified, and
+only then renamed into place, so the cache never holds a partial file.  A
+file that does not match is never used: the error names it, its expected
+checksum and the fix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+DATA_DIR_ENV = "AMP_SUITE_DATA"
+CACHE_ENV = "AMP_SUITE_CACHE"
+MIRROR_ENV = "AMP_SUITE_MIRROR"
+DOWNLOAD_TIMEOUT_S = 60
+CHUNK = 1 << 20
+
+
+class DatasetError(Exception):
+    """A dataset file is missing, unreachable or does not match its checksum."""
+
+
+class ChecksumMismatch(DatasetError):
+    """A file exists but is not the official one (corrupt, truncated or different)."""
+
+
+@dataclass(frozen=True)
+class DatasetFile:
+    """One official file: its name, size in bytes and SHA-256."""
+
+    name: str
+    size: int
+    sha256: str
+
+
+def cache_root() -> Path:
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "amp-suite"
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify(path: Path, spec: DatasetFile) -> None:
+    """Raise :class:`ChecksumMismatch` unless ``path`` is exactly the official file."""
+    size = path.stat().st_size
+    if size != spec.size:
+        raise ChecksumMismatch(
+            f"{path}: {size} bytes, expected {spec.size} (sha256 {spec.sha256}); the file is truncated or "
+            f"not the official {spec.name}: delete it and run again to download it, or replace it with the "
+            "official file"
+        )
+    actual = sha256_of(path)
+    if actual != spec.sha256:
+        raise ChecksumMismatch(
+            f"{path}: sha256 {actual} does not match the expected {spec.sha256}; the file is corrupt or "
+            f"not the official {spec.name}: delete it and run again to download it, or replace it with the "
+            "official file"
+        )
+
+
+def download(url: str, target: Path, spec: DatasetFile) -> None:
+    """Stream ``url`` into ``target`` atomically; raise :class:`DatasetError` if it is not ``spec``."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{spec.name}.", suffix=".part", dir=target.parent)
+    tmp = Path(tmp_name)
+    try:
+        digest = hashlib.sha256()
+        size = 0
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
+            while True:
+                chunk = response.read(CHUNK)
+                if not chunk:
+                    break
+                out.write(chunk)
+                digest.update(chunk)
+                size += len(chunk)
+                if size > spec.size:
+                    raise DatasetError(f"{url}: more than the expected {spec.size} bytes")
+            out.flush()
+            os.fsync(out.fileno())
+        if size != spec.size:
+            raise DatasetError(f"{url}: got {size} bytes, expected {spec.size} (truncated download)")
+        if digest.hexdigest() != spec.sha256:
+            raise DatasetError(f"{url}: sha256 {digest.hexdigest()} does not match the expected {spec.sha256}")
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def locate(dataset: str, spec: DatasetFile, urls: list[str], *, data_dir: str | Path | None = None,
+           allow_download: bool = True) -> Path:
+    """The verified path of ``spec``: from the data directory, the cache, or a download."""
+    data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or None
+    if data_dir is not None:
+        candidate = Path(data_dir) / spec.name
+        if candidate.exists():
+            verify(candidate, spec)
+            return candidate
+    cached = cache_root() / "datasets" / dataset / spec.name
+    if cached.exists():
+        verify(cached, spec)
+        return cached
+    where = f"{Path(data_dir) / spec.name} or {cached}" if data_dir else str(cached)
+    if not allow_download:
+        raise DatasetError(f"{spec.name} of {dataset} is not in {where} and downloads are off")
+    mirror = os.environ.get(MIRROR_ENV)
+    tried = []
+    for url in ([f"{mirror.rstrip('/')}/{dataset}/{spec.name}"] if mirror else []) + urls:
+        try:
+            download(url, cached, spec)
+            return cached
+        except (DatasetError, urllib.error.URLError, OSError) as exc:
+            tried.append(f"{url} ({exc})")
+    raise DatasetError(
+        f"{spec.name} of {dataset} is not in {where} and could not be downloaded: tried "
+        + "; ".join(tried)
+        + f". Put the official file in a directory and pass --data-dir (or set {DATA_DIR_ENV})"
+    )

@@ -210,6 +210,32 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
     return lines
 
 
+# Columns of the per-run table and how each is printed.
+DETAIL_FORMATS = {
+    "workload": "{}", "framework": "{}", "precision": "{}", "repeat": "{:d}", "status": "{}",
+    "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
+    "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
+    "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
+    "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
+}
+
+
+def _detail_table(cells: pd.DataFrame) -> str:
+    if cells.empty:
+        return "_no results_"
+    rows = []
+    for record in cells[list(DETAIL_FORMATS)].to_dict("records"):
+        row = {}
+        for column, pattern in DETAIL_FORMATS.items():
+            value = record[column]
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            if not missing and pattern.endswith("d}"):
+                value = int(value)
+            row[column] = "" if missing else pattern.format(value)
+        rows.append(row)
+    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+
+
 def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> str:
     """The whole ``report.md``."""
     summary = summary_frame(results)
@@ -234,12 +260,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
     ]
     for title, table in comparison_tables(summary).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
-    detail = cells[["workload", "framework", "precision", "repeat", "status", "throughput",
-                    "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms", "first_step_time_s",
-                    "peak_memory_mib", "first_step_loss", "final_loss", "param_count",
-                    "loss_scale_final", "skipped_steps"]]
-    out += ["## Every run", "", detail.to_markdown(index=False, floatfmt=".4g") if not detail.empty
-            else "_no results_", ""]
+    out += ["## Every run", "", _detail_table(cells), ""]
     failed = cells[~cells["status"].isin(["ok"])]
     if not failed.empty:
         out += ["## Runs without figures", ""]

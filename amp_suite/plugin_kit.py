@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from amp_suite.environment import cpu_info
 from amp_suite.errors import UnsupportedError
-from amp_suite.records import DeviceInfo, PrecisionApplied, RunSpec
+from amp_suite.records import DeviceInfo, EpochResult, PrecisionApplied, RunSpec
 
 
 def cpu_device() -> DeviceInfo:
@@ -30,6 +30,8 @@ def require_device_kind(run: RunSpec, gpu_available: bool, framework: str) -> st
     return "cpu"
 
 
+# What the built-in plugins run: TF32 exists only on NVIDIA GPUs (sm 8.0+).
+STANDARD_PRECISIONS = {"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")}
 # The dtypes each precision computes in, and whether it scales the loss.
 COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "float16", "amp_bf16": "bfloat16"}
 # Dynamic loss scaling, the same in every framework: start at 2**15 (Keras's
@@ -68,21 +70,42 @@ def standard_precision(run: RunSpec, device: DeviceInfo, notes: tuple[str, ...] 
     )
 
 
-def timed_steps(batches: Iterable[Any], step: Callable[[Any], float]) -> tuple[list[float], list[float], float]:
-    """Run ``step`` on each batch; ``step`` returns the loss as a Python float.
+StepFn = Callable[[Any], tuple[float, bool]]
+StepTimer = Callable[[StepFn, Any], tuple[float, tuple[float, bool]]]
 
-    Fetching the loss to the host waits for the device, so each duration
-    covers finished work.  Returns per-step times, losses and the epoch time.
+
+def wall_clock_step(step: StepFn, batch: Any) -> tuple[float, tuple[float, bool]]:
+    """Time one step with the host clock.
+
+    ``step`` returns its loss as a Python float, and fetching that value waits
+    for the device, so the duration covers finished work.
+    """
+    start = time.perf_counter()
+    outcome = step(batch)
+    return time.perf_counter() - start, outcome
+
+
+def timed_epoch(batches: list[tuple[Any, Any]], step: StepFn, *,
+                timer: StepTimer = wall_clock_step) -> EpochResult:
+    """Run ``step`` on each ``(images, labels)`` batch in order and time each one.
+
+    ``step`` returns ``(loss, applied)``: the unscaled loss as a float, and
+    whether the update was applied (false for a step skipped on overflow).
+    The caller fills in ``loss_scale_final`` and ``extra``.
     """
     times: list[float] = []
     losses: list[float] = []
+    skipped = 0
     epoch_start = time.perf_counter()
     for batch in batches:
-        start = time.perf_counter()
-        loss = step(batch)
-        times.append(time.perf_counter() - start)
+        seconds, (loss, applied) = timer(step, batch)
+        times.append(seconds)
         losses.append(loss)
-    return times, losses, time.perf_counter() - epoch_start
+        skipped += not applied
+    return EpochResult(
+        step_times_s=times, step_losses=losses, samples=sum(int(labels.shape[0]) for _, labels in batches),
+        epoch_time_s=time.perf_counter() - epoch_start, skipped_steps=skipped,
+    )
 
 
 def hwc_rows_to_chw(kernel: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:

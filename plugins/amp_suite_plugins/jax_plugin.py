@@ -23,8 +23,9 @@ from amp_suite.plugin_kit import (
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
+    STANDARD_PRECISIONS,
     standard_precision,
-    timed_steps,
+    timed_epoch,
 )
 from amp_suite.records import (
     Batch,
@@ -47,7 +48,7 @@ def framework_info() -> FrameworkInfo:
         display_name="JAX (haiku)",
         modules=("jax", "jaxlib", "haiku", "jmp", "optax"),
         extra="jax",
-        precisions={"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")},
+        precisions=STANDARD_PRECISIONS,
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("jax",),
     )
@@ -229,22 +230,16 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], ep
         return None
     import jax
 
-    skipped = 0
-
-    def timed(batch: tuple[Any, Any]) -> float:
-        nonlocal skipped
+    def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
         model.params, model.opt_state, model.loss_scale, loss, finite = model.train_step(
             model.params, model.opt_state, model.loss_scale, *batch)
         jax.block_until_ready((model.params, loss))
-        skipped += not bool(finite)
-        return float(loss)
+        return float(loss), bool(finite)
 
-    times, losses, epoch_time = timed_steps(staged, timed)
-    return EpochResult(
-        step_times_s=times, step_losses=losses, samples=sum(int(lbl.shape[0]) for _, lbl in staged),
-        epoch_time_s=epoch_time, loss_scale_final=_scale_value(model), skipped_steps=skipped,
-        extra={"traces": model.trace_count[0]},
-    )
+    result = timed_epoch(staged, step)
+    result.loss_scale_final = _scale_value(model)
+    result.extra["traces"] = model.trace_count[0]
+    return result
 
 
 @hookimpl

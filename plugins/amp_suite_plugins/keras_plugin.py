@@ -22,8 +22,9 @@ from amp_suite.plugin_kit import (
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
+    STANDARD_PRECISIONS,
     standard_precision,
-    timed_steps,
+    timed_epoch,
 )
 from amp_suite.records import (
     Batch,
@@ -46,7 +47,7 @@ def framework_info() -> FrameworkInfo:
         display_name="Keras (TF)",
         modules=("tensorflow", "keras"),
         extra="tf",
-        precisions={"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")},
+        precisions=STANDARD_PRECISIONS,
         env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
     )
@@ -200,21 +201,14 @@ def _scale(model: KerasModel) -> float | None:
 def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult | None:
     if run.framework != NAME:
         return None
-    skipped = 0
-
-    def timed(batch: tuple[Any, Any]) -> float:
-        nonlocal skipped
+    def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
         loss, finite = model.train_step(*batch)
-        value = float(loss.numpy())  # copies to the host once the step is done
-        skipped += not bool(finite.numpy())
-        return value
+        return float(loss.numpy()), bool(finite.numpy())  # copies to the host once the step is done
 
-    times, losses, epoch_time = timed_steps(staged, timed)
-    return EpochResult(
-        step_times_s=times, step_losses=losses, samples=sum(int(lbl.shape[0]) for _, lbl in staged),
-        epoch_time_s=epoch_time, loss_scale_final=_scale(model), skipped_steps=skipped,
-        extra={"traces": model.train_step.experimental_get_tracing_count()},
-    )
+    result = timed_epoch(staged, step)
+    result.loss_scale_final = _scale(model)
+    result.extra["traces"] = int(model.train_step.experimental_get_tracing_count())
+    return result
 
 
 @hookimpl

@@ -11,7 +11,6 @@ gradients overflow and halves its scale; ``amp_bf16`` needs no scaler.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +23,10 @@ from amp_suite.plugin_kit import (
     loss_scale_growth_interval,
     hwc_rows_to_chw,
     require_device_kind,
+    STANDARD_PRECISIONS,
     standard_precision,
-    timed_steps,
+    timed_epoch,
+    wall_clock_step,
 )
 from amp_suite.records import (
     Batch,
@@ -48,7 +49,7 @@ def framework_info() -> FrameworkInfo:
         display_name="PyTorch",
         modules=("torch",),
         extra="torch",
-        precisions={"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")},
+        precisions=STANDARD_PRECISIONS,
         distributions=("torch",),
     )
 
@@ -200,21 +201,21 @@ def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any) -> An
 
 
 def make_step(torch: Any, model: TorchModel):
-    """One optimizer step on a staged batch; returns (loss tensor, skipped flag as a tensor or None)."""
+    """One optimizer step on a staged batch; returns (loss, applied)."""
 
-    def step(batch: tuple[Any, Any]) -> tuple[Any, float | None]:
+    def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
         images, labels = batch
         model.optimizer.zero_grad(set_to_none=True)
         loss = _forward_loss(torch, model, images, labels)
         if model.scaler is None:
             loss.backward()
             model.optimizer.step()
-            return loss, None
+            return float(loss.item()), True  # .item() waits for the step's work
         scale_before = model.scaler.get_scale()
         model.scaler.scale(loss).backward()
         model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
-        model.scaler.update()
-        return loss, scale_before
+        model.scaler.update()  # ... and then the scale is halved
+        return float(loss.item()), model.scaler.get_scale() >= scale_before
 
     return step
 
@@ -225,43 +226,26 @@ def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], 
         return None
     import torch
 
-    step = make_step(torch, model)
-    skipped = 0
-
-    def timed(batch: tuple[Any, Any]) -> float:
-        nonlocal skipped
-        loss, scale_before = step(batch)
-        value = float(loss.item())  # waits for the step's work
-        if scale_before is not None and model.scaler.get_scale() < scale_before:
-            skipped += 1
-        return value
-
     if model.device_type == "cuda":
-        times, losses, epoch_time = _cuda_timed(torch, staged, timed)
-    else:
-        times, losses, epoch_time = timed_steps(staged, timed)
-    return EpochResult(
-        step_times_s=times, step_losses=losses, samples=sum(int(lbl.shape[0]) for _, lbl in staged),
-        epoch_time_s=epoch_time,
-        loss_scale_final=float(model.scaler.get_scale()) if model.scaler is not None else None,
-        skipped_steps=skipped,
-    )
+        torch.cuda.synchronize()
+    result = timed_epoch(staged, make_step(torch, model),
+                         timer=_cuda_event_timer(torch) if model.device_type == "cuda" else wall_clock_step)
+    result.loss_scale_final = float(model.scaler.get_scale()) if model.scaler is not None else None
+    return result
 
 
-def _cuda_timed(torch: Any, staged: list, timed: Any) -> tuple[list[float], list[float], float]:
-    """Per-step times from CUDA events, read after the stream finished."""
-    times, losses = [], []
-    torch.cuda.synchronize()
-    epoch_start = time.perf_counter()
-    for batch in staged:
+def _cuda_event_timer(torch: Any):
+    """Time a step with CUDA events, read after the stream finished the step."""
+
+    def timer(step: Any, batch: Any) -> tuple[float, tuple[float, bool]]:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        losses.append(timed(batch))
+        outcome = step(batch)
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1000.0)
-    torch.cuda.synchronize()
-    return times, losses, time.perf_counter() - epoch_start
+        return start.elapsed_time(end) / 1000.0, outcome
+
+    return timer
 
 
 @hookimpl

@@ -20,7 +20,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
-from amp_suite.plugin_kit import timed_steps
+from amp_suite.plugin_kit import timed_epoch
 from amp_suite.records import DeviceInfo, EpochResult, FrameworkInfo, PrecisionApplied, RunSpec
 
 NAME = "fake"
@@ -104,7 +104,7 @@ def train_epoch(run, model, staged, epoch) -> EpochResult | None:
     _misbehave(run, "train")
     nan = os.environ.get("FAKEFW_MODE") == "nan" and os.environ.get("FAKEFW_TARGET", run.precision) == run.precision
 
-    def step(batch) -> float:
+    def step(batch) -> tuple[float, bool]:
         x, y = batch
         logits = _logits(model, x)
         logits -= logits.max(axis=1, keepdims=True)
@@ -113,10 +113,9 @@ def train_epoch(run, model, staged, epoch) -> EpochResult | None:
         probs[np.arange(y.size), y] -= 1
         model.w -= model.lr * (x.T @ probs) / y.size
         model.b -= model.lr * probs.mean(axis=0)
-        return float("nan") if nan else loss
+        return (float("nan") if nan else loss), True
 
-    times, losses, epoch_time = timed_steps(staged, step)
-    return EpochResult(times, losses, sum(y.size for _, y in staged), epoch_time)
+    return timed_epoch(staged, step)
 
 
 @hookimpl

@@ -299,3 +299,21 @@ def test_fake_framework_learns_real_mnist_through_the_cli(tiny_config, tmp_path)
     row = json.loads((tmp_path / "out" / "results.jsonl").read_text().splitlines()[0])
     assert row["metrics"]["val_examples"] == 2000
     assert row["metrics"]["val_accuracy"] > 0.8  # a linear model on real digits
+
+
+def test_cifar_through_load_dataset_with_a_known_checksum(tmp_path, monkeypatch):
+    import hashlib
+
+    rng = np.random.default_rng(2)
+    members = {m: _records([1, 2, 3, 4], rng)[0] for m in cifar10.MEMBERS["train"]}
+    members[cifar10.MEMBERS["test"][0]] = _records([7, 8], rng)[0]
+    archive = tmp_path / "cifar-10-binary.tar.gz"
+    _write_archive(archive, members)
+    blob = archive.read_bytes()
+    # stand the written archive in for the official one
+    monkeypatch.setattr(cifar10, "ARCHIVE", DatasetFile(archive.name, len(blob), hashlib.sha256(blob).hexdigest()))
+    workload = workload_from_config("c", {"model": "mnist_cnn", "input_size": 32, "channels": 3})
+    data = load_dataset("cifar10", workload, steps=1, batch_size=4, seed=0, train_split="train[:50%]",
+                        val_split="test", data_dir=str(tmp_path), allow_download=False)
+    assert data.train_images.shape == (10, 32, 32, 3) and data.val_labels.tolist() == [7, 8]
+    assert data.train_images.dtype == np.float32 and data.train_images.max() <= 1.0

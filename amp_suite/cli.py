@@ -168,6 +168,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     settings.check()
     host = _host(args.plugin)
+    broken = {f.name: f.error for f in host.failures}
+    for name in settings.frameworks:
+        if name in broken and name not in host.frameworks():
+            raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
     check_names("framework", settings.frameworks, host.frameworks())
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)

@@ -57,6 +57,25 @@ def test_bad_input_is_one_line_and_exit_2(tiny_config, args, needle):
     assert lines[-1].startswith("amp-suite: error:") and needle in lines[-1], out.stderr
 
 
+def test_a_framework_whose_plugin_failed_to_load_is_named(tiny_config, monkeypatch, capsys):
+    import importlib.metadata
+
+    from amp_suite.cli import main
+
+    real = importlib.metadata.entry_points
+
+    def broken_torch(**kwargs):
+        eps = [ep for ep in real(**kwargs) if ep.name != "torch"]
+        if kwargs.get("group") == "amp_suite":
+            eps.append(importlib.metadata.EntryPoint("torch", "amp_suite_missing_torch_plugin", "amp_suite"))
+        return eps
+
+    monkeypatch.setattr(importlib.metadata, "entry_points", broken_torch)
+    assert main(["run", "--config", str(tiny_config), "--frameworks", "torch"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("amp-suite: error: framework 'torch': its plugin failed to load: ModuleNotFoundError")
+
+
 def test_malformed_config_exit_2(tmp_path):
     bad = tmp_path / "benchmarks.toml"
     bad.write_text("[defaults]\nsteps = [\n")

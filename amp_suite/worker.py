@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import platform
 import sys
 import time
 import traceback
@@ -23,6 +24,7 @@ import numpy as np
 
 from amp_suite import host_measure
 from amp_suite.datasets import epoch_batches, load_dataset
+from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
@@ -33,6 +35,7 @@ from amp_suite.records import (
     run_from_dict,
     workload_from_dict,
 )
+from amp_suite.results import to_plain
 from amp_suite.stats import steady_state
 from amp_suite.workloads import init_weights
 
@@ -171,7 +174,10 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         raise ValueError(f"measure returned keys the host computes itself: {', '.join(sorted(clash))}")
     metrics.update(measured)
     result.metrics = metrics
-    result.environment = {"pid": os.getpid(), **{k: v for k, v in measured.items() if k.endswith("_version")}}
+    result.environment = {
+        "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),
+        **{k: v for k, v in measured.items() if k.endswith("_version")},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,21 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     workload = workload_from_dict(request["workload"])
     result = execute(run, workload)
     tmp = Path(args[1] + ".tmp")
-    tmp.write_text(json.dumps(asdict(result), default=_json_default))
+    tmp.write_text(json.dumps(to_plain(asdict(result))))
     os.replace(tmp, args[1])
     return 0
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, (np.integer,)):
-        return int(value)
-    if isinstance(value, (np.floating,)):
-        return float(value)
-    if isinstance(value, np.ndarray):
-        return value.tolist()
-    if isinstance(value, (tuple, set)):
-        return list(value)
-    return str(value)
 
 
 if __name__ == "__main__":

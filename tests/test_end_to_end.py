@@ -22,6 +22,7 @@ def test_sweep_over_installed_frameworks_reports_speedups(tmp_path):
     assert all(r["status"] == "ok" for r in rows)
     pids = {r["environment"]["pid"] for r in rows}
     assert len(pids) == len(rows)  # one fresh process per cell
+    assert all(r["environment"]["cpu_model"] and r["environment"]["framework_version"] for r in rows)
     first_losses = {r["metrics"]["first_step_loss"] for r in rows if r["precision"] == "fp32"}
     assert max(first_losses) - min(first_losses) < 1e-4 * max(first_losses)  # same weights, same batch
     report = (out_dir / "report.md").read_text()

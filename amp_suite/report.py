@@ -207,6 +207,15 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
                               for g in gpus) if gpus else "none"),
         "- packages: " + ", ".join(f"{k} {v}" for k, v in packages.items()),
     ]
+    settings = environment.get("settings")
+    if settings:
+        lines.append(
+            f"- sweep: {settings.get('steps')} steps per epoch at most, {settings.get('epochs')} epoch(s), "
+            f"warm-up {settings.get('warmup')} steps, batch size "
+            f"{settings.get('batch_size') or 'per workload'}, {settings.get('repeats')} repeat(s), "
+            f"seed {settings.get('seed')}, device {settings.get('device')}"
+            + (f", config {environment['config_file']}" if environment.get("config_file") else "")
+        )
     return lines
 
 

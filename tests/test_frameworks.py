@@ -94,7 +94,9 @@ def test_fp16_finite_steps_apply_and_the_scale_grows(tmp_path_factory, framework
     assert applied["loss_scaling"] == "dynamic" and applied["initial_loss_scale"] == 2.0 ** 10
 
 
+@pytest.mark.parametrize("precision", ["fp32", "amp_fp16"])
 @pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "torch"])
-def test_train_step_compiles_once_across_epochs(tmp_path_factory, framework):
-    result = probe(tmp_path_factory, framework, "fp32", steps=3, epochs=2)
+def test_train_step_compiles_once_across_epochs(tmp_path_factory, framework, precision):
+    # amp_fp16 carries a loss-scale state through every step: it must not retrace either
+    result = probe(tmp_path_factory, framework, precision, steps=3, epochs=2)
     assert result["traces"].tolist() == [1, 1]

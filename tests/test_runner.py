@@ -59,7 +59,7 @@ def test_timeout_kills_the_worker(tiny_config, tmp_path, clean_fake_env):
     clean_fake_env.setenv("FAKEFW_MODE", "hang")
     clean_fake_env.setenv("FAKEFW_PIDFILE", str(pidfile))
     started = time.monotonic()
-    result = run_in_worker(_cell(tiny_config, timeout_s=8), log_path=tmp_path / "log")
+    result = run_in_worker(_cell(tiny_config, timeout_s=15), log_path=tmp_path / "log")
     assert result.status == "timeout"
     assert time.monotonic() - started < 60
     pid = int(pidfile.read_text())

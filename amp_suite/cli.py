@@ -154,7 +154,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
     from amp_suite.environment import host_environment
     from amp_suite.results import ResultStore
-    from amp_suite.runner import run_sweep
+    from amp_suite.runner import iter_sweep
 
     config = load_config(find_config(args.config))
     settings = with_overrides(
@@ -199,13 +199,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"amp-suite: {len(cells)} cells -> {out_dir}/", file=sys.stderr)
     started = time.perf_counter()
     interrupted = False
+    results: list[CellResult] = []
     try:
-        results = run_sweep(cells, store, inline=args.inline, resume=args.resume,
-                            progress=None if args.quiet else _progress)
+        for result in iter_sweep(cells, store, inline=args.inline, resume=args.resume,
+                                 progress=None if args.quiet else _progress):
+            results.append(result)
     except KeyboardInterrupt:
         interrupted = True
-        latest = store.latest_by_key()
-        results = [latest[c.run.key] for c in cells if c.run.key in latest]
         print("amp-suite: interrupted; finished cells are kept in results.jsonl", file=sys.stderr)
     written = host.write_report(results, out_dir, environment)
     print(f"amp-suite: {len(results)} cells in {time.perf_counter() - started:.0f} s; wrote "

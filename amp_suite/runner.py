@@ -16,9 +16,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from amp_suite import worker
 from amp_suite.records import CellResult, RunSpec, Workload
@@ -116,7 +117,7 @@ def _failure(cell: Cell, status: str, error: str, started: float, log_path: Path
     )
 
 
-def run_sweep(
+def iter_sweep(
     cells: Iterable[Cell],
     store: ResultStore,
     *,
@@ -124,22 +125,21 @@ def run_sweep(
     resume: bool = False,
     env: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
-) -> list[CellResult]:
-    """Run every cell, appending each result to ``store`` as soon as it exists.
+) -> Iterator[CellResult]:
+    """Run every cell in order, appending each result to ``store`` and yielding it.
 
     With ``resume``, cells whose latest stored result is ``ok`` for the same
-    configuration are skipped and their stored result is returned.
+    configuration are skipped and their stored result is yielded.
     """
     cells = list(cells)
     done = store.latest_by_key() if resume else {}
-    results: list[CellResult] = []
     for index, cell in enumerate(cells, start=1):
         previous = done.get(cell.run.key)
         if (previous is not None and previous.status == "ok"
                 and plain_config(previous.config) == plain_config(asdict(cell.run))):
-            results.append(previous)
             if progress:
                 progress(index, len(cells), cell, previous)
+            yield previous
             continue
         if progress:
             progress(index, len(cells), cell, None)
@@ -149,7 +149,11 @@ def run_sweep(
             log_path = store.directory / "logs" / (cell.run.key.replace("/", "__") + ".log")
             result = run_in_worker(cell, log_path=log_path, env=env)
         store.append(result)
-        results.append(result)
         if progress:
             progress(index, len(cells), cell, result)
-    return results
+        yield result
+
+
+def run_sweep(cells: Iterable[Cell], store: ResultStore, **options: Any) -> list[CellResult]:
+    """Every cell's result, in order (see :func:`iter_sweep` for the options)."""
+    return list(iter_sweep(cells, store, **options))

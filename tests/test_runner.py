@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from amp_suite.config import load_config
-from amp_suite.records import RunSpec
+from amp_suite.records import CellResult, RunSpec
 from amp_suite.results import ResultStore
 from amp_suite.runner import Cell, run_in_worker, run_sweep
 from conftest import REPO
@@ -154,6 +154,10 @@ def test_sigkill_of_one_worker_mid_sweep(tiny_config, tmp_path, clean_fake_env):
 
 def test_ctrl_c_keeps_finished_results(tiny_config, tmp_path, clean_fake_env):
     pidfile = tmp_path / "worker.pid"
+    # a row left by an earlier sweep into the same directory
+    ResultStore(tmp_path / "out").append(CellResult(key="fake/tiny/amp_bf16/r0", framework="fake",
+                                                    workload="tiny", precision="amp_bf16", repeat=0,
+                                                    status="failed", error="stale row from before"))
     sweep = _start_sweep(tiny_config, pidfile, "hang")
     _wait_for(pidfile, 120)
     worker_pid = int(pidfile.read_text())
@@ -161,8 +165,9 @@ def test_ctrl_c_keeps_finished_results(tiny_config, tmp_path, clean_fake_env):
     out, err = sweep.communicate(timeout=120)
     assert sweep.returncode == 130, err
     rows = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
-    assert [(r["precision"], r["status"]) for r in rows] == [("fp32", "ok")]
-    assert (tmp_path / "out" / "report.md").exists()
+    assert [(r["precision"], r["status"]) for r in rows] == [("amp_bf16", "failed"), ("fp32", "ok")]
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| tiny       | fake" in report and "stale row" not in report  # only this sweep's cells
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):
         os.kill(worker_pid, 0)

@@ -21,3 +21,10 @@ class DivergedError(Exception):
 
 class PluginError(Exception):
     """A plugin broke its hook contract (duplicate keys, missing answers)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """``Type: first line of the message`` for a one-line report of ``exc``."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__

@@ -18,7 +18,7 @@ import numpy as np
 import pluggy
 
 from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, host_measure, hookspecs
-from amp_suite.errors import PluginError
+from amp_suite.errors import PluginError, one_line
 from amp_suite.records import (
     Batch,
     CellResult,
@@ -95,7 +95,7 @@ class PluginHost:
             try:
                 plugin = ep.load()
             except Exception as exc:  # a broken plugin is reported, not fatal
-                self.failures.append(PluginLoadFailure(ep.name, source, _one_line(exc)))
+                self.failures.append(PluginLoadFailure(ep.name, source, one_line(exc)))
                 continue
             self._register(plugin, ep.name, source, version)
 
@@ -103,7 +103,7 @@ class PluginHost:
         try:
             plugin = importlib.import_module(module_name)
         except Exception as exc:
-            self.failures.append(PluginLoadFailure(name, source, _one_line(exc)))
+            self.failures.append(PluginLoadFailure(name, source, one_line(exc)))
             return
         self._register(plugin, name, source, version)
 
@@ -111,7 +111,7 @@ class PluginHost:
         try:
             self.pm.register(plugin, name=name)
         except Exception as exc:
-            self.failures.append(PluginLoadFailure(name, source, _one_line(exc)))
+            self.failures.append(PluginLoadFailure(name, source, one_line(exc)))
             return
         self._sources[name] = (source, version)
 
@@ -207,8 +207,3 @@ class PluginHost:
         if answer is None:
             raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
         return answer
-
-
-def _one_line(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}".strip()
-    return text.splitlines()[0] if text else type(exc).__name__

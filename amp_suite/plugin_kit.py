@@ -45,7 +45,7 @@ def loss_scale_growth_interval(run: RunSpec) -> int:
     return int(run.options.get("loss_scale_growth_interval", LOSS_SCALE_GROWTH_INTERVAL))
 
 
-def standard_precision(run: RunSpec, device: DeviceInfo, notes: tuple[str, ...] = ()) -> PrecisionApplied:
+def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     """The :class:`PrecisionApplied` every framework gives for a standard precision name.
 
     The initial dynamic loss scale is :data:`DYNAMIC_LOSS_SCALE_INIT` unless the
@@ -66,7 +66,6 @@ def standard_precision(run: RunSpec, device: DeviceInfo, notes: tuple[str, ...] 
         output_dtype="float32",
         loss_scaling="dynamic" if fp16 else "none",
         initial_loss_scale=initial_scale if fp16 else None,
-        notes=notes,
     )
 
 

@@ -8,7 +8,7 @@ Framework objects never appear in these records.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -220,6 +220,12 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
     data = dict(data)
     data["layers"] = tuple(LayerSpec(**layer) for layer in data["layers"])
     return Workload(**data)
+
+
+def cell_for_run(run: RunSpec, status: str, **fields: Any) -> CellResult:
+    """A :class:`CellResult` for ``run`` with its identity and configuration filled in."""
+    return CellResult(key=run.key, framework=run.framework, workload=run.workload, precision=run.precision,
+                      repeat=run.repeat, status=status, config=asdict(run), **fields)
 
 
 def cell_from_dict(data: dict[str, Any]) -> CellResult:

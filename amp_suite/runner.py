@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite import worker
-from amp_suite.records import CellResult, RunSpec, Workload
+from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run, cell_from_dict
 from amp_suite.results import ResultStore, plain_config
 
 # Lines of a failed worker's log kept in its result.
@@ -94,9 +94,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
                 _kill_group(proc)
                 raise
         if response.exists():
-            data = json.loads(response.read_text())
-            known = set(CellResult.__dataclass_fields__)
-            return CellResult(**{k: v for k, v in data.items() if k in known})
+            return cell_from_dict(json.loads(response.read_text()))
         code = proc.returncode
         if code is not None and code < 0:
             sig = signal.Signals(-code).name
@@ -108,13 +106,9 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
 
 
 def _failure(cell: Cell, status: str, error: str, started: float, log_path: Path) -> CellResult:
-    run = cell.run
-    return CellResult(
-        key=run.key, framework=run.framework, workload=run.workload, precision=run.precision,
-        repeat=run.repeat, status=status, error=error, config=asdict(run),
-        metrics={"log_tail": _log_tail(log_path), "log": str(log_path)},
-        wall_time_s=time.perf_counter() - started,
-    )
+    return cell_for_run(cell.run, status, error=error,
+                        metrics={"log_tail": _log_tail(log_path), "log": str(log_path)},
+                        wall_time_s=time.perf_counter() - started)
 
 
 def iter_sweep(

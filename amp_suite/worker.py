@@ -25,13 +25,14 @@ import numpy as np
 from amp_suite import host_measure
 from amp_suite.datasets import epoch_batches, load_dataset
 from amp_suite.environment import cpu_info
-from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError
+from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError, one_line
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
     CellResult,
     FrameworkInfo,
     RunSpec,
     Workload,
+    cell_for_run,
     run_from_dict,
     workload_from_dict,
 )
@@ -70,12 +71,6 @@ def classify_exception(exc: BaseException) -> str:
     return "failed"
 
 
-def one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = text[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
-
-
 def _check_finite(losses: list[float], epoch: int) -> None:
     for step, loss in enumerate(losses):
         if not math.isfinite(loss):
@@ -101,11 +96,8 @@ def validate(host: PluginHost, run: RunSpec, model: Any, images: np.ndarray, lab
 def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) -> CellResult:
     """Run one cell in this process and return its result (never raises)."""
     started = time.perf_counter()
-    result = CellResult(
-        key=run.key, framework=run.framework, workload=run.workload, precision=run.precision,
-        repeat=run.repeat, status="failed", config=asdict(run),
-        started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    )
+    result = cell_for_run(run, "failed",
+                          started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     try:
         if host is None:
             host = PluginHost(extra_modules=run.plugin_modules)

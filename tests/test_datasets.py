@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gzip
 import http.server
 import io
 import shutil

@@ -12,6 +12,7 @@ step is jitted once with parameters and optimizer state donated.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,7 +110,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     jax.config.update("jax_default_matmul_precision", matmul)
     notes = (f"jax_default_matmul_precision={matmul}", f"jmp_policy=params=float32,compute={applied.compute_dtype},"
              "output=float32")
-    return PrecisionApplied(**{**applied.__dict__, "notes": notes})
+    return dataclasses.replace(applied, notes=notes)
 
 
 def _module_class(workload: Workload):

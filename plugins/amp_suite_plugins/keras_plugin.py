@@ -11,6 +11,7 @@ unless ``[frameworks.keras] jit_compile = false``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,7 +111,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
         f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
         f"jit_compile={_jit(run)}",
     )
-    return PrecisionApplied(**{**applied.__dict__, "notes": notes})
+    return dataclasses.replace(applied, notes=notes)
 
 
 def _build_keras_model(keras: Any, workload: Workload, weights: dict[str, np.ndarray]) -> Any:

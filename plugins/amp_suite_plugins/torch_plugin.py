@@ -11,6 +11,7 @@ gradients overflow and halves its scale; ``amp_bf16`` needs no scaler.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +107,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
         torch.backends.cudnn.benchmark = bool(run.options.get("cudnn_benchmark", True))
         notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
     notes.append(f"channels_last={bool(run.options.get('channels_last', True))}")
-    return PrecisionApplied(**{**applied.__dict__, "notes": tuple(notes)})
+    return dataclasses.replace(applied, notes=tuple(notes))
 
 
 def _build_module(torch: Any, workload: Workload, weights: dict[str, np.ndarray]) -> Any:
@@ -193,9 +194,14 @@ def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list
     return staged
 
 
+def _autocast(torch: Any, model: TorchModel) -> Any:
+    """The run's autocast region (disabled for fp32 and tf32)."""
+    return torch.autocast(model.device_type, dtype=model.autocast_dtype or torch.float32,
+                          enabled=model.autocast_dtype is not None)
+
+
 def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any) -> Any:
-    with torch.autocast(model.device_type, dtype=model.autocast_dtype or torch.float32,
-                        enabled=model.autocast_dtype is not None):
+    with _autocast(torch, model):
         logits = model.module(images)
         return torch.nn.functional.cross_entropy(logits.float(), labels)
 
@@ -256,8 +262,7 @@ def predict(run: RunSpec, model: TorchModel, images: np.ndarray) -> np.ndarray |
 
     model.module.eval()
     try:
-        with torch.no_grad(), torch.autocast(model.device_type, dtype=model.autocast_dtype or torch.float32,
-                                             enabled=model.autocast_dtype is not None):
+        with torch.no_grad(), _autocast(torch, model):
             logits = model.module(_to_tensor(torch, model, np.ascontiguousarray(images, dtype=np.float32)))
         return logits.float().cpu().numpy()
     finally:

@@ -3,15 +3,18 @@
 Every hook is called with keyword arguments only.  An implementation may
 accept fewer arguments than its spec, so new arguments never break old
 plugins.  Hooks marked *firstresult* stop at the first implementation that
-returns something other than ``None``: a framework plugin returns ``None``
-when ``run.framework`` is not its own.
+returns something other than ``None``.
 
 The per-run hooks are called inside the worker process that owns the run,
 in this order::
 
     select_device -> set_precision -> build_model
       -> (per epoch) stage_batches -> train_epoch
-      -> predict (validation) -> measure
+      -> predict (validation, eval mode) -> measure
+
+A worker registers only the framework plugin its run names (plus plugins
+that run no framework, i.e. that do not implement ``framework_info``), so a
+framework plugin's hooks are only ever called for its own runs.
 
 Reporting hooks are called in the host process.  ``docs/hooks.md`` has one
 section per hook, headed by its exact signature; a test keeps the two in step.
@@ -61,9 +64,8 @@ def select_device(run: RunSpec) -> DeviceInfo | None:
     device is touched (TF memory growth) happens here.
 
     :param run: the cell being run.
-    :return: the chosen device, or ``None`` when ``run.framework`` is not this
-        plugin's.  Raise :class:`amp_suite.errors.UnsupportedError` when the
-        requested device does not exist.
+    :return: the chosen device.  Raise :class:`amp_suite.errors.UnsupportedError`
+        when the requested device does not exist.
     """
 
 
@@ -77,9 +79,10 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     :param run: the cell being run.
     :param device: what :func:`select_device` returned.
     :return: what was really applied: compute, parameter and output dtypes,
-        loss-scaling kind and initial scale.  ``None`` when ``run.framework``
-        is not this plugin's.  Raise :class:`amp_suite.errors.UnsupportedError`
-        for a precision the device cannot run (``tf32`` on a CPU).
+        loss-scaling kind and initial scale, and in ``notes`` the switches
+        that change results (BatchNorm in float32, TF32 flags, XLA).  Raise
+        :class:`amp_suite.errors.UnsupportedError` for a precision the device
+        cannot run (``tf32`` on a CPU).
     """
 
 
@@ -88,22 +91,29 @@ def build_model(
     run: RunSpec,
     workload: Workload,
     initial_weights: dict[str, np.ndarray],
+    initial_state: dict[str, np.ndarray],
     applied: PrecisionApplied,
     device: DeviceInfo,
 ) -> Any | None:
-    """Build the workload's model and optimizer, loaded with the host's weights.
+    """Build the workload's model and optimizer, loaded with the host's variables.
+
+    Translate ``workload.layers`` (the vocabulary of :mod:`amp_suite.layers`)
+    into the framework's layers once, and the optimizer of
+    ``workload.optimizer`` with the arithmetic ``docs/workloads.md`` states.
 
     :param run: the cell being run.
-    :param workload: the framework-neutral model and optimizer description.
-    :param initial_weights: canonical float32 parameters, keyed ``LAYER/w`` and
-        ``LAYER/b``; conv kernels are ``(kh, kw, in, out)``, dense kernels
-        ``(in, out)``, and a flatten follows NHWC order.  Every framework
-        starts from exactly these values.
+    :param workload: the framework-neutral architecture, input pipeline and optimizer.
+    :param initial_weights: canonical float32 trainable parameters, keyed
+        ``LAYER/w``, ``LAYER/b`` (conv and dense) and ``LAYER/scale``,
+        ``LAYER/offset`` (BatchNorm); conv kernels are ``(kh, kw, in, out)``,
+        dense kernels ``(in, out)``, and a flatten follows NHWC order.
+    :param initial_state: canonical float32 model state: each BatchNorm's
+        running ``LAYER/mean`` and ``LAYER/var``.  Empty for stateless models.
     :param applied: what :func:`set_precision` returned.
     :param device: what :func:`select_device` returned.
     :return: an opaque model handle the same plugin receives back in the later
-        hooks (it never leaves the worker), or ``None`` when ``run.framework``
-        is not this plugin's.
+        hooks (it never leaves the worker).  Every framework starts from
+        exactly these values.
     """
 
 
@@ -115,38 +125,56 @@ def stage_batches(run: RunSpec, model: Any, batches: list[Batch]) -> Any | None:
     :param model: the handle from :func:`build_model`.
     :param batches: the epoch's batches in the host's order (NHWC float32).
         Change only the layout; never reorder or re-normalize.
-    :return: framework-native staged batches for :func:`train_epoch`, or
-        ``None`` when ``run.framework`` is not this plugin's.
+    :return: framework-native staged batches for :func:`train_epoch`.
     """
 
 
 @hookspec(firstresult=True)
 def train_epoch(run: RunSpec, model: Any, staged: Any, epoch: int) -> EpochResult | None:
-    """Train one epoch over ``staged`` batches in order.
+    """Train one epoch over ``staged`` batches in order, in training mode.
 
-    Each step's time is read only after the device finished that step (CUDA
+    BatchNorm layers normalize with batch statistics and update their running
+    statistics; the model handle carries that state to the next epoch.  Each
+    step's time is read only after the device finished that step (CUDA
     events or a blocking fetch of the loss), so per-step times are honest.
 
     :param run: the cell being run.
     :param model: the handle from :func:`build_model`.
     :param staged: what :func:`stage_batches` returned for this epoch.
     :param epoch: 0-based epoch index.
-    :return: per-step times and losses, samples seen and loss-scale figures,
-        or ``None`` when ``run.framework`` is not this plugin's.
+    :return: per-step times and losses, samples seen and loss-scale figures.
     """
 
 
 @hookspec(firstresult=True)
-def predict(run: RunSpec, model: Any, images: np.ndarray) -> np.ndarray | None:
-    """Compute logits for ``images`` in the run's precision (no training).
+def predict(run: RunSpec, model: Any, images: np.ndarray, training: bool) -> np.ndarray | None:
+    """Compute logits for ``images`` in the run's precision, without training.
 
-    Used for validation accuracy and by the cross-framework agreement tests.
+    Used for validation accuracy (``training=False``) and by the
+    cross-framework agreement tests (both modes).
 
     :param run: the cell being run.
     :param model: the handle from :func:`build_model`.
-    :param images: NHWC float32 images, one batch.
-    :return: float32 logits of shape ``(batch, classes)``, or ``None`` when
-        ``run.framework`` is not this plugin's.
+    :param images: NHWC float32 images, one batch, already normalized.
+    :param training: ``False``: evaluation mode (BatchNorm uses its running
+        statistics).  ``True``: training mode (BatchNorm uses the batch's
+        statistics) *without* changing any variable or running statistic.
+    :return: float32 logits of shape ``(batch, classes)``.
+    """
+
+
+@hookspec(firstresult=True)
+def get_variables(run: RunSpec, model: Any) -> dict[str, np.ndarray] | None:
+    """The model's current variables, in the canonical names and layouts.
+
+    The inverse of the loading :func:`build_model` does: parameters and state
+    keyed as in ``initial_weights`` and ``initial_state``, float32 numpy
+    arrays in the canonical layouts.  Used to check that frameworks train
+    identically, step for step.
+
+    :param run: the cell being run.
+    :param model: the handle from :func:`build_model`.
+    :return: every trainable parameter and every state entry.
     """
 
 
@@ -155,7 +183,8 @@ def measure(run: RunSpec, model: Any, device: DeviceInfo) -> dict[str, Any] | No
     """Add figures to the run's result after training.
 
     Every plugin may answer; the host merges the dicts and rejects a key
-    given by two plugins.  Framework plugins should give ``param_count``,
+    given by two plugins.  Framework plugins should give ``param_count``
+    (trainable parameters only),
     ``framework_version`` and, on a GPU, ``device_peak_memory_bytes`` from the
     framework allocator.  The host adds ``peak_rss_bytes`` itself.
 

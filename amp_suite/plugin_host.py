@@ -65,7 +65,14 @@ class PluginHost:
         *,
         extra_modules: tuple[str, ...] | list[str] = (),
         autoload: bool | None = None,
+        framework: str | None = None,
     ) -> None:
+        """Load the plugins; with ``framework``, keep only that framework's plugin.
+
+        A worker passes its run's framework: every other framework plugin is
+        unregistered (plugins that describe no framework stay), so a framework
+        plugin's hooks are called for its own runs only.
+        """
         self.pm = pluggy.PluginManager(PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.failures: list[PluginLoadFailure] = []
@@ -82,6 +89,8 @@ class PluginHost:
                 continue
             self._load_module(module_name, module_name, source=f"module {module_name}", version="")
         self.pm.check_pending()
+        if framework is not None:
+            self._keep_only_framework(framework)
 
     # --- loading -----------------------------------------------------------
 
@@ -114,6 +123,13 @@ class PluginHost:
             self.failures.append(PluginLoadFailure(name, source, one_line(exc)))
             return
         self._sources[name] = (source, version)
+
+    def _keep_only_framework(self, framework: str) -> None:
+        for impl in self.pm.hook.framework_info.get_hookimpls():
+            info = impl.function()
+            if info is None or info.name != framework:
+                self.pm.unregister(name=impl.plugin_name)
+                self._sources.pop(impl.plugin_name, None)
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register an in-process plugin object (tests, inline runs)."""
@@ -156,12 +172,12 @@ class PluginHost:
         run: RunSpec,
         workload: Workload,
         initial_weights: dict[str, np.ndarray],
+        initial_state: dict[str, np.ndarray],
         applied: PrecisionApplied,
         device: DeviceInfo,
     ) -> Any:
-        return self._first("build_model", run=run, workload=workload,
-            initial_weights=initial_weights, applied=applied, device=device,
-        )
+        return self._first("build_model", run=run, workload=workload, initial_weights=initial_weights,
+                           initial_state=initial_state, applied=applied, device=device)
 
     def stage_batches(self, run: RunSpec, model: Any, batches: list[Batch]) -> Any:
         return self._first("stage_batches", run=run, model=model, batches=batches)
@@ -169,8 +185,11 @@ class PluginHost:
     def train_epoch(self, run: RunSpec, model: Any, staged: Any, epoch: int) -> EpochResult:
         return self._first("train_epoch", run=run, model=model, staged=staged, epoch=epoch)
 
-    def predict(self, run: RunSpec, model: Any, images: np.ndarray) -> np.ndarray:
-        return self._first("predict", run=run, model=model, images=images)
+    def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
+        return self._first("predict", run=run, model=model, images=images, training=training)
+
+    def get_variables(self, run: RunSpec, model: Any) -> dict[str, np.ndarray]:
+        return self._first("get_variables", run=run, model=model)
 
     def measure(self, run: RunSpec, model: Any, device: DeviceInfo) -> dict[str, Any]:
         """Merge every plugin's figures; a key given twice is a plugin error."""

@@ -112,3 +112,16 @@ def hwc_rows_to_chw(kernel: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray
     h, w, c = hwc
     out = kernel.shape[1]
     return kernel.reshape(h, w, c, out).transpose(2, 0, 1, 3).reshape(h * w * c, out)
+
+
+def chw_rows_to_hwc(kernel: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:
+    """The inverse of :func:`hwc_rows_to_chw`."""
+    h, w, c = hwc
+    out = kernel.shape[1]
+    return kernel.reshape(c, h, w, out).transpose(1, 2, 0, 3).reshape(h * w * c, out)
+
+
+def layer_name(variable: str) -> tuple[str, str]:
+    """``"layer1_0_bn1/mean"`` -> ``("layer1_0_bn1", "mean")``."""
+    layer, _, leaf = variable.rpartition("/")
+    return layer, leaf

@@ -62,24 +62,84 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class LayerSpec:
-    """One layer of a framework-neutral sequential model.
+    """One node of a framework-neutral model (see :mod:`amp_suite.layers` for the vocabulary).
 
-    ``kind`` is one of ``conv2d``, ``relu``, ``avg_pool``, ``flatten`` and
-    ``dense``.  Layers with parameters have a ``name``; their canonical
-    parameters are ``NAME/w`` and ``NAME/b`` (see :mod:`amp_suite.workloads`).
+    ``kind`` is one of :data:`amp_suite.layers.LAYER_KINDS`.  Each kind reads only
+    the fields it needs:
+
+    * ``conv2d``: ``name``, ``features`` (output channels), ``kernel_size``,
+      ``stride``, ``padding`` (zero pixels added on every side), ``use_bias``;
+    * ``batch_norm``: ``name``, ``momentum`` (PyTorch's convention: the weight of
+      the new batch statistic, 0.1) and ``epsilon``;
+    * ``max_pool`` / ``avg_pool``: ``window`` and ``stride`` (no padding);
+    * ``dense``: ``name``, ``features``, ``use_bias``;
+    * ``residual``: ``body`` and ``shortcut`` (two layer sequences applied to the
+      same input and added; an empty ``shortcut`` is the identity);
+    * ``relu``, ``global_avg_pool``, ``flatten``: nothing.
     """
 
     kind: str
     name: str = ""
     features: int = 0
     kernel_size: int = 0
+    stride: int = 1
+    padding: int = 0
+    use_bias: bool = True
     window: int = 0
-    padding: str = "SAME"
+    momentum: float = 0.1
+    epsilon: float = 1e-5
+    body: tuple["LayerSpec", ...] = ()
+    shortcut: tuple["LayerSpec", ...] = ()
+
+
+@dataclass(frozen=True)
+class VariableSpec:
+    """One canonical model variable an architecture declares.
+
+    ``name`` is ``LAYER/LEAF`` (``conv1/w``, ``bn1/scale``, ``bn1/mean``);
+    ``init`` is ``he_uniform``, ``zeros`` or ``ones``.  Trainable variables are
+    parameters; the others are model state (BatchNorm running statistics).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    init: str
+    trainable: bool = True
+
+
+@dataclass(frozen=True)
+class OptimizerSpec:
+    """The optimizer, with one meaning in every framework (see ``docs/workloads.md``).
+
+    ``name`` is ``sgd``, ``rmsprop`` or ``adam``.  ``weight_decay`` is added to
+    the gradient (``g + weight_decay * w``, as ``torch.optim`` does) before the
+    optimizer's own arithmetic.  ``schedule`` is ``constant`` or ``cosine``
+    (decaying to 0 over ``decay_steps`` optimizer steps; the host fills
+    ``decay_steps`` in from the run's steps and epochs).
+    """
+
+    name: str
+    learning_rate: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    rho: float = 0.9
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+    schedule: str = "constant"
+    decay_steps: int = 0
 
 
 @dataclass(frozen=True)
 class Workload:
-    """A framework-neutral training workload: model, data shape and optimizer."""
+    """A framework-neutral training workload: architecture, data shape, input pipeline and optimizer.
+
+    ``augment`` turns on the host's random crop (4-pixel zero padding) and
+    horizontal flip; ``normalize`` subtracts the training split's per-channel
+    mean and divides by its standard deviation (training and validation
+    images alike).  Both happen in the host, so every framework sees the same
+    pixels.
+    """
 
     name: str
     model: str
@@ -87,9 +147,10 @@ class Workload:
     channels: int
     num_classes: int
     batch_size: int
-    optimizer: str
-    learning_rate: float
+    optimizer: OptimizerSpec
     layers: tuple[LayerSpec, ...]
+    augment: bool = False
+    normalize: bool = False
     description: str = ""
 
     @property
@@ -215,10 +276,19 @@ def run_from_dict(data: dict[str, Any]) -> RunSpec:
     return RunSpec(**data)
 
 
+def layer_from_dict(data: dict[str, Any]) -> LayerSpec:
+    """Rebuild a :class:`LayerSpec` (and its nested sequences) from JSON."""
+    data = dict(data)
+    for key in ("body", "shortcut"):
+        data[key] = tuple(layer_from_dict(layer) for layer in data.get(key, ()))
+    return LayerSpec(**data)
+
+
 def workload_from_dict(data: dict[str, Any]) -> Workload:
     """Rebuild a :class:`Workload` sent as JSON to a worker."""
     data = dict(data)
-    data["layers"] = tuple(LayerSpec(**layer) for layer in data["layers"])
+    data["layers"] = tuple(layer_from_dict(layer) for layer in data["layers"])
+    data["optimizer"] = OptimizerSpec(**data["optimizer"])
     return Workload(**data)
 
 

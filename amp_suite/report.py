@@ -24,7 +24,7 @@ CELL_COLUMNS = [
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
-    "val_accuracy", "val_loss", "param_count", "loss_scaling", "loss_scale_final",
+    "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "framework_version", "dataset",
     "batch_size", "steps", "epochs", "warmup",
 ]
@@ -78,6 +78,8 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "val_accuracy": _num(m.get("val_accuracy")),
             "val_loss": _num(m.get("val_loss")),
             "param_count": m.get("param_count"),
+            "train_gflop_per_image": _giga(m.get("train_flops_per_image")),
+            "achieved_tflops": _num(m.get("achieved_tflops")),
             "loss_scaling": (r.applied or {}).get("loss_scaling", ""),
             "loss_scale_final": _num(m.get("loss_scale_final")),
             "skipped_steps": m.get("skipped_steps"),
@@ -91,6 +93,11 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "warmup": (r.config or {}).get("warmup"),
         })
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
+
+
+def _giga(value: Any) -> float | None:
+    number = _num(value)
+    return None if number is None else number / 1e9
 
 
 def _ms(seconds: Any) -> float | None:
@@ -108,7 +115,8 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
     if cells.empty:
         return pd.DataFrame(columns=["workload", "framework", "precision", "status", "ok_repeats",
                                      "throughput", "speedup", "peak_memory_mib", "memory_ratio",
-                                     "final_loss", "val_accuracy", "accuracy_delta", "error"])
+                                     "final_loss", "val_accuracy", "accuracy_delta", "achieved_tflops",
+                                     "train_gflop_per_image", "error"])
     rows = []
     for (workload, framework, precision), group in cells.groupby(
             ["workload", "framework", "precision"], sort=False):
@@ -121,6 +129,9 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
             "peak_memory_mib": ok["peak_memory_mib"].median() if len(ok) else math.nan,
             "final_loss": ok["final_loss"].median() if len(ok) else math.nan,
             "val_accuracy": ok["val_accuracy"].median() if len(ok) else math.nan,
+            "achieved_tflops": ok["achieved_tflops"].median() if len(ok) else math.nan,
+            "train_gflop_per_image": group["train_gflop_per_image"].dropna().iloc[0]
+            if group["train_gflop_per_image"].notna().any() else math.nan,
             "error": "" if len(ok) else group["error"].iloc[-1],
         })
     summary = pd.DataFrame(rows)
@@ -190,6 +201,9 @@ def comparison_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
         "Peak memory, MiB (ratio to fp32)": _pivot(summary, memory),
         "Validation accuracy (difference from fp32)": _pivot(summary, accuracy),
         "Final training loss": _pivot(summary, lambda row: _fmt(row["final_loss"], "{:.4f}")),
+        "Achieved training TFLOP/s (training GFLOP per image)": _pivot(
+            summary, lambda row: _fmt(row["achieved_tflops"], "{:.3f}")
+            + (f" ({row['train_gflop_per_image']:.3f})" if not math.isnan(row["train_gflop_per_image"]) else "")),
     }
 
 
@@ -225,6 +239,7 @@ DETAIL_FORMATS = {
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
+    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}",
     "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
 }
 
@@ -264,7 +279,9 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory is the framework allocator's peak on a GPU and the worker process's "
         "peak resident memory on a CPU. Figures are medians over ok repeats; every ratio "
-        "compares with the same framework's fp32 run of the same workload.",
+        "compares with the same framework's fp32 run of the same workload. Training FLOPs per "
+        "image are three times the forward pass's convolution and dense multiply-adds (2 FLOPs "
+        "each); achieved TFLOP/s is throughput times that.",
         "",
     ]
     for title, table in comparison_tables(summary).items():

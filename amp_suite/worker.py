@@ -7,6 +7,7 @@ worker returns a :class:`~amp_suite.records.CellResult` with a status.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import importlib.util
 import json
@@ -23,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite import host_measure
-from amp_suite.datasets import epoch_batches, load_dataset
+from amp_suite.datasets import InputPipeline, input_pipeline, load_dataset
 from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError, one_line
 from amp_suite.plugin_host import PluginHost
@@ -38,7 +39,7 @@ from amp_suite.records import (
 )
 from amp_suite.results import to_plain
 from amp_suite.stats import steady_state
-from amp_suite.workloads import init_weights
+from amp_suite.workloads import forward_flops_per_image, init_variables, train_flops_per_image
 
 # Exception names (any module) that mean the device or host ran out of memory.
 OOM_EXCEPTION_NAMES = ("OutOfMemoryError", "ResourceExhaustedError", "MemoryError")
@@ -77,13 +78,16 @@ def _check_finite(losses: list[float], epoch: int) -> None:
             raise DivergedError(f"loss became {loss} at epoch {epoch} step {step}")
 
 
-def validate(host: PluginHost, run: RunSpec, model: Any, images: np.ndarray, labels: np.ndarray,
+def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline,
              batch_size: int) -> dict[str, float]:
-    """Validation accuracy and loss, from logits the framework computes in the run's precision."""
+    """Validation accuracy and loss, from eval-mode logits computed in the run's precision."""
+    images = pipeline.eval_images(pipeline.dataset.val_images)
+    labels = pipeline.dataset.val_labels
     correct = 0
     loss_sum = 0.0
     for start in range(0, int(labels.shape[0]), batch_size):
-        logits = np.asarray(host.predict(run, model, images[start:start + batch_size]), dtype=np.float64)
+        logits = np.asarray(host.predict(run, model, images[start:start + batch_size], training=False),
+                            dtype=np.float64)
         y = labels[start:start + batch_size]
         correct += int((logits.argmax(axis=1) == y).sum())
         shifted = logits - logits.max(axis=1, keepdims=True)
@@ -100,7 +104,7 @@ def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) ->
                           started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     try:
         if host is None:
-            host = PluginHost(extra_modules=run.plugin_modules)
+            host = PluginHost(extra_modules=run.plugin_modules, framework=run.framework)
         _execute(run, workload, host, result)
         result.status = "ok"
     except BaseException as exc:  # every outcome becomes a row
@@ -130,10 +134,14 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     if run.warmup >= run.steps * run.epochs:
         raise ValueError(f"warm-up {run.warmup} leaves no timed step out of {run.steps * run.epochs}")
 
-    weights = init_weights(workload, run.seed)
+    weights, state = init_variables(workload, run.seed)
     data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed,
                         train_split=run.train_split, val_split=run.val_split, data_dir=run.data_dir,
                         allow_download=run.download, synthetic_fallback=run.synthetic_fallback)
+    pipeline = input_pipeline(workload, data, batch_size=run.batch_size, steps=run.steps, seed=run.seed)
+    # The cosine schedule decays over the optimizer steps this run really takes.
+    workload = dataclasses.replace(workload, optimizer=dataclasses.replace(
+        workload.optimizer, decay_steps=pipeline.steps_per_epoch * run.epochs))
 
     device = host.select_device(run)
     result.device = asdict(device)
@@ -141,12 +149,11 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     result.applied = asdict(applied)
     host_measure.reset_peak_rss()
     rss_before = host_measure.current_rss_bytes()
-    model = host.build_model(run, workload, weights, applied, device)
+    model = host.build_model(run, workload, weights, state, applied, device)
 
     epochs = []
     for epoch in range(run.epochs):
-        batches = epoch_batches(data.train_images, data.train_labels, batch_size=run.batch_size,
-                                steps=run.steps, seed=run.seed, epoch=epoch)
+        batches = pipeline.epoch(epoch)
         staged = host.stage_batches(run, model, batches)
         del batches
         epoch_result = host.train_epoch(run, model, staged, epoch)
@@ -155,11 +162,14 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         epochs.append(epoch_result)
 
     metrics: dict[str, Any] = steady_state(epochs, warmup=run.warmup, batch_size=run.batch_size)
-    metrics.update(validate(host, run, model, data.val_images, data.val_labels, run.batch_size))
+    metrics.update(validate(host, run, model, pipeline, run.batch_size))
     metrics["dataset_note"] = data.note
     metrics["dataset_substituted"] = data.substituted
     metrics["train_examples"] = int(data.train_labels.shape[0])
     metrics["rss_before_model_bytes"] = rss_before
+    metrics["forward_flops_per_image"] = forward_flops_per_image(workload)
+    metrics["train_flops_per_image"] = train_flops_per_image(workload)
+    metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
     measured = host.measure(run, model, device)
     clash = set(measured) & set(metrics)
     if clash:

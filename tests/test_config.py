@@ -15,7 +15,7 @@ def test_shipped_config_declares_both_mnist_sizes():
     assert config.workloads["mnist_cnn_128"].input_shape == (128, 128, 1)
     assert config.workloads["cifar10_cnn"].input_shape == (32, 32, 3)
     assert config.workloads["mnist_cnn"].batch_size == 128
-    assert config.workloads["mnist_cnn"].learning_rate == 1e-3
+    assert config.workloads["mnist_cnn"].optimizer.learning_rate == 1e-3
     config.settings.check()
 
 

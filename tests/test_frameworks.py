@@ -26,11 +26,12 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def probe(tmp_path_factory, framework: str, precision: str, *, steps: int = 1, batch_size: int = 16,
-          epochs: int = 1, options: dict | None = None) -> dict:
+          epochs: int = 1, options: dict | None = None, extra: dict | None = None) -> dict:
     folder = tmp_path_factory.mktemp(f"{framework}-{precision}")
     request = folder / "request.json"
     request.write_text(json.dumps({"framework": framework, "precision": precision, "steps": steps,
-                                   "batch_size": batch_size, "epochs": epochs, "options": options or {}}))
+                                   "batch_size": batch_size, "epochs": epochs, "options": options or {},
+                                   **(extra or {})}))
     out = folder / "probe.npz"
     done = subprocess.run([sys.executable, str(HELPERS / "framework_probe.py"), str(request), str(out)],
                           capture_output=True, text=True, cwd=REPO, timeout=600)
@@ -99,3 +100,81 @@ def test_train_step_compiles_once_across_epochs(tmp_path_factory, framework, pre
     # amp_fp16 carries a loss-scale state through every step: it must not retrace either
     result = probe(tmp_path_factory, framework, precision, steps=3, epochs=2)
     assert result["traces"].tolist() == [1, 1]
+
+
+# --- stateful architectures: same weights, same steps, same BatchNorm statistics ---
+
+TINY_TABLES = {
+    # resnet8 at 16x16x3 keeps every stage (16 -> 8 -> 4) and its projection shortcuts
+    "resnet8": {"model": "resnet8", "input_size": 16, "channels": 3, "num_classes": 10, "batch_size": 8,
+                "normalize": True, "augment": True},
+    "deep_cnn": {"model": "deep_cnn", "input_size": 28, "channels": 1, "num_classes": 10, "batch_size": 8},
+}
+OPTIMIZER_TABLES = {
+    "sgd": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "weight_decay": 5e-4},
+    # RMSprop's first steps move a weight by about lr * sqrt(10) * sign(g): a near-zero gradient whose
+    # rounding differs flips a whole step, and a BatchNorm offset (64 entries, starting at 0) is all
+    # such steps.  epsilon = 1e-3 damps steps of gradients below ~1e-3, and being far from 0 it also
+    # makes the check sharper on where epsilon goes (outside the square root in every framework).
+    "rmsprop": {"optimizer": "rmsprop", "learning_rate": 1e-3, "weight_decay": 5e-4, "epsilon": 1e-3},
+}
+
+
+def relative_l2(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.linalg.norm(a - b) / max(np.linalg.norm(b), 1e-12))
+
+
+@pytest.fixture(scope="module")
+def table_probes(tmp_path_factory):
+    cache: dict[tuple, dict] = {}
+
+    def get(framework: str, model: str, optimizer: str, precision: str = "fp32", dtypes: bool = False) -> dict:
+        key = (framework, model, optimizer, precision, dtypes)
+        if key not in cache:
+            table = {**TINY_TABLES[model], **OPTIMIZER_TABLES[optimizer]}
+            cache[key] = probe(tmp_path_factory, framework, precision, steps=3, batch_size=8,
+                               extra={"workload": model, "table": table, "dtypes": dtypes})
+        return cache[key]
+
+    return get
+
+
+def variables_of(result: dict, prefix: str = "var:") -> dict[str, np.ndarray]:
+    return {k[len(prefix):]: v for k, v in result.items() if k.startswith(prefix)}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "rmsprop"])
+@pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "torch"])
+def test_stateful_architectures_train_identically_to_pytorch(table_probes, framework, model, optimizer):
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    ref, other = table_probes("torch", model, optimizer), table_probes(framework, model, optimizer)
+    assert int(other["param_count"]) == int(ref["param_count"])
+    assert relative_l2(other["logits_before"], ref["logits_before"]) <= 1e-4  # eval mode
+    assert relative_l2(other["logits_before_train"], ref["logits_before_train"]) <= 1e-4  # batch statistics
+    np.testing.assert_allclose(other["losses"], ref["losses"], rtol=1e-4)
+    ours, theirs = variables_of(other), variables_of(ref)
+    assert set(ours) == set(theirs)
+    errors = {name: relative_l2(ours[name], theirs[name]) for name in theirs}
+    assert max(errors.values()) <= 1e-4, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
+    if model == "resnet8":  # the running statistics moved, identically, and a training-mode predict moved nothing
+        assert not np.allclose(theirs["bn1/mean"], 0) and not np.allclose(theirs["bn1/var"], 1)
+        for result in (ref, other):
+            initial = variables_of(result, "init:")
+            assert np.all(initial["bn1/mean"] == 0) and np.all(initial["bn1/var"] == 1)
+
+
+@pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_batch_norm_stays_float32_while_convolutions_compute_in_the_reduced_dtype(
+        table_probes, framework, precision):
+    result = table_probes(framework, "resnet8", "sgd", precision, dtypes=True)
+    dtypes = json.loads(str(result["dtypes"]))
+    reduced = "bfloat16" if precision == "amp_bf16" else "float16"
+    assert dtypes["conv_output"] == [reduced]
+    assert dtypes["bn_variable"] == ["float32"]
+    assert result["logits_before"].dtype == np.float32
+    notes = " ".join(json.loads(str(result["applied"]))["notes"])
+    assert "batch_norm=float32" in notes or "compute=float32" in notes
+    assert all(v.dtype == np.float32 for v in variables_of(result).values())

@@ -1,13 +1,16 @@
-"""The JAX plugin: dm-haiku modules, optax Adam and jmp mixed precision.
+"""The JAX plugin: dm-haiku modules, optax optimizers and jmp mixed precision.
 
 JAX is imported inside the hooks only, after ``XLA_PYTHON_CLIENT_PREALLOCATE``
 is set (else JAX takes most of a GPU's memory at start).  Recipe (jmp README
 and haiku's mixed-precision API): a ``jmp.Policy`` with float32 parameters,
 the precision's compute dtype and float32 output, set on the model's module
-class with ``hk.mixed_precision.set_policy``; for ``amp_fp16`` a
+class with ``hk.mixed_precision.set_policy``, and a full-precision policy on
+the BatchNorm class (float32 parameters and computation, output in the
+compute dtype), as haiku's ImageNet example does; for ``amp_fp16`` a
 ``jmp.DynamicLossScale``: scale the loss, unscale the gradients, apply the
-update only when every gradient is finite and adjust the scale.  The whole
-step is jitted once with parameters and optimizer state donated.
+update only when every gradient is finite and adjust the scale.  BatchNorm
+state travels through the step beside the parameters (``hk.transform_with_state``).
+The whole step is jitted once with parameters, state and optimizer state donated.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
+    LayerSpec,
+    OptimizerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
@@ -60,18 +65,18 @@ class JaxModel:
     """The run's state: parameters, optimizer state and loss scale live here between steps."""
 
     params: Any
+    state: Any
     opt_state: Any
     loss_scale: Any
     train_step: Any
     forward: Any
     device: Any
     trace_count: list[int] = field(default_factory=lambda: [0])
+    net_class: Any = None  # the haiku module class (introspection by tests)
 
 
 @hookimpl
-def select_device(run: RunSpec) -> DeviceInfo | None:
-    if run.framework != NAME:
-        return None
+def select_device(run: RunSpec) -> DeviceInfo:
     import jax
 
     if run.device == "cpu":
@@ -99,9 +104,7 @@ def select_device(run: RunSpec) -> DeviceInfo | None:
 
 
 @hookimpl
-def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
-    if run.framework != NAME:
-        return None
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     import jax
 
     applied = standard_precision(run, device)
@@ -110,59 +113,123 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     jax.config.update("jax_default_matmul_precision", matmul)
     notes = (f"jax_default_matmul_precision={matmul}", f"jmp_policy=params=float32,compute={applied.compute_dtype},"
              "output=float32")
+    if applied.compute_dtype != "float32":
+        notes += (f"batch_norm=jmp policy params=float32,compute=float32,output={applied.compute_dtype}",)
     return dataclasses.replace(applied, notes=notes)
 
 
-def _module_class(workload: Workload):
-    """A haiku module class for ``workload`` (a fresh class, so a policy set on it stays local)."""
+def _module_classes(workload: Workload) -> tuple[type, type]:
+    """Fresh haiku module classes for ``workload`` (fresh, so policies set on them stay local)."""
     import haiku as hk
     import jax
+    import jax.numpy as jnp
 
-    class SequentialCNN(hk.Module):
+    class BatchNorm(hk.Module):
+        """The suite's BatchNorm: batch statistics in training, running ones in evaluation.
+
+        haiku's own ``hk.BatchNorm`` keeps its averages with zero-debiasing and
+        the biased variance; the suite's running statistics start at 0 and 1 and
+        track the unbiased variance, as PyTorch's do.
+        """
+
+        def __init__(self, spec: LayerSpec) -> None:
+            super().__init__(name=spec.name)
+            self.momentum, self.epsilon = spec.momentum, spec.epsilon
+
+        def __call__(self, x: Any, is_training: bool) -> Any:
+            channels = x.shape[-1]
+            scale = hk.get_parameter("scale", (channels,), x.dtype, init=jnp.ones)
+            offset = hk.get_parameter("offset", (channels,), x.dtype, init=jnp.zeros)
+            running_mean = hk.get_state("mean", (channels,), jnp.float32, init=jnp.zeros)
+            running_var = hk.get_state("var", (channels,), jnp.float32, init=jnp.ones)
+            if is_training:
+                mean = jnp.mean(x, axis=(0, 1, 2))
+                var = jnp.mean(jnp.square(x - mean), axis=(0, 1, 2))
+                count = x.size // channels
+                hk.set_state("mean", (1 - self.momentum) * running_mean + self.momentum * mean)
+                hk.set_state("var", (1 - self.momentum) * running_var
+                             + self.momentum * var * (count / (count - 1)))
+            else:
+                mean, var = running_mean.astype(x.dtype), running_var.astype(x.dtype)
+            return (x - mean) * (scale * jax.lax.rsqrt(var + self.epsilon)) + offset
+
+    class SpecNet(hk.Module):
         def __init__(self) -> None:
             super().__init__(name=MODULE_NAME)
 
-        def __call__(self, x: Any) -> Any:
-            for spec in workload.layers:
-                if spec.kind == "conv2d":
-                    x = hk.Conv2D(spec.features, spec.kernel_size, padding=spec.padding, name=spec.name)(x)
-                elif spec.kind == "relu":
+        def __call__(self, x: Any, is_training: bool) -> Any:
+            return self.run(workload.layers, x, is_training)
+
+        def run(self, specs: tuple[LayerSpec, ...], x: Any, is_training: bool) -> Any:
+            for spec in specs:
+                kind = spec.kind
+                if kind == "conv2d":
+                    pad = ((spec.padding, spec.padding),) * 2
+                    x = hk.Conv2D(spec.features, spec.kernel_size, stride=spec.stride, padding=pad,
+                                  with_bias=spec.use_bias, name=spec.name)(x)
+                elif kind == "batch_norm":
+                    x = BatchNorm(spec)(x, is_training)
+                elif kind == "relu":
                     x = jax.nn.relu(x)
-                elif spec.kind == "avg_pool":
-                    x = hk.avg_pool(x, window_shape=(1, spec.window, spec.window, 1),
-                                    strides=(1, spec.window, spec.window, 1), padding="VALID")
-                elif spec.kind == "flatten":
+                elif kind == "residual":
+                    x = self.run(spec.body, x, is_training) + self.run(spec.shortcut, x, is_training)
+                elif kind in ("max_pool", "avg_pool"):
+                    pool = hk.max_pool if kind == "max_pool" else hk.avg_pool
+                    x = pool(x, window_shape=(1, spec.window, spec.window, 1),
+                             strides=(1, spec.stride, spec.stride, 1), padding="VALID")
+                elif kind == "global_avg_pool":
+                    x = jnp.mean(x, axis=(1, 2))
+                elif kind == "flatten":
                     x = hk.Flatten()(x)
-                elif spec.kind == "dense":
-                    x = hk.Linear(spec.features, name=spec.name)(x)
+                elif kind == "dense":
+                    x = hk.Linear(spec.features, with_bias=spec.use_bias, name=spec.name)(x)
                 else:
-                    raise ValueError(f"jax plugin cannot build layer kind {spec.kind!r}")
+                    raise ValueError(f"jax plugin cannot build layer kind {kind!r}")
             return x
 
-    return SequentialCNN
+    return SpecNet, BatchNorm
 
 
-def _load_canonical(params: Any, weights: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+def _canonical_key(module_path: str, leaf: str) -> str:
+    return f"{module_path.split('/')[-1]}/{leaf}"
+
+
+def _load_canonical(tree: Any, variables: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
     """Replace haiku's initial values by the canonical ones (same layouts: HWIO, (in, out), NHWC)."""
     loaded = {}
-    for module_path, leaves in params.items():
-        layer = module_path.split("/")[-1]
+    for module_path, leaves in tree.items():
         loaded[module_path] = {}
         for leaf, value in leaves.items():
-            canonical = weights[f"{layer}/{leaf}"]
+            canonical = variables[_canonical_key(module_path, leaf)]
             if canonical.shape != value.shape:
-                raise ValueError(f"{layer}/{leaf}: canonical shape {canonical.shape} != haiku {value.shape}")
+                raise ValueError(f"{module_path}/{leaf}: canonical shape {canonical.shape} != haiku {value.shape}")
             loaded[module_path][leaf] = canonical
     return loaded
+
+
+def _make_optimizer(spec: OptimizerSpec) -> Any:
+    """optax with the suite's arithmetic: weight decay added to the gradient first."""
+    import optax
+
+    learning_rate: Any = spec.learning_rate
+    if spec.schedule == "cosine" and spec.decay_steps > 0:
+        learning_rate = optax.cosine_decay_schedule(spec.learning_rate, decay_steps=spec.decay_steps, alpha=0.0)
+    if spec.name == "sgd":
+        core = optax.sgd(learning_rate, momentum=spec.momentum or None)
+    elif spec.name == "rmsprop":
+        core = optax.rmsprop(learning_rate, decay=spec.rho, eps=spec.epsilon, eps_in_sqrt=False)
+    elif spec.name == "adam":
+        core = optax.adam(learning_rate, b1=spec.beta1, b2=spec.beta2, eps=spec.epsilon)
+    else:
+        raise ValueError(f"jax plugin has no optimizer {spec.name!r}")
+    return optax.chain(optax.add_decayed_weights(spec.weight_decay), core) if spec.weight_decay else core
 
 
 @hookimpl
 def build_model(
     run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
-    applied: PrecisionApplied, device: DeviceInfo,
-) -> JaxModel | None:
-    if run.framework != NAME:
-        return None
+    initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo,
+) -> JaxModel:
     import haiku as hk
     import jax
     import jax.numpy as jnp
@@ -170,49 +237,56 @@ def build_model(
     import optax
 
     dev = jax.devices("gpu")[0] if device.kind == "gpu" else jax.devices("cpu")[0]
-    module_class = _module_class(workload)
-    policy = jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.dtype(applied.compute_dtype),
-                        output_dtype=jnp.float32)
-    hk.mixed_precision.set_policy(module_class, policy)
-    net = hk.without_apply_rng(hk.transform(lambda x: module_class()(x)))
+    net_class, bn_class = _module_classes(workload)
+    compute = jnp.dtype(applied.compute_dtype)
+    hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=compute,
+                                                        output_dtype=jnp.float32))
+    hk.mixed_precision.set_policy(bn_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.float32,
+                                                       output_dtype=compute))
+    net = hk.transform_with_state(lambda x, is_training: net_class()(x, is_training))
     example = jnp.zeros((1, *workload.input_shape), jnp.float32)
-    params = _load_canonical(net.init(jax.random.PRNGKey(run.seed), example), initial_weights)
-    params = jax.device_put(params, dev)
-    optimizer = optax.adam(workload.learning_rate, b1=0.9, b2=0.999, eps=1e-8)
-    opt_state = optimizer.init(params)
+    params, state = net.init(jax.random.PRNGKey(run.seed), example, True)
+    params = jax.device_put(_load_canonical(params, initial_weights), dev)
+    state = jax.device_put(_load_canonical(state, initial_state), dev)
+    optimizer = _make_optimizer(workload.optimizer)
     if applied.loss_scaling == "dynamic":
         loss_scale = jmp.DynamicLossScale(jnp.asarray(applied.initial_loss_scale, jnp.float32),
                                           period=loss_scale_growth_interval(run))
     else:
         loss_scale = jmp.NoOpLossScale()
+    # Everything the step takes is committed to the device from the start, as its
+    # outputs will be: otherwise the second call compiles the step again.
+    opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), dev)
     trace_count = [0]
 
-    def loss_fn(p: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
-        logits = net.apply(p, images).astype(jnp.float32)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-        return scale.scale(loss), loss
+    def loss_fn(p: Any, s: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
+        logits, new_state = net.apply(p, s, None, images, True)
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean()
+        return scale.scale(loss), (loss, new_state)
 
-    def step(p: Any, state: Any, scale: Any, images: Any, labels: Any):
+    def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any):
         trace_count[0] += 1  # runs only while tracing
-        grads, loss = jax.grad(loss_fn, has_aux=True)(p, images, labels, scale)
+        grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, scale)
         grads = scale.unscale(grads)
         finite = jmp.all_finite(grads)
         new_scale = scale.adjust(finite)
-        updates, new_state = optimizer.update(grads, state, p)
+        updates, new_opt = optimizer.update(grads, opt, p)
         new_p = optax.apply_updates(p, updates)
-        # A step whose gradients overflowed changes nothing but the loss scale.
-        new_p, new_state = jmp.select_tree(finite, (new_p, new_state), (p, state))
-        return new_p, new_state, new_scale, loss, finite
+        # A step whose gradients overflowed changes no parameter (the running
+        # statistics of its forward pass are kept, as in PyTorch and Keras).
+        new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
+        return new_p, new_s, new_opt, new_scale, loss, finite
 
-    train_step = jax.jit(step, donate_argnums=(0, 1))
-    forward = jax.jit(lambda p, images: net.apply(p, images).astype(jnp.float32))
-    return JaxModel(params, opt_state, loss_scale, train_step, forward, dev, trace_count)
+    def forward(p: Any, s: Any, images: Any, is_training: bool) -> Any:
+        return net.apply(p, s, None, images, is_training)[0].astype(jnp.float32)
+
+    train_step = jax.jit(step, donate_argnums=(0, 1, 2))
+    return JaxModel(params, state, opt_state, loss_scale, train_step,
+                    jax.jit(forward, static_argnums=3), dev, trace_count, net_class)
 
 
 @hookimpl
-def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any]] | None:
-    if run.framework != NAME:
-        return None
+def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import jax
 
     staged = [(jax.device_put(b.images, model.device), jax.device_put(b.labels, model.device)) for b in batches]
@@ -226,14 +300,12 @@ def _scale_value(model: JaxModel) -> float | None:
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult | None:
-    if run.framework != NAME:
-        return None
+def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
     import jax
 
     def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
-        model.params, model.opt_state, model.loss_scale, loss, finite = model.train_step(
-            model.params, model.opt_state, model.loss_scale, *batch)
+        model.params, model.state, model.opt_state, model.loss_scale, loss, finite = model.train_step(
+            model.params, model.state, model.opt_state, model.loss_scale, *batch)
         jax.block_until_ready((model.params, loss))
         return float(loss), bool(finite)
 
@@ -244,19 +316,26 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], ep
 
 
 @hookimpl
-def predict(run: RunSpec, model: JaxModel, images: np.ndarray) -> np.ndarray | None:
-    if run.framework != NAME:
-        return None
+def predict(run: RunSpec, model: JaxModel, images: np.ndarray, training: bool) -> np.ndarray:
     import jax
 
     x = jax.device_put(np.asarray(images, dtype=np.float32), model.device)
-    return np.asarray(model.forward(model.params, x), dtype=np.float32)
+    # apply returns new state beside the logits; dropping it leaves the model untouched.
+    return np.asarray(model.forward(model.params, model.state, x, bool(training)), dtype=np.float32)
 
 
 @hookimpl
-def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any] | None:
-    if run.framework != NAME:
-        return None
+def get_variables(run: RunSpec, model: JaxModel) -> dict[str, np.ndarray]:
+    out = {}
+    for tree in (model.params, model.state):
+        for module_path, leaves in tree.items():
+            for leaf, value in leaves.items():
+                out[_canonical_key(module_path, leaf)] = np.asarray(value, dtype=np.float32)
+    return out
+
+
+@hookimpl
+def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]:
     import jax
 
     figures: dict[str, Any] = {

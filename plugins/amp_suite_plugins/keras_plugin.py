@@ -19,6 +19,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
+from amp_suite.layers import iter_layers
 from amp_suite.plugin_kit import (
     cpu_device,
     loss_scale_growth_interval,
@@ -32,6 +33,7 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
+    LayerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
@@ -62,6 +64,7 @@ class KerasModel:
     predict_fn: Any
     device_name: str
     loss_scaled: bool
+    named: dict[str, LayerSpec]
 
 
 def _jit(run: RunSpec) -> bool:
@@ -69,9 +72,7 @@ def _jit(run: RunSpec) -> bool:
 
 
 @hookimpl
-def select_device(run: RunSpec) -> DeviceInfo | None:
-    if run.framework != NAME:
-        return None
+def select_device(run: RunSpec) -> DeviceInfo:
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -96,9 +97,7 @@ def select_device(run: RunSpec) -> DeviceInfo | None:
 
 
 @hookimpl
-def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
-    if run.framework != NAME:
-        return None
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     import keras
     import tensorflow as tf
 
@@ -111,50 +110,89 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
         f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
         f"jit_compile={_jit(run)}",
     )
+    if applied.compute_dtype != "float32":
+        notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",)
     return dataclasses.replace(applied, notes=notes)
 
 
-def _build_keras_model(keras: Any, workload: Workload, weights: dict[str, np.ndarray]) -> Any:
+def _conv(keras: Any, spec: LayerSpec, x: Any) -> Any:
+    """conv2d with symmetric zero padding: 'same' where Keras's own padding is the same thing."""
+    padding = "valid"
+    if spec.padding and spec.stride == 1 and spec.kernel_size % 2 == 1 and spec.padding == spec.kernel_size // 2:
+        padding = "same"
+    elif spec.padding:
+        x = keras.layers.ZeroPadding2D(spec.padding, name=f"{spec.name}_pad")(x)
+    return keras.layers.Conv2D(spec.features, spec.kernel_size, strides=spec.stride, padding=padding,
+                               use_bias=spec.use_bias, name=spec.name)(x)
+
+
+def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any) -> Any:
+    """Translate the layer vocabulary into Keras functional calls on ``x``."""
+    from amp_suite_plugins.keras_parts import UnbiasedBatchNormalization
+
     layers = keras.layers
-    model = keras.Sequential(name=workload.name)
-    model.add(keras.Input(shape=workload.input_shape))
-    for spec in workload.layers:
-        if spec.kind == "conv2d":
-            model.add(layers.Conv2D(spec.features, spec.kernel_size, padding=spec.padding.lower(), name=spec.name))
-        elif spec.kind == "relu":
-            model.add(layers.ReLU())
-        elif spec.kind == "avg_pool":
-            model.add(layers.AveragePooling2D(spec.window))
-        elif spec.kind == "flatten":
-            model.add(layers.Flatten())
-        elif spec.kind == "dense":
-            model.add(layers.Dense(spec.features, name=spec.name))
+    for spec in specs:
+        kind = spec.kind
+        if kind == "conv2d":
+            x = _conv(keras, spec, x)
+        elif kind == "batch_norm":
+            # PyTorch's momentum 0.1 is Keras's 0.9 (the weight of the old value).
+            x = UnbiasedBatchNormalization(momentum=1.0 - spec.momentum, epsilon=spec.epsilon, name=spec.name)(x)
+        elif kind == "relu":
+            x = layers.ReLU()(x)
+        elif kind == "residual":
+            body = _apply(keras, spec.body, x)
+            x = layers.Add()([body, _apply(keras, spec.shortcut, x)])
+        elif kind == "max_pool":
+            x = layers.MaxPooling2D(spec.window, strides=spec.stride)(x)
+        elif kind == "avg_pool":
+            x = layers.AveragePooling2D(spec.window, strides=spec.stride)(x)
+        elif kind == "global_avg_pool":
+            x = layers.GlobalAveragePooling2D()(x)
+        elif kind == "flatten":
+            x = layers.Flatten()(x)
+        elif kind == "dense":
+            x = layers.Dense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
         else:
-            raise ValueError(f"keras plugin cannot build layer kind {spec.kind!r}")
+            raise ValueError(f"keras plugin cannot build layer kind {kind!r}")
+    return x
+
+
+# canonical leaf -> Keras weight position, per layer kind (Keras orders a layer's weights so)
+_LEAVES = {"conv2d": ("w", "b"), "dense": ("w", "b"), "batch_norm": ("scale", "offset", "mean", "var")}
+
+
+def _named_layers(workload: Workload) -> dict[str, LayerSpec]:
+    return {spec.name: spec for spec in iter_layers(workload.layers) if spec.kind in _LEAVES}
+
+
+def _build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray]) -> Any:
+    inputs = keras.Input(shape=workload.input_shape)
     # Logits leave the mixed-precision region in float32.
-    model.add(layers.Activation("linear", dtype="float32", name="logits_float32"))
-    for spec in workload.layers:
-        if spec.name:
-            # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
-            model.get_layer(spec.name).set_weights([weights[f"{spec.name}/w"], weights[f"{spec.name}/b"]])
+    outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(
+        _apply(keras, workload.layers, inputs))
+    model = keras.Model(inputs, outputs, name=workload.name)
+    # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
+    for name, spec in _named_layers(workload).items():
+        leaves = [leaf for leaf in _LEAVES[spec.kind] if f"{name}/{leaf}" in variables]
+        model.get_layer(name).set_weights([variables[f"{name}/{leaf}"] for leaf in leaves])
     return model
 
 
 @hookimpl
 def build_model(
     run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
-    applied: PrecisionApplied, device: DeviceInfo,
-) -> KerasModel | None:
-    if run.framework != NAME:
-        return None
+    initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo,
+) -> KerasModel:
     import keras
     import tensorflow as tf
 
+    from amp_suite_plugins.keras_parts import make_optimizer
+
     device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
     with tf.device(device_name):
-        model = _build_keras_model(keras, workload, initial_weights)
-        optimizer = keras.optimizers.Adam(learning_rate=workload.learning_rate, beta_1=0.9, beta_2=0.999,
-                                          epsilon=1e-8)
+        model = _build_keras_model(keras, workload, {**initial_weights, **initial_state})
+        optimizer = make_optimizer(workload.optimizer)
         loss_scaled = applied.loss_scaling == "dynamic"
         if loss_scaled:
             optimizer = keras.optimizers.LossScaleOptimizer(
@@ -170,7 +208,8 @@ def build_model(
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
             target = optimizer.scale_loss(loss) if loss_scaled else loss
         grads = tape.gradient(target, variables)
-        finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(g)) for g in grads])
+        # Only a scaled loss can skip a step; elsewhere the check would be wasted work.
+        finite = optimizer.check_finite(grads) if loss_scaled else tf.constant(True)
         optimizer.apply(grads, variables)  # LossScaleOptimizer unscales and skips non-finite steps
         return loss, finite
 
@@ -181,13 +220,12 @@ def build_model(
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     if device.kind == "gpu":
         tf.config.experimental.reset_memory_stats("GPU:0")
-    return KerasModel(model, optimizer, train_step, predict_fn, device_name, loss_scaled)
+    return KerasModel(model, optimizer, train_step, predict_fn, device_name, loss_scaled,
+                      _named_layers(workload))
 
 
 @hookimpl
-def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list[tuple[Any, Any]] | None:
-    if run.framework != NAME:
-        return None
+def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import tensorflow as tf
 
     with tf.device(model.device_name):
@@ -199,9 +237,7 @@ def _scale(model: KerasModel) -> float | None:
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult | None:
-    if run.framework != NAME:
-        return None
+def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
     def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
         loss, finite = model.train_step(*batch)
         return float(loss.numpy()), bool(finite.numpy())  # copies to the host once the step is done
@@ -213,23 +249,38 @@ def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], 
 
 
 @hookimpl
-def predict(run: RunSpec, model: KerasModel, images: np.ndarray) -> np.ndarray | None:
-    if run.framework != NAME:
-        return None
+def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool) -> np.ndarray:
     import tensorflow as tf
 
     with tf.device(model.device_name):
-        return model.predict_fn(tf.constant(np.asarray(images, dtype=np.float32))).numpy()
+        x = tf.constant(np.asarray(images, dtype=np.float32))
+        if not training:
+            return model.predict_fn(x).numpy()
+        # A training-mode call moves the moving statistics: put them back afterwards.
+        saved = [v.numpy() for v in model.model.non_trainable_variables]
+        try:
+            return tf.cast(model.model(x, training=True), tf.float32).numpy()
+        finally:
+            for variable, value in zip(model.model.non_trainable_variables, saved):
+                variable.assign(value)
 
 
 @hookimpl
-def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, Any] | None:
-    if run.framework != NAME:
-        return None
+def get_variables(run: RunSpec, model: KerasModel) -> dict[str, np.ndarray]:
+    out = {}
+    for name, spec in model.named.items():
+        values = model.model.get_layer(name).get_weights()
+        for leaf, value in zip(_LEAVES[spec.kind], values):
+            out[f"{name}/{leaf}"] = np.asarray(value, dtype=np.float32)
+    return out
+
+
+@hookimpl
+def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, Any]:
     import tensorflow as tf
 
     figures: dict[str, Any] = {
-        "param_count": int(model.model.count_params()),
+        "param_count": int(sum(int(np.prod(v.shape)) for v in model.model.trainable_variables)),
         "framework_version": f"tensorflow {tf.__version__}, keras {package_version('keras') or '?'}",
         "train_step_traces": int(model.train_step.experimental_get_tracing_count()),
     }

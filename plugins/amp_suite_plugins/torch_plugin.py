@@ -7,6 +7,10 @@ Recipe (PyTorch AMP docs, "Automatic Mixed Precision examples"):
 autocast wraps the forward pass and the loss only; backward runs outside it;
 ``amp_fp16`` uses a ``GradScaler`` (CUDA or CPU) that skips a step whose
 gradients overflow and halves its scale; ``amp_bf16`` needs no scaler.
+Parameters and BatchNorm running statistics stay float32: autocast casts
+the inputs of convolutions and matmuls, and ``batch_norm`` runs on the
+reduced-precision activations with float32 weights, statistics and
+accumulation.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
+from amp_suite.layers import NAMED_KINDS, dense_after_flatten, walk
 from amp_suite.plugin_kit import (
-    cpu_device,
-    loss_scale_growth_interval,
-    hwc_rows_to_chw,
-    require_device_kind,
     STANDARD_PRECISIONS,
+    chw_rows_to_hwc,
+    cpu_device,
+    hwc_rows_to_chw,
+    loss_scale_growth_interval,
+    require_device_kind,
     standard_precision,
     timed_epoch,
     wall_clock_step,
@@ -34,11 +40,13 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
+    LayerSpec,
+    OptimizerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
-from amp_suite.workloads import flatten_input_shape
+from amp_suite.workloads import learning_rate_at
 
 NAME = "torch"
 
@@ -61,17 +69,17 @@ class TorchModel:
 
     module: Any
     optimizer: Any
+    scheduler: Any
     scaler: Any
     device: Any
     device_type: str
     autocast_dtype: Any
     memory_format: Any
+    flattened: dict[str, tuple[int, int, int]]
 
 
 @hookimpl
-def select_device(run: RunSpec) -> DeviceInfo | None:
-    if run.framework != NAME:
-        return None
+def select_device(run: RunSpec) -> DeviceInfo:
     import torch
 
     if require_device_kind(run, torch.cuda.is_available(), "PyTorch") == "cpu":
@@ -91,9 +99,7 @@ def select_device(run: RunSpec) -> DeviceInfo | None:
 
 
 @hookimpl
-def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
-    if run.framework != NAME:
-        return None
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     import torch
 
     tf32 = run.precision == "tf32"
@@ -107,62 +113,128 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
         torch.backends.cudnn.benchmark = bool(run.options.get("cudnn_benchmark", True))
         notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
     notes.append(f"channels_last={bool(run.options.get('channels_last', True))}")
+    if applied.compute_dtype != "float32":
+        notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
     return dataclasses.replace(applied, notes=tuple(notes))
 
 
-def _build_module(torch: Any, workload: Workload, weights: dict[str, np.ndarray]) -> Any:
-    nn = torch.nn
-    layers = []
-    channels = workload.channels
-    flat_hwc = flatten_input_shape(workload)
-    after_flatten = False
-    features = None
-    for spec in workload.layers:
-        if spec.kind == "conv2d":
-            conv = nn.Conv2d(channels, spec.features, spec.kernel_size, padding=spec.padding.lower())
-            # canonical HWIO -> torch OIHW
-            conv.weight.data.copy_(torch.from_numpy(weights[f"{spec.name}/w"].transpose(3, 2, 0, 1).copy()))
-            conv.bias.data.copy_(torch.from_numpy(weights[f"{spec.name}/b"]))
-            layers.append(conv)
-            channels = spec.features
-        elif spec.kind == "relu":
-            layers.append(nn.ReLU())
-        elif spec.kind == "avg_pool":
-            layers.append(nn.AvgPool2d(spec.window))
-        elif spec.kind == "flatten":
-            layers.append(nn.Flatten())
-            after_flatten = True
-            features = None
-        elif spec.kind == "dense":
-            kernel = weights[f"{spec.name}/w"]
-            if after_flatten and features is None and flat_hwc is not None:
-                # torch flattens NCHW as (c, h, w); the canonical rows are (h, w, c)
-                kernel = hwc_rows_to_chw(kernel, flat_hwc)
-            linear = nn.Linear(kernel.shape[0], kernel.shape[1])
-            linear.weight.data.copy_(torch.from_numpy(np.ascontiguousarray(kernel.T)))
-            linear.bias.data.copy_(torch.from_numpy(weights[f"{spec.name}/b"]))
-            layers.append(linear)
-            features = kernel.shape[1]
-        else:
-            raise ValueError(f"torch plugin cannot build layer kind {spec.kind!r}")
-    return nn.Sequential(*layers)
+def _spec_net(torch: Any, workload: Workload) -> Any:
+    """An ``nn.Module`` that owns one torch layer per named spec and runs the spec graph."""
+    nn, functional = torch.nn, torch.nn.functional
+
+    class SpecNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.specs = workload.layers
+            named = {}
+            for item in walk(workload.layers, workload.input_shape):
+                spec, fan_in = item.layer, item.input_shape[-1]
+                if spec.kind == "conv2d":
+                    named[spec.name] = nn.Conv2d(fan_in, spec.features, spec.kernel_size, stride=spec.stride,
+                                                 padding=spec.padding, bias=spec.use_bias)
+                elif spec.kind == "batch_norm":
+                    named[spec.name] = nn.BatchNorm2d(fan_in, eps=spec.epsilon, momentum=spec.momentum)
+                elif spec.kind == "dense":
+                    named[spec.name] = nn.Linear(fan_in, spec.features, bias=spec.use_bias)
+            self.named = nn.ModuleDict(named)
+
+        def forward(self, x: Any) -> Any:
+            return self.run(self.specs, x)
+
+        def run(self, specs: tuple[LayerSpec, ...], x: Any) -> Any:
+            for spec in specs:
+                kind = spec.kind
+                if kind in NAMED_KINDS:
+                    x = self.named[spec.name](x)
+                elif kind == "relu":
+                    x = functional.relu(x)
+                elif kind == "residual":
+                    x = self.run(spec.body, x) + self.run(spec.shortcut, x)
+                elif kind == "max_pool":
+                    x = functional.max_pool2d(x, spec.window, spec.stride)
+                elif kind == "avg_pool":
+                    x = functional.avg_pool2d(x, spec.window, spec.stride)
+                elif kind == "global_avg_pool":
+                    x = torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1)
+                elif kind == "flatten":
+                    x = torch.flatten(x, 1)
+                else:
+                    raise ValueError(f"torch plugin cannot build layer kind {kind!r}")
+            return x
+
+    return SpecNet()
+
+
+# canonical leaf -> torch attribute (conv/dense: w, b; BatchNorm: scale, offset, mean, var)
+_LEAVES = {"w": "weight", "b": "bias", "scale": "weight", "offset": "bias", "mean": "running_mean",
+           "var": "running_var"}
+
+
+def _to_torch_layout(leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
+    if leaf == "w" and value.ndim == 4:
+        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
+    if leaf == "w":
+        if flat_hwc is not None:
+            value = hwc_rows_to_chw(value, flat_hwc)  # torch flattens NCHW as (c, h, w)
+        return value.T  # (in, out) -> (out, in)
+    return value
+
+
+def _from_torch_layout(leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
+    if leaf == "w" and value.ndim == 4:
+        return value.transpose(2, 3, 1, 0)
+    if leaf == "w":
+        value = value.T
+        return chw_rows_to_hwc(value, flat_hwc) if flat_hwc is not None else value
+    return value
+
+
+def _load(torch: Any, net: Any, variables: dict[str, np.ndarray], flattened: dict[str, tuple[int, int, int]]) -> None:
+    with torch.no_grad():
+        for key, value in variables.items():
+            layer, leaf = key.rsplit("/", 1)
+            target = getattr(net.named[layer], _LEAVES[leaf])
+            target.copy_(torch.from_numpy(np.ascontiguousarray(_to_torch_layout(
+                leaf, value, flattened.get(layer)))))
+
+
+def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any) -> tuple[Any, Any]:
+    """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient)."""
+    if spec.name == "sgd":
+        optimizer = torch.optim.SGD(params, lr=spec.learning_rate, momentum=spec.momentum,
+                                    weight_decay=spec.weight_decay)
+    elif spec.name == "rmsprop":
+        optimizer = torch.optim.RMSprop(params, lr=spec.learning_rate, alpha=spec.rho, eps=spec.epsilon,
+                                        weight_decay=spec.weight_decay, momentum=0.0, centered=False)
+    elif spec.name == "adam":
+        optimizer = torch.optim.Adam(params, lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
+                                     eps=spec.epsilon, weight_decay=spec.weight_decay)
+    else:
+        raise ValueError(f"torch plugin has no optimizer {spec.name!r}")
+    scheduler = None
+    if spec.schedule != "constant":
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate_at(spec, step) / spec.learning_rate)
+    return optimizer, scheduler
 
 
 @hookimpl
 def build_model(
     run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
-    applied: PrecisionApplied, device: DeviceInfo,
-) -> TorchModel | None:
-    if run.framework != NAME:
-        return None
+    initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo,
+) -> TorchModel:
     import torch
 
     torch.manual_seed(run.seed)
     dev = torch.device("cuda" if device.kind == "gpu" else "cpu")
     memory_format = torch.channels_last if run.options.get("channels_last", True) else torch.contiguous_format
-    module = _build_module(torch, workload, initial_weights).to(dev, memory_format=memory_format)
-    module.train()
-    optimizer = torch.optim.Adam(module.parameters(), lr=workload.learning_rate, betas=(0.9, 0.999), eps=1e-8)
+    flattened = {name: hwc for name, hwc in dense_after_flatten(workload.layers, workload.input_shape).items()
+                 if hwc[0] * hwc[1] > 1}
+    net = _spec_net(torch, workload)
+    _load(torch, net, {**initial_weights, **initial_state}, flattened)
+    net = net.to(dev, memory_format=memory_format)
+    net.train()
+    optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters())
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     scaler = None
     if applied.loss_scaling == "dynamic":
@@ -172,7 +244,7 @@ def build_model(
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    return TorchModel(module, optimizer, scaler, dev, dev.type, autocast_dtype, memory_format)
+    return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened)
 
 
 def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
@@ -182,9 +254,7 @@ def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
 
 
 @hookimpl
-def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list[tuple[Any, Any]] | None:
-    if run.framework != NAME:
-        return None
+def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import torch
 
     staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int64)).to(model.device))
@@ -216,24 +286,27 @@ def make_step(torch: Any, model: TorchModel):
         if model.scaler is None:
             loss.backward()
             model.optimizer.step()
-            return float(loss.item()), True  # .item() waits for the step's work
-        scale_before = model.scaler.get_scale()
-        model.scaler.scale(loss).backward()
-        model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
-        model.scaler.update()  # ... and then the scale is halved
-        return float(loss.item()), model.scaler.get_scale() >= scale_before
+            applied = True
+        else:
+            scale_before = model.scaler.get_scale()
+            model.scaler.scale(loss).backward()
+            model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
+            model.scaler.update()  # ... and then the scale is halved
+            applied = model.scaler.get_scale() >= scale_before
+        if model.scheduler is not None:
+            model.scheduler.step()
+        return float(loss.item()), applied  # .item() waits for the step's work
 
     return step
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult | None:
-    if run.framework != NAME:
-        return None
+def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
     import torch
 
     if model.device_type == "cuda":
         torch.cuda.synchronize()
+    model.module.train()
     result = timed_epoch(staged, make_step(torch, model),
                          timer=_cuda_event_timer(torch) if model.device_type == "cuda" else wall_clock_step)
     result.loss_scale_final = float(model.scaler.get_scale()) if model.scaler is not None else None
@@ -255,28 +328,44 @@ def _cuda_event_timer(torch: Any):
 
 
 @hookimpl
-def predict(run: RunSpec, model: TorchModel, images: np.ndarray) -> np.ndarray | None:
-    if run.framework != NAME:
-        return None
+def predict(run: RunSpec, model: TorchModel, images: np.ndarray, training: bool) -> np.ndarray:
     import torch
 
-    model.module.eval()
+    net = model.module
+    saved = {name: buffer.clone() for name, buffer in net.named_buffers()}
+    net.train(training)
     try:
         with torch.no_grad(), _autocast(torch, model):
-            logits = model.module(_to_tensor(torch, model, np.ascontiguousarray(images, dtype=np.float32)))
+            logits = net(_to_tensor(torch, model, np.ascontiguousarray(images, dtype=np.float32)))
         return logits.float().cpu().numpy()
     finally:
-        model.module.train()
+        if training:  # a training-mode forward moved the running statistics: put them back
+            with torch.no_grad():
+                for name, buffer in net.named_buffers():
+                    buffer.copy_(saved[name])
+        net.train()
 
 
 @hookimpl
-def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, Any] | None:
-    if run.framework != NAME:
-        return None
+def get_variables(run: RunSpec, model: TorchModel) -> dict[str, np.ndarray]:
+    out = {}
+    for layer, module in model.module.named.items():
+        for leaf, attribute in _LEAVES.items():
+            tensor = getattr(module, attribute, None)
+            if tensor is None or (leaf in ("scale", "offset", "mean", "var")) != hasattr(module, "running_mean"):
+                continue
+            value = tensor.detach().float().cpu().numpy()
+            # a copy: on the CPU the numpy array would share the tensor's memory
+            out[f"{layer}/{leaf}"] = np.array(_from_torch_layout(leaf, value, model.flattened.get(layer)))
+    return out
+
+
+@hookimpl
+def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, Any]:
     import torch
 
     figures: dict[str, Any] = {
-        "param_count": int(sum(p.numel() for p in model.module.parameters())),
+        "param_count": int(sum(p.numel() for p in model.module.parameters() if p.requires_grad)),
         "framework_version": package_version("torch") or torch.__version__,
         "torch_num_threads": torch.get_num_threads(),
     }

@@ -1,0 +1,124 @@
+"""Keras pieces that give the suite's layers and optimizers one meaning everywhere.
+
+Imported by the Keras plugin inside its hooks only (this module imports
+Keras).  Built-in Keras differs from the suite's definitions in three places,
+each fixed here with Keras's own extension points:
+
+* ``BatchNormalization`` moves its moving variance towards the *biased* batch
+  variance; the suite (like PyTorch) uses the unbiased one, ``n / (n - 1)``.
+  Normalization itself, the float32 computation under mixed policies and the
+  evaluation path are Keras's.
+* ``keras.optimizers.SGD`` keeps ``m = momentum * m - lr * g`` and decays
+  weights apart from the gradient; the suite adds ``weight_decay * w`` to the
+  gradient and keeps ``m = momentum * m + g``, ``w -= lr * m`` (the same for a
+  constant rate, different under a schedule).
+* ``keras.optimizers.RMSprop`` adds epsilon inside the square root, and
+  ``Adam`` adds it to the uncorrected second moment; the suite adds it to the
+  (bias-corrected) root, as PyTorch and optax do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+from keras import ops
+
+from amp_suite.records import OptimizerSpec
+
+
+class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
+    """Keras BatchNormalization whose moving variance tracks the unbiased batch variance."""
+
+    def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
+        if not (training and self.trainable):
+            return super().call(inputs, training=False, mask=mask)
+        x = ops.cast(inputs, "float32")  # BatchNorm statistics in float32 under every policy
+        mean, variance = self._moments(x, mask)
+        count = ops.cast(ops.size(x), "float32") / ops.cast(ops.shape(x)[-1], "float32")
+        unbiased = variance * count / (count - 1.0)
+        self.moving_mean.assign(self.moving_mean * self.momentum + mean * (1.0 - self.momentum))
+        self.moving_variance.assign(self.moving_variance * self.momentum + unbiased * (1.0 - self.momentum))
+        out = ops.batch_normalization(x, mean=mean, variance=variance, axis=self.axis, offset=self.beta,
+                                      scale=self.gamma, epsilon=self.epsilon)
+        return ops.cast(out, self.compute_dtype)
+
+
+class _SuiteOptimizer(keras.optimizers.Optimizer):
+    """Shared part: the gradient with weight decay added, as ``torch.optim`` does."""
+
+    def __init__(self, spec: OptimizerSpec, learning_rate: Any, **kwargs: Any) -> None:
+        super().__init__(learning_rate=learning_rate, name=f"suite_{spec.name}", **kwargs)
+        self.spec = spec
+
+    def _decayed(self, gradient: Any, variable: Any) -> Any:
+        gradient = ops.cast(gradient, variable.dtype)
+        if self.spec.weight_decay:
+            gradient = gradient + self.spec.weight_decay * variable
+        return gradient
+
+
+class SuiteSGD(_SuiteOptimizer):
+    def build(self, variables: list[Any]) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self.momentums = self.add_optimizer_variables(variables, "momentum") if self.spec.momentum else []
+
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = self._decayed(gradient, variable)
+        if self.spec.momentum:
+            m = self.momentums[self._get_variable_index(variable)]
+            self.assign(m, m * self.spec.momentum + g)
+            g = m
+        self.assign_sub(variable, lr * g)
+
+
+class SuiteRMSprop(_SuiteOptimizer):
+    def build(self, variables: list[Any]) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self.square_averages = self.add_optimizer_variables(variables, "square_average")
+
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = self._decayed(gradient, variable)
+        sq = self.square_averages[self._get_variable_index(variable)]
+        self.assign(sq, sq * self.spec.rho + ops.square(g) * (1.0 - self.spec.rho))
+        self.assign_sub(variable, lr * g / (ops.sqrt(sq) + self.spec.epsilon))
+
+
+class SuiteAdam(_SuiteOptimizer):
+    def build(self, variables: list[Any]) -> None:
+        if self.built:
+            return
+        super().build(variables)
+        self.first_moments = self.add_optimizer_variables(variables, "m")
+        self.second_moments = self.add_optimizer_variables(variables, "v")
+
+    def update_step(self, gradient: Any, variable: Any, learning_rate: Any) -> None:
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = self._decayed(gradient, variable)
+        index = self._get_variable_index(variable)
+        m, v = self.first_moments[index], self.second_moments[index]
+        b1, b2 = self.spec.beta1, self.spec.beta2
+        t = ops.cast(self.iterations + 1, variable.dtype)
+        self.assign(m, m * b1 + g * (1.0 - b1))
+        self.assign(v, v * b2 + ops.square(g) * (1.0 - b2))
+        m_hat = m / (1.0 - ops.power(b1, t))
+        v_hat = v / (1.0 - ops.power(b2, t))
+        self.assign_sub(variable, lr * m_hat / (ops.sqrt(v_hat) + self.spec.epsilon))
+
+
+OPTIMIZERS = {"sgd": SuiteSGD, "rmsprop": SuiteRMSprop, "adam": SuiteAdam}
+
+
+def make_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:
+    """The suite's optimizer for ``spec``, with its learning-rate schedule."""
+    learning_rate: Any = spec.learning_rate
+    if spec.schedule == "cosine" and spec.decay_steps > 0:
+        learning_rate = keras.optimizers.schedules.CosineDecay(spec.learning_rate, decay_steps=spec.decay_steps,
+                                                               alpha=0.0)
+    return OPTIMIZERS[spec.name](spec, learning_rate)

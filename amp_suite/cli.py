@@ -8,19 +8,49 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from amp_suite import __version__
 from amp_suite.config import SuiteConfig, check_names, find_config, load_config, with_overrides
-from amp_suite.errors import PluginError, UsageError
+from amp_suite.errors import PluginError, StorageError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 
 EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ENVIRONMENT_FILE = "environment.json"
+# Signals that stop a sweep the way Ctrl-C does.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _exit_code_for(signum: int) -> int:
+    """The shell's code for a process ended by ``signum`` (130 for Ctrl-C)."""
+    return 128 + signum
+
+
+@contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`SweepInterrupted` in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise SweepInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,13 +121,22 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins}
-        return handler[args.command](args)
+        with _stop_signals_interrupt():
+            return handler[args.command](args)
     except UsageError as exc:
-        print(f"amp-suite: error: {exc}", file=sys.stderr)
+        print(f"amp-suite: error: {_one_line_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except PluginError as exc:
-        print(f"amp-suite: plugin error: {exc}", file=sys.stderr)
+        print(f"amp-suite: plugin error: {_one_line_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as exc:  # before the first cell (a download) or after the last
+        signum = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
+        print(f"amp-suite: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return _exit_code_for(signum)
+
+
+def _one_line_text(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _host(modules: list[str]):
@@ -150,11 +189,8 @@ def _progress(index: int, total: int, cell, result: CellResult | None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from amp_suite.datasets import DATASETS, check_request, fetch
-    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
-    from amp_suite.environment import host_environment
-    from amp_suite.results import ResultStore
-    from amp_suite.runner import iter_sweep
+    from amp_suite.datasets import DATASETS, check_request
+    from amp_suite.output_dir import OutputLock, prepare_output_dir
 
     config = load_config(find_config(args.config))
     settings = with_overrides(
@@ -177,7 +213,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_names("dataset", (settings.dataset,), DATASETS)
     for name in settings.workloads:
         check_request(settings.dataset, config.workloads[name], settings.train_split, settings.val_split)
-    try:  # every file verified (or downloaded) before the first cell starts
+    out_dir = prepare_output_dir(settings.out)
+    cells = plan_cells(config, settings, _worker_plugin_modules(host, args.plugin))
+    with OutputLock(out_dir):
+        _fetch_data(settings)
+        return _run_locked(args, host, config, settings, cells, out_dir)
+
+
+def _fetch_data(settings) -> None:
+    """Verify (or download) every data file before the first cell starts."""
+    from amp_suite.datasets import fetch
+    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
+
+    try:
         fetch(settings.dataset, settings.train_split, settings.val_split,
               data_dir=settings.data_dir, allow_download=settings.download)
     except ChecksumMismatch as exc:
@@ -187,31 +235,74 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
         print(f"amp-suite: warning: {exc}; synthetic data will stand in (the report says so)", file=sys.stderr)
 
-    out_dir = Path(settings.out)
+
+def _worker_plugin_modules(host, requested: list[str]) -> tuple[str, ...]:
+    """The extra plugin modules the host really loaded (the worker loads exactly these)."""
+    from amp_suite.plugin_host import EXTRA_PLUGINS_ENV
+
+    loaded = {plugin.name for plugin in host.describe()}
+    from_env = [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
+    return tuple(dict.fromkeys(m for m in [*requested, *from_env] if m in loaded))
+
+
+def _worker_env(host) -> dict[str, str]:
+    """Environment overrides that keep a worker from loading a plugin the host did not load."""
+    from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV
+
+    blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+    blocked |= {failure.name for failure in host.failures}
+    return {DISABLE_ENV: ",".join(sorted(blocked)), EXTRA_PLUGINS_ENV: ""}
+
+
+def _warn_skipped_lines(store) -> None:
+    contents = store.read()
+    if contents.skipped:
+        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
+              f"result: {contents.describe_skipped()}", file=sys.stderr)
+
+
+def _run_locked(args, host, config: SuiteConfig, settings, cells, out_dir: Path) -> int:
+    from amp_suite.environment import host_environment
+    from amp_suite.results import ResultStore
+    from amp_suite.runner import iter_sweep
+    from amp_suite.safe_files import write_file_atomically
+
     store = ResultStore(out_dir)
+    if args.resume:
+        _warn_skipped_lines(store)
     environment = host_environment()
     environment["config_file"] = str(config.path)
     environment["settings"] = asdict(settings)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2, default=str))
+    try:
+        write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
+    except OSError as exc:
+        raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
-    cells = plan_cells(config, settings, tuple(args.plugin))
     print(f"amp-suite: {len(cells)} cells -> {out_dir}/", file=sys.stderr)
     started = time.perf_counter()
-    interrupted = False
+    stopped_by: int | None = None
+    storage_failed = False
     results: list[CellResult] = []
     try:
-        for result in iter_sweep(cells, store, inline=args.inline, resume=args.resume,
+        for result in iter_sweep(cells, store, inline=args.inline, resume=args.resume, env=_worker_env(host),
                                  progress=None if args.quiet else _progress):
             results.append(result)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("amp-suite: interrupted; finished cells are kept in results.jsonl", file=sys.stderr)
-    written = host.write_report(results, out_dir, environment)
+    except KeyboardInterrupt as exc:
+        stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
+        print(f"amp-suite: interrupted by {signal.Signals(stopped_by).name}; finished cells are kept in "
+              "results.jsonl (--resume runs the rest)", file=sys.stderr)
+    except StorageError as exc:
+        storage_failed = True
+        print(f"amp-suite: error: {_one_line_text(exc)}; the sweep stops, {len(results)} finished cells are "
+              "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
+    outcome = host.write_report(results, out_dir, environment)
     print(f"amp-suite: {len(results)} cells in {time.perf_counter() - started:.0f} s; wrote "
-          + ", ".join(str(p) for p in written), file=sys.stderr)
-    if interrupted:
-        return EXIT_INTERRUPTED
+          + (", ".join(str(p) for p in outcome.written) or "no report"), file=sys.stderr)
+    _print_reporter_failures(outcome)
+    if stopped_by is not None:
+        return _exit_code_for(stopped_by)
+    if storage_failed or outcome.failures:
+        return EXIT_USAGE
     return EXIT_OK if all(r.status in BENIGN_STATUSES for r in results) else EXIT_FAILED_CELLS
 
 
@@ -226,9 +317,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     env_path = directory / ENVIRONMENT_FILE
     environment = json.loads(env_path.read_text()) if env_path.exists() else host_environment()
     results = list(store.latest_by_key().values())
-    written = _host(args.plugin).write_report(results, directory, environment)
-    print("\n".join(str(p) for p in written))
-    return EXIT_OK
+    outcome = _host(args.plugin).write_report(results, directory, environment)
+    if outcome.written:
+        print("\n".join(str(p) for p in outcome.written))
+    _print_reporter_failures(outcome)
+    return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def _print_reporter_failures(outcome) -> None:
+    for failure in outcome.failures:
+        print(f"amp-suite: error: reporter {failure.plugin!r} failed: {_one_line_text(failure.error)}",
+              file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

@@ -19,7 +19,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from amp_suite import __version__
-from amp_suite.config import SuiteConfig, check_names, find_config, load_config, with_overrides
+from amp_suite.config import (
+    SuiteConfig,
+    check_framework_tables,
+    check_names,
+    find_config,
+    load_config,
+    with_overrides,
+)
 from amp_suite.errors import PluginError, StorageError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
@@ -203,16 +210,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=args.device, out=args.out,
     )
     settings.check()
+    if args.inline and args.timeout is not None:
+        raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
+                         "drop one of the two")
     host = _host(args.plugin)
     broken = {f.name: f.error for f in host.failures}
     for name in settings.frameworks:
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
     check_names("framework", settings.frameworks, host.frameworks())
+    check_framework_tables(config, host.frameworks())
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
     for name in settings.workloads:
-        check_request(settings.dataset, config.workloads[name], settings.train_split, settings.val_split)
+        workload = config.workloads[name]
+        check_request(settings.dataset, workload, settings.train_split, settings.val_split,
+                      batch_size=settings.batch_size or workload.batch_size)
+    if args.inline:
+        print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
     out_dir = prepare_output_dir(settings.out)
     cells = plan_cells(config, settings, _worker_plugin_modules(host, args.plugin))
     with OutputLock(out_dir):
@@ -307,21 +322,45 @@ def _run_locked(args, host, config: SuiteConfig, settings, cells, out_dir: Path)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from amp_suite.environment import host_environment
     from amp_suite.results import RESULTS_FILE, ResultStore
 
     directory = Path(args.directory)
     store = ResultStore(directory)
-    if not store.path.exists():
-        raise UsageError(f"no {RESULTS_FILE} in {str(directory)!r}")
-    env_path = directory / ENVIRONMENT_FILE
-    environment = json.loads(env_path.read_text()) if env_path.exists() else host_environment()
-    results = list(store.latest_by_key().values())
-    outcome = _host(args.plugin).write_report(results, directory, environment)
+    if not store.path.is_file():
+        what = "is not a file" if store.path.exists() else "does not exist"
+        raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
+    try:
+        contents = store.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
+    if contents.skipped:
+        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
+              f"result: {contents.describe_skipped()}", file=sys.stderr)
+    environment = _stored_environment(directory)
+    latest = {result.key: result for result in contents.results}
+    outcome = _host(args.plugin).write_report(list(latest.values()), directory, environment)
     if outcome.written:
         print("\n".join(str(p) for p in outcome.written))
     _print_reporter_failures(outcome)
     return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def _stored_environment(directory: Path) -> dict:
+    """The sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
+    from amp_suite.environment import host_environment
+
+    path = directory / ENVIRONMENT_FILE
+    problem = "is missing"
+    if path.exists():
+        try:
+            environment = json.loads(path.read_bytes().decode("utf-8"))
+            if isinstance(environment, dict):
+                return environment
+            problem = "is not a JSON object"
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            problem = "is unreadable or truncated"
+    print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
+    return host_environment()
 
 
 def _print_reporter_failures(outcome) -> None:

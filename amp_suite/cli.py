@@ -219,7 +219,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
     check_names("framework", settings.frameworks, host.frameworks())
-    check_framework_tables(config, host.frameworks())
+    check_framework_tables(config, host.frameworks(), absent=_absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
     for name in settings.workloads:
@@ -260,13 +260,19 @@ def _worker_plugin_modules(host, requested: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m for m in [*requested, *from_env] if m in loaded))
 
 
+def _absent_plugins(host) -> set[str]:
+    """Plugins disabled by the user or failed to load in the host."""
+    from amp_suite.plugin_host import DISABLE_ENV
+
+    blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+    return blocked | {failure.name for failure in host.failures}
+
+
 def _worker_env(host) -> dict[str, str]:
     """Environment overrides that keep a worker from loading a plugin the host did not load."""
     from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV
 
-    blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
-    blocked |= {failure.name for failure in host.failures}
-    return {DISABLE_ENV: ",".join(sorted(blocked)), EXTRA_PLUGINS_ENV: ""}
+    return {DISABLE_ENV: ",".join(sorted(_absent_plugins(host))), EXTRA_PLUGINS_ENV: ""}
 
 
 def _warn_skipped_lines(store) -> None:

@@ -126,9 +126,13 @@ def check_names(kind: str, given: tuple[str, ...] | list[str], allowed: Any) -> 
         raise UsageError(f"no {kind} given; allowed: {', '.join(allowed)}")
 
 
-def check_framework_tables(config: SuiteConfig, frameworks: Any) -> None:
-    """Every ``[frameworks.NAME]`` table names a framework a plugin provides."""
-    known = list(frameworks)
+def check_framework_tables(config: SuiteConfig, frameworks: Any, absent: Any = ()) -> None:
+    """Every ``[frameworks.NAME]`` table names a framework a plugin provides.
+
+    Built-in frameworks and the names in ``absent`` (plugins disabled or
+    failed to load) are accepted too, so one config serves every machine.
+    """
+    known = list(dict.fromkeys([*frameworks, *FRAMEWORK_OPTIONS, *absent]))
     for name in config.framework_options:
         if name not in known:
             raise UsageError(f"{config.path}: [frameworks.{name}] names no known framework"

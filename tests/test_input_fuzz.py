@@ -187,3 +187,13 @@ def test_report_and_resume_read_past_foreign_lines(tmp_path, capsys, lines, need
     err = capsys.readouterr().err
     assert needle in err and "is unreadable or truncated" in err and "Traceback" not in err
     assert (out / "report.md").exists()
+
+
+def test_a_table_for_a_disabled_framework_is_accepted(tmp_path, monkeypatch):
+    from amp_suite.config import check_framework_tables, load_config
+
+    config = load_config(_config(tmp_path, extra="[frameworks.torch]\nchannels_last = false\n"
+                                                 "[frameworks.myfw]\n"))
+    check_framework_tables(config, ["fake"], absent={"myfw"})  # torch is built in, myfw disabled
+    with pytest.raises(Exception, match="names no known framework"):
+        check_framework_tables(config, ["fake"])

@@ -126,3 +126,13 @@ def test_reporter_writes_through_temporary_files(tmp_path, monkeypatch):
     written = reporters.write_report([_result()], tmp_path, {})
     assert [p.name for p in written] == ["report.md", "results.csv", "results.json"]
     assert json.loads((tmp_path / "results.json").read_text())["results"][0]["precision"] == "fp32"
+
+
+def test_a_log_of_one_huge_line_gives_a_short_tail(tmp_path):
+    from amp_suite.runner import _log_tail
+
+    log = tmp_path / "worker.log"
+    log.write_bytes(b"y" * (20 * 2**20) + b"\nthe last words\n")
+    tail = _log_tail(log)
+    assert len(tail) <= TEXT_FIGURE_CHARS + 10
+    assert tail.endswith("the last words")

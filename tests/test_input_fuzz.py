@@ -197,3 +197,36 @@ def test_a_table_for_a_disabled_framework_is_accepted(tmp_path, monkeypatch):
     check_framework_tables(config, ["fake"], absent={"myfw"})  # torch is built in, myfw disabled
     with pytest.raises(Exception, match="names no known framework"):
         check_framework_tables(config, ["fake"])
+
+
+def test_ctrl_c_during_a_download_is_one_line(tmp_path, capsys, monkeypatch):
+    from amp_suite import datasets
+
+    def interrupted_download(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datasets, "fetch", interrupted_download)
+    code = main(["run", "--config", str(_config(tmp_path)), "-p", "fakefw"])
+    err = capsys.readouterr().err
+    assert code == 130 and err.strip() == "amp-suite: interrupted by SIGINT"
+
+
+def test_names_with_table_characters_cannot_break_the_report():
+    from amp_suite.records import CellResult
+    from amp_suite.report import render_markdown
+
+    foreign = CellResult(key="k", framework="fa|ke", workload="two\nlines", precision="fp32", repeat=0,
+                         status="failed", error="bad | worse\nworst", metrics={"param_count": "many"})
+    text = render_markdown([foreign], {})
+    tables: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.startswith("|"):
+            tables[-1].append(line)
+        elif tables[-1]:
+            tables.append([])
+    tables = [t for t in tables if t]
+    assert len(tables) == 5  # four comparisons and every run
+    for table in tables:  # every row of a table has as many cell borders as its header
+        assert len({row.count("|") - row.count("\\|") for row in table}) == 1, table
+        assert "| two lines" in table[-1] and "fa\\|ke" in table[-1]
+    assert "- two lines / fa|ke / fp32 / repeat 0: **failed** — bad | worse worst" in text

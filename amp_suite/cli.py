@@ -275,8 +275,9 @@ def _worker_env(host) -> dict[str, str]:
     return {DISABLE_ENV: ",".join(sorted(_absent_plugins(host))), EXTRA_PLUGINS_ENV: ""}
 
 
-def _warn_skipped_lines(store) -> None:
-    contents = store.read()
+def _warn_skipped_lines(store, contents=None) -> None:
+    """One warning naming the lines of ``results.jsonl`` that hold no result."""
+    contents = store.read() if contents is None else contents
     if contents.skipped:
         print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
               f"result: {contents.describe_skipped()}", file=sys.stderr)
@@ -339,9 +340,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         contents = store.read()
     except OSError as exc:
         raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
-    if contents.skipped:
-        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
-              f"result: {contents.describe_skipped()}", file=sys.stderr)
+    _warn_skipped_lines(store, contents)
     environment = _stored_environment(directory)
     latest = {result.key: result for result in contents.results}
     outcome = _host(args.plugin).write_report(list(latest.values()), directory, environment)

@@ -8,19 +8,56 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 from amp_suite import __version__
-from amp_suite.config import SuiteConfig, check_names, find_config, load_config, with_overrides
-from amp_suite.errors import PluginError, UsageError
+from amp_suite.config import (
+    SuiteConfig,
+    check_framework_tables,
+    check_names,
+    find_config,
+    load_config,
+    with_overrides,
+)
+from amp_suite.errors import PluginError, StorageError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 
 EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 ENVIRONMENT_FILE = "environment.json"
+# Signals that stop a sweep the way Ctrl-C does.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _exit_code_for(signum: int) -> int:
+    """The shell's code for a process ended by ``signum`` (130 for Ctrl-C)."""
+    return 128 + signum
+
+
+@contextmanager
+def _stop_signals_interrupt() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise :class:`SweepInterrupted` in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise SweepInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,13 +128,22 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins}
-        return handler[args.command](args)
+        with _stop_signals_interrupt():
+            return handler[args.command](args)
     except UsageError as exc:
-        print(f"amp-suite: error: {exc}", file=sys.stderr)
+        print(f"amp-suite: error: {_one_line_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
     except PluginError as exc:
-        print(f"amp-suite: plugin error: {exc}", file=sys.stderr)
+        print(f"amp-suite: plugin error: {_one_line_text(exc)}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt as exc:  # before the first cell (a download) or after the last
+        signum = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
+        print(f"amp-suite: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
+        return _exit_code_for(signum)
+
+
+def _one_line_text(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
 
 
 def _host(modules: list[str]):
@@ -150,11 +196,8 @@ def _progress(index: int, total: int, cell, result: CellResult | None) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from amp_suite.datasets import DATASETS, check_request, fetch
-    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
-    from amp_suite.environment import host_environment
-    from amp_suite.results import ResultStore
-    from amp_suite.runner import iter_sweep
+    from amp_suite.datasets import DATASETS, check_request
+    from amp_suite.output_dir import OutputLock, prepare_output_dir
 
     config = load_config(find_config(args.config))
     settings = with_overrides(
@@ -167,17 +210,37 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=args.device, out=args.out,
     )
     settings.check()
+    if args.inline and args.timeout is not None:
+        raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
+                         "drop one of the two")
     host = _host(args.plugin)
     broken = {f.name: f.error for f in host.failures}
     for name in settings.frameworks:
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
     check_names("framework", settings.frameworks, host.frameworks())
+    check_framework_tables(config, host.frameworks(), absent=_absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
     for name in settings.workloads:
-        check_request(settings.dataset, config.workloads[name], settings.train_split, settings.val_split)
-    try:  # every file verified (or downloaded) before the first cell starts
+        workload = config.workloads[name]
+        check_request(settings.dataset, workload, settings.train_split, settings.val_split,
+                      batch_size=settings.batch_size or workload.batch_size)
+    if args.inline:
+        print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
+    out_dir = prepare_output_dir(settings.out)
+    cells = plan_cells(config, settings, _worker_plugin_modules(host, args.plugin))
+    with OutputLock(out_dir):
+        _fetch_data(settings)
+        return _run_locked(args, host, config, settings, cells, out_dir)
+
+
+def _fetch_data(settings) -> None:
+    """Verify (or download) every data file before the first cell starts."""
+    from amp_suite.datasets import fetch
+    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
+
+    try:
         fetch(settings.dataset, settings.train_split, settings.val_split,
               data_dir=settings.data_dir, allow_download=settings.download)
     except ChecksumMismatch as exc:
@@ -187,48 +250,128 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
         print(f"amp-suite: warning: {exc}; synthetic data will stand in (the report says so)", file=sys.stderr)
 
-    out_dir = Path(settings.out)
+
+def _worker_plugin_modules(host, requested: list[str]) -> tuple[str, ...]:
+    """The extra plugin modules the host really loaded (the worker loads exactly these)."""
+    from amp_suite.plugin_host import EXTRA_PLUGINS_ENV
+
+    loaded = {plugin.name for plugin in host.describe()}
+    from_env = [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
+    return tuple(dict.fromkeys(m for m in [*requested, *from_env] if m in loaded))
+
+
+def _absent_plugins(host) -> set[str]:
+    """Plugins disabled by the user or failed to load in the host."""
+    from amp_suite.plugin_host import DISABLE_ENV
+
+    blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+    return blocked | {failure.name for failure in host.failures}
+
+
+def _worker_env(host) -> dict[str, str]:
+    """Environment overrides that keep a worker from loading a plugin the host did not load."""
+    from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV
+
+    return {DISABLE_ENV: ",".join(sorted(_absent_plugins(host))), EXTRA_PLUGINS_ENV: ""}
+
+
+def _warn_skipped_lines(store, contents=None) -> None:
+    """One warning naming the lines of ``results.jsonl`` that hold no result."""
+    contents = store.read() if contents is None else contents
+    if contents.skipped:
+        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
+              f"result: {contents.describe_skipped()}", file=sys.stderr)
+
+
+def _run_locked(args, host, config: SuiteConfig, settings, cells, out_dir: Path) -> int:
+    from amp_suite.environment import host_environment
+    from amp_suite.results import ResultStore
+    from amp_suite.runner import iter_sweep
+    from amp_suite.safe_files import write_file_atomically
+
     store = ResultStore(out_dir)
+    if args.resume:
+        _warn_skipped_lines(store)
     environment = host_environment()
     environment["config_file"] = str(config.path)
     environment["settings"] = asdict(settings)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2, default=str))
+    try:
+        write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
+    except OSError as exc:
+        raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
-    cells = plan_cells(config, settings, tuple(args.plugin))
     print(f"amp-suite: {len(cells)} cells -> {out_dir}/", file=sys.stderr)
     started = time.perf_counter()
-    interrupted = False
+    stopped_by: int | None = None
+    storage_failed = False
     results: list[CellResult] = []
     try:
-        for result in iter_sweep(cells, store, inline=args.inline, resume=args.resume,
+        for result in iter_sweep(cells, store, inline=args.inline, resume=args.resume, env=_worker_env(host),
                                  progress=None if args.quiet else _progress):
             results.append(result)
-    except KeyboardInterrupt:
-        interrupted = True
-        print("amp-suite: interrupted; finished cells are kept in results.jsonl", file=sys.stderr)
-    written = host.write_report(results, out_dir, environment)
+    except KeyboardInterrupt as exc:
+        stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
+        print(f"amp-suite: interrupted by {signal.Signals(stopped_by).name}; finished cells are kept in "
+              "results.jsonl (--resume runs the rest)", file=sys.stderr)
+    except StorageError as exc:
+        storage_failed = True
+        print(f"amp-suite: error: {_one_line_text(exc)}; the sweep stops, {len(results)} finished cells are "
+              "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
+    outcome = host.write_report(results, out_dir, environment)
     print(f"amp-suite: {len(results)} cells in {time.perf_counter() - started:.0f} s; wrote "
-          + ", ".join(str(p) for p in written), file=sys.stderr)
-    if interrupted:
-        return EXIT_INTERRUPTED
+          + (", ".join(str(p) for p in outcome.written) or "no report"), file=sys.stderr)
+    _print_reporter_failures(outcome)
+    if stopped_by is not None:
+        return _exit_code_for(stopped_by)
+    if storage_failed or outcome.failures:
+        return EXIT_USAGE
     return EXIT_OK if all(r.status in BENIGN_STATUSES for r in results) else EXIT_FAILED_CELLS
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from amp_suite.environment import host_environment
     from amp_suite.results import RESULTS_FILE, ResultStore
 
     directory = Path(args.directory)
     store = ResultStore(directory)
-    if not store.path.exists():
-        raise UsageError(f"no {RESULTS_FILE} in {str(directory)!r}")
-    env_path = directory / ENVIRONMENT_FILE
-    environment = json.loads(env_path.read_text()) if env_path.exists() else host_environment()
-    results = list(store.latest_by_key().values())
-    written = _host(args.plugin).write_report(results, directory, environment)
-    print("\n".join(str(p) for p in written))
-    return EXIT_OK
+    if not store.path.is_file():
+        what = "is not a file" if store.path.exists() else "does not exist"
+        raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
+    try:
+        contents = store.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
+    _warn_skipped_lines(store, contents)
+    environment = _stored_environment(directory)
+    latest = {result.key: result for result in contents.results}
+    outcome = _host(args.plugin).write_report(list(latest.values()), directory, environment)
+    if outcome.written:
+        print("\n".join(str(p) for p in outcome.written))
+    _print_reporter_failures(outcome)
+    return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def _stored_environment(directory: Path) -> dict:
+    """The sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
+    from amp_suite.environment import host_environment
+
+    path = directory / ENVIRONMENT_FILE
+    problem = "is missing"
+    if path.exists():
+        try:
+            environment = json.loads(path.read_bytes().decode("utf-8"))
+            if isinstance(environment, dict):
+                return environment
+            problem = "is not a JSON object"
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            problem = "is unreadable or truncated"
+    print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
+    return host_environment()
+
+
+def _print_reporter_failures(outcome) -> None:
+    for failure in outcome.failures:
+        print(f"amp-suite: error: reporter {failure.plugin!r} failed: {_one_line_text(failure.error)}",
+              file=sys.stderr)
 
 
 def cmd_list(args: argparse.Namespace) -> int:

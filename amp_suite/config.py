@@ -1,8 +1,14 @@
-"""Reads and checks ``benchmarks.toml``: sweep defaults, workloads, framework options."""
+"""Reads and checks ``benchmarks.toml``: sweep defaults, workloads, framework options.
+
+Every value is checked before the first cell runs, against one typed schema
+(:data:`SETTINGS_FIELDS` for ``[defaults]`` and the ``run`` flags,
+:func:`framework_option_fields` for ``[frameworks.NAME]``); unknown keys are
+refused with the closest valid name.  Each problem is one line, exit 2.
+"""
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -10,9 +16,16 @@ from typing import Any
 from amp_suite.errors import UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import Workload
+from amp_suite.schema import Field, check_name, check_table, check_value, closest, shown
 from amp_suite.workloads import workload_from_config
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
 CONFIG_NAME = "benchmarks.toml"
+TABLES = ("defaults", "workloads", "frameworks")
 
 
 @dataclass(frozen=True)
@@ -40,23 +53,56 @@ class SweepSettings:
 
     def check(self) -> None:
         """Reject values that cannot make a meaningful sweep (exit 2)."""
-        for name in ("steps", "epochs", "repeats"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.warmup < 0:
-            raise UsageError(f"warmup must be >= 0, got {self.warmup}")
+        for setting in fields(self):
+            check_value(setting.name, getattr(self, setting.name), SETTINGS_FIELDS[setting.name])
         if self.warmup >= self.steps:
             raise UsageError(
                 f"warmup ({self.warmup}) must be smaller than steps per epoch ({self.steps}): "
                 "no step would be timed"
             )
-        if self.batch_size is not None and self.batch_size < 1:
-            raise UsageError(f"batch-size must be >= 1, got {self.batch_size}")
-        if self.timeout <= 0:
-            raise UsageError(f"timeout must be > 0 seconds, got {self.timeout}")
         if self.device not in ("auto", "cpu", "gpu"):
-            raise UsageError(f"unknown device {self.device!r}; allowed: auto, cpu, gpu")
+            raise UsageError(f"unknown device {shown(self.device)}; allowed: auto, cpu, gpu")
         check_names("precision", self.precisions, PRECISIONS)
+
+
+# The type and range of every sweep setting, in [defaults] and on the command line.
+SETTINGS_FIELDS: dict[str, Field] = {
+    "frameworks": Field(tuple, names=True),
+    "workloads": Field(tuple, names=True),
+    "precisions": Field(tuple, names=True),
+    "dataset": Field(str, names=True),
+    "train_split": Field(str),
+    "val_split": Field(str),
+    "data_dir": Field(str, optional=True),
+    "download": Field(bool),
+    "synthetic_fallback": Field(bool),
+    "steps": Field(int, minimum=1, maximum=1_000_000),
+    "epochs": Field(int, minimum=1, maximum=10_000),
+    "warmup": Field(int, minimum=0, maximum=1_000_000),
+    "batch_size": Field(int, minimum=1, maximum=65_536, optional=True),
+    "repeats": Field(int, minimum=1, maximum=1_000),
+    "timeout": Field(float, above=0, maximum=7 * 24 * 3600),
+    "seed": Field(int, minimum=0, maximum=2**32 - 1),
+    "device": Field(str),
+    "out": Field(str),
+}
+
+# Options every framework plugin reads (amp_suite.plugin_kit: loss scaling of amp_fp16).
+COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
+    "initial_loss_scale": Field(float, above=0, maximum=2.0**64),
+    "loss_scale_growth_interval": Field(int, minimum=1, maximum=1_000_000_000),
+}
+# Options of the built-in framework plugins, beyond the common ones.
+FRAMEWORK_OPTIONS: dict[str, dict[str, Field]] = {
+    "torch": {"channels_last": Field(bool), "cudnn_benchmark": Field(bool)},
+    "keras": {"jit_compile": Field(bool)},
+    "jax": {},
+}
+
+
+def framework_option_fields(framework: str) -> dict[str, Field]:
+    """The options ``[frameworks.FRAMEWORK]`` may set."""
+    return {**FRAMEWORK_OPTIONS.get(framework, {}), **COMMON_FRAMEWORK_OPTIONS}
 
 
 @dataclass(frozen=True)
@@ -74,15 +120,33 @@ def check_names(kind: str, given: tuple[str, ...] | list[str], allowed: Any) -> 
     allowed = list(allowed)
     for name in given:
         if name not in allowed:
-            raise UsageError(f"unknown {kind} {name!r}; allowed: {', '.join(allowed)}")
+            raise UsageError(f"unknown {kind} {shown(name)}; allowed: {', '.join(allowed)}"
+                             + (closest(name, allowed) if isinstance(name, str) else ""))
     if not given:
         raise UsageError(f"no {kind} given; allowed: {', '.join(allowed)}")
+
+
+def check_framework_tables(config: SuiteConfig, frameworks: Any, absent: Any = ()) -> None:
+    """Every ``[frameworks.NAME]`` table names a framework a plugin provides.
+
+    Built-in frameworks and the names in ``absent`` (plugins disabled or
+    failed to load) are accepted too, so one config serves every machine.
+    """
+    known = list(dict.fromkeys([*frameworks, *FRAMEWORK_OPTIONS, *absent]))
+    for name in config.framework_options:
+        if name not in known:
+            raise UsageError(f"{config.path}: [frameworks.{name}] names no known framework"
+                             f"{closest(name, known)}; known: {', '.join(known)}")
 
 
 def find_config(explicit: str | Path | None) -> Path:
     """``--config``, else ``./benchmarks.toml``, else the one beside the source tree."""
     if explicit is not None:
+        if not str(explicit).strip() or "\0" in str(explicit):
+            raise UsageError(f"config file name {shown(str(explicit))} is empty or holds a NUL character")
         path = Path(explicit)
+        if path.exists() and not path.is_file():
+            raise UsageError(f"config file {str(path)!r} is not a regular file")
         if not path.is_file():
             raise UsageError(f"config file {str(path)!r} does not exist")
         return path
@@ -92,65 +156,67 @@ def find_config(explicit: str | Path | None) -> Path:
     raise UsageError(f"no {CONFIG_NAME} in the current directory; pass --config PATH")
 
 
-_SETTING_TYPES = {f.name: f.type for f in fields(SweepSettings)}
-
-
-def _settings_from_table(table: dict[str, Any], path: Path) -> SweepSettings:
-    values: dict[str, Any] = {}
+def _settings_from_table(table: Any, path: Path) -> SweepSettings:
+    where = f"{path}: [defaults]"
+    if not isinstance(table, dict):
+        raise UsageError(f"{where} must be a table, got {shown(table)}")
+    spelled: dict[str, Any] = {}
     for key, value in table.items():
         name = key.replace("-", "_")
-        if name not in _SETTING_TYPES:
-            raise UsageError(
-                f"{path}: unknown key {key!r} in [defaults]; allowed: {', '.join(_SETTING_TYPES)}"
-            )
-        if name in ("frameworks", "workloads", "precisions"):
-            if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-                raise UsageError(f"{path}: [defaults] {key} must be a list of strings")
-            value = tuple(value)
-        elif name in ("steps", "epochs", "warmup", "repeats", "seed", "batch_size"):
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise UsageError(f"{path}: [defaults] {key} must be an integer, got {value!r}")
-        elif name in ("download", "synthetic_fallback"):
-            if not isinstance(value, bool):
-                raise UsageError(f"{path}: [defaults] {key} must be true or false, got {value!r}")
-        elif name == "timeout":
-            if not isinstance(value, (int, float)) or isinstance(value, bool):
-                raise UsageError(f"{path}: [defaults] {key} must be a number, got {value!r}")
-            value = float(value)
-        elif not isinstance(value, str):
-            raise UsageError(f"{path}: [defaults] {key} must be a string, got {value!r}")
-        values[name] = value
-    return SweepSettings(**values)
+        if name in spelled:
+            raise UsageError(f"{where}: {name} is given twice")
+        spelled[name] = value
+    return SweepSettings(**check_table(spelled, SETTINGS_FIELDS, where))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not a UTF-8 text file (byte {exc.start}); is it really a TOML file?") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = " ".join(str(exc).split())
+        if "(at end of document)" in message:  # tomllib gives no line number here
+            message = message.replace("(at end of document)", f"(at end of document, line {len(text.splitlines())})")
+        raise UsageError(f"{path}: malformed TOML: {message}") from None
+
+
+def _workload(name: Any, table: Any, path: Path) -> Workload:
+    check_name("workload", name)
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: workloads.{name} must be a table ([workloads.{name}]), got {shown(table)}")
+    return workload_from_config(name, table)
 
 
 def load_config(path: Path) -> SuiteConfig:
     """Parse and check a config file; every problem is a one-line :class:`UsageError`."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
-        if "(at end of document)" in message:  # tomllib gives no line number here
-            message = message.replace("(at end of document)", f"(at end of document, line {len(text.splitlines())})")
-        raise UsageError(f"{path}: malformed TOML: {message}") from None
-    unknown = set(data) - {"defaults", "workloads", "frameworks"}
+    data = _read_toml(path)
+    unknown = [name for name in data if name not in TABLES]
     if unknown:
         raise UsageError(
-            f"{path}: unknown table {sorted(unknown)[0]!r}; allowed: defaults, workloads, frameworks"
+            f"{path}: unknown table {shown(unknown[0])}{closest(unknown[0], TABLES)}; allowed: {', '.join(TABLES)}"
         )
     settings = _settings_from_table(data.get("defaults", {}), path)
     workload_tables = data.get("workloads", {})
+    if not isinstance(workload_tables, dict):
+        raise UsageError(f"{path}: workloads must be tables [workloads.NAME], got {shown(workload_tables)}")
     if not workload_tables:
         raise UsageError(f"{path}: no [workloads.NAME] table declares a workload")
-    workloads = {name: workload_from_config(name, table) for name, table in workload_tables.items()}
-    options = data.get("frameworks", {})
-    for name, table in options.items():
-        if not isinstance(table, dict):
-            raise UsageError(f"{path}: [frameworks.{name}] must be a table")
-    return SuiteConfig(path, settings, workloads, dict(options))
+    workloads = {name: _workload(name, table, path) for name, table in workload_tables.items()}
+    option_tables = data.get("frameworks", {})
+    if not isinstance(option_tables, dict):
+        raise UsageError(f"{path}: frameworks must be tables [frameworks.NAME], got {shown(option_tables)}")
+    options = {}
+    for name, table in option_tables.items():
+        check_name("framework", name)
+        options[name] = check_table(table, framework_option_fields(name), f"{path}: [frameworks.{name}]")
+    return SuiteConfig(path, settings, workloads, options)
 
 
 def with_overrides(settings: SweepSettings, **overrides: Any) -> SweepSettings:

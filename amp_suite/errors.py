@@ -23,8 +23,26 @@ class PluginError(Exception):
     """A plugin broke its hook contract (duplicate keys, missing answers)."""
 
 
+# Longest message :func:`one_line` keeps.
+ONE_LINE_CHARS = 1000
+
+
 def one_line(exc: BaseException) -> str:
-    """``Type: first line of the message`` for a one-line report of ``exc``."""
+    """``Type: first line of the message`` (at most :data:`ONE_LINE_CHARS`) for a one-line report of ``exc``."""
     text = str(exc).strip().splitlines()
     first = text[0] if text else ""
+    if len(first) > ONE_LINE_CHARS:
+        first = first[:ONE_LINE_CHARS] + f" [... {len(first) - ONE_LINE_CHARS} characters cut]"
     return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+class StorageError(Exception):
+    """The output directory stopped taking writes (full disk, read-only): the sweep stops."""
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """SIGINT, SIGTERM or SIGHUP: the sweep stops, keeps its finished cells, and reports them."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum

@@ -2,11 +2,15 @@
 
 The rest of amp-suite never spells ``pm.hook.x(...)``.  Entry points are loaded
 one by one, so a broken third-party plugin is reported (``amp-suite plugins``)
-instead of taking the host down.
+instead of taking the host down: a plugin that fails to import, fails
+validation or implements a hook that does not exist (a misspelt name) is
+unregistered and listed in :attr:`PluginHost.failures`.  A reporter that
+raises is reported the same way, and the other reporters still write.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import os
@@ -48,6 +52,22 @@ class PluginLoadFailure:
 
 
 @dataclass(frozen=True)
+class ReporterFailure:
+    """A ``write_report`` implementation that raised, and why."""
+
+    plugin: str
+    error: str
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    """What :meth:`PluginHost.write_report` wrote, and which reporters failed."""
+
+    written: list[Path]
+    failures: list[ReporterFailure]
+
+
+@dataclass(frozen=True)
 class PluginDescription:
     """A loaded plugin as ``amp-suite plugins`` shows it."""
 
@@ -80,7 +100,8 @@ class PluginHost:
         blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
         if autoload is None:
             autoload = os.environ.get(NO_AUTOLOAD_ENV, "") not in ("1", "true", "yes")
-        self._register(host_measure, "host_measure", "amp-suite (built-in)", __version__)
+        if "host_measure" not in blocked:
+            self._register(host_measure, "host_measure", "amp-suite (built-in)", __version__)
         if autoload:
             self._load_entry_points(blocked)
         env_modules = [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
@@ -88,7 +109,7 @@ class PluginHost:
             if module_name in blocked or self.pm.has_plugin(module_name):
                 continue
             self._load_module(module_name, module_name, source=f"module {module_name}", version="")
-        self.pm.check_pending()
+        self._drop_plugins_with_unknown_hooks()
         if framework is not None:
             self._keep_only_framework(framework)
 
@@ -130,6 +151,28 @@ class PluginHost:
             if info is None or info.name != framework:
                 self.pm.unregister(name=impl.plugin_name)
                 self._sources.pop(impl.plugin_name, None)
+
+    def _drop_plugins_with_unknown_hooks(self) -> None:
+        """Unregister (and list as failed) every plugin implementing a hook no spec declares."""
+        known = [name for name in vars(self.pm.hook) if not name.startswith("_")
+                 and getattr(self.pm.hook, name).has_spec()]
+        unknown: dict[str, list[str]] = {}
+        for name in list(vars(self.pm.hook)):
+            caller = getattr(self.pm.hook, name)
+            if name.startswith("_") or caller.has_spec():
+                continue
+            for impl in caller.get_hookimpls():
+                if not impl.optionalhook:
+                    unknown.setdefault(impl.plugin_name, []).append(name)
+        for plugin_name, hook_names in unknown.items():
+            problems = []
+            for hook_name in sorted(hook_names):
+                close = difflib.get_close_matches(hook_name, known, n=1)
+                problems.append(f"{hook_name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+            source, _ = self._sources.pop(plugin_name, ("registered in process", ""))
+            self.pm.unregister(name=plugin_name)
+            self.failures.append(PluginLoadFailure(plugin_name, source,
+                                                   "implements unknown hook " + ", ".join(problems)))
 
     def register(self, plugin: object, name: str | None = None) -> None:
         """Register an in-process plugin object (tests, inline runs)."""
@@ -191,18 +234,33 @@ class PluginHost:
     def get_variables(self, run: RunSpec, model: Any) -> dict[str, np.ndarray]:
         return self._first("get_variables", run=run, model=model)
 
-    def measure(self, run: RunSpec, model: Any, device: DeviceInfo) -> dict[str, Any]:
-        """Merge every plugin's figures; a key given twice is a plugin error."""
+    def measure(self, run: RunSpec, model: Any, device: DeviceInfo,
+                reserved: tuple[str, ...] | set[str] = ()) -> dict[str, Any]:
+        """Merge every plugin's figures.
+
+        A key given twice, or a key in ``reserved`` (figures the host computes
+        itself), is a :class:`PluginError` naming the plugin; so is a plugin
+        whose ``measure`` raises (the original exception is its cause).
+        """
         merged: dict[str, Any] = {}
         owners: dict[str, str] = {}
         callers = self.pm.hook.measure.get_hookimpls()
         for impl in reversed(callers):  # call order, for stable error messages
-            answer = impl.function(**{a: v for a, v in
-                                      {"run": run, "model": model, "device": device}.items()
-                                      if a in impl.argnames})
+            if impl.hookwrapper or impl.wrapper:
+                continue
+            try:
+                answer = impl.function(**{a: v for a, v in
+                                          {"run": run, "model": model, "device": device}.items()
+                                          if a in impl.argnames})
+            except Exception as exc:
+                raise PluginError(f"plugin {impl.plugin_name!r}: measure failed: {one_line(exc)}") from exc
             if not answer:
                 continue
             for key, value in answer.items():
+                if key in reserved:
+                    raise PluginError(
+                        f"measure key {key!r} of plugin {impl.plugin_name!r} is a figure the host computes itself"
+                    )
                 if key in merged:
                     raise PluginError(
                         f"measure key {key!r} given by both {owners[key]!r} and {impl.plugin_name!r}"
@@ -215,11 +273,21 @@ class PluginHost:
 
     def write_report(
         self, results: list[CellResult], out_dir: Path, environment: dict[str, Any]
-    ) -> list[Path]:
+    ) -> ReportOutcome:
+        """Call every reporter; one that raises is listed and the others still write."""
         written: list[Path] = []
-        for paths in self.pm.hook.write_report(results=results, out_dir=out_dir, environment=environment):
+        failures: list[ReporterFailure] = []
+        for impl in reversed(self.pm.hook.write_report.get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                continue
+            arguments = {"results": results, "out_dir": out_dir, "environment": environment}
+            try:
+                paths = impl.function(**{a: v for a, v in arguments.items() if a in impl.argnames})
+            except Exception as exc:  # one broken reporter never costs the others
+                failures.append(ReporterFailure(impl.plugin_name, one_line(exc)))
+                continue
             written.extend(paths or [])
-        return written
+        return ReportOutcome(written, failures)
 
     def _first(self, hook_name: str, **kwargs: Any) -> Any:
         answer = getattr(self.pm.hook, hook_name)(**kwargs)

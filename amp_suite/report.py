@@ -39,6 +39,21 @@ def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
     return None, ""
 
 
+def flat_text(value: Any) -> str:
+    """``value`` as text on one line (line breaks and runs of spaces become one space)."""
+    return " ".join(str(value).split())
+
+
+def table_text(value: Any) -> str:
+    """``value`` as one markdown table cell: on one line, ``|`` escaped."""
+    return flat_text(value).replace("|", "\\|")
+
+
+def _total_seconds(values: Any) -> float | None:
+    numbers = [_num(v) for v in values] if isinstance(values, list) else []
+    return float(sum(n for n in numbers if n is not None)) if numbers else None
+
+
 def _num(value: Any) -> float | None:
     if value is None:
         return None
@@ -55,7 +70,6 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
     for r in results:
         m = r.metrics or {}
         memory, source = _peak_memory(m)
-        epoch_times = m.get("epoch_times_s") or []
         rows.append({
             "workload": r.workload,
             "framework": r.framework,
@@ -70,7 +84,7 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "first_step_time_s": _num(m.get("first_step_time_s")),
             "warmup_time_s": _num(m.get("warmup_time_s")),
             "timed_steps": m.get("timed_steps"),
-            "epoch_time_s": float(sum(epoch_times)) if epoch_times else None,
+            "epoch_time_s": _total_seconds(m.get("epoch_times_s")),
             "peak_memory_mib": memory,
             "memory_source": source,
             "first_step_loss": _num(m.get("first_step_loss")),
@@ -166,9 +180,10 @@ def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
     for _, row in summary.iterrows():
         cell = render(row) if row["status"] == "ok" else str(row["status"])
         table.setdefault((row["workload"], row["framework"]), {})[row["precision"]] = cell
-    records = [{"workload": w, "framework": f, **{p: cells.get(p, "not run") for p in precisions}}
+    records = [{"workload": table_text(w), "framework": table_text(f),
+                **{table_text(p): table_text(cells.get(p, "not run")) for p in precisions}}
                for (w, f), cells in table.items()]
-    return pd.DataFrame(records, columns=["workload", "framework", *precisions])
+    return pd.DataFrame(records, columns=["workload", "framework", *(table_text(p) for p in precisions)])
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -253,9 +268,12 @@ def _detail_table(cells: pd.DataFrame) -> str:
         for column, pattern in DETAIL_FORMATS.items():
             value = record[column]
             missing = value is None or (isinstance(value, float) and math.isnan(value))
-            if not missing and pattern.endswith("d}"):
+            if not missing and pattern.endswith("d}") and isinstance(value, float) and value.is_integer():
                 value = int(value)
-            row[column] = "" if missing else pattern.format(value)
+            try:
+                row[column] = "" if missing else table_text(pattern.format(value))
+            except (TypeError, ValueError):  # a stored figure of an unexpected type
+                row[column] = table_text(value)
         rows.append(row)
     return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
 
@@ -290,7 +308,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
     failed = cells[~cells["status"].isin(["ok"])]
     if not failed.empty:
         out += ["## Runs without figures", ""]
-        out += [f"- {r.workload} / {r.framework} / {r.precision} / repeat {r.repeat}: **{r.status}**"
-                f" — {r.error or 'no message'}" for r in failed.itertuples()]
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision} / repeat {r.repeat}: **{r.status}**"
+                          f" — {r.error or 'no message'}") for r in failed.itertuples()]
         out.append("")
     return "\n".join(out)

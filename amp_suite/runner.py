@@ -1,10 +1,14 @@
 """Runs a sweep: every cell in its own fresh worker process, with a timeout.
 
-Each worker is a new interpreter (``python -m amp_suite.worker``), never a
-fork, started in its own session so that a timeout or Ctrl-C can end it and
-everything it started.  Only JSON crosses the process boundary.  A worker that
-crashes, hangs or is killed becomes a result row with a status; the sweep goes
-on, and each finished cell is appended to ``results.jsonl`` at once.
+Each worker is a new interpreter, never a fork, started in its own session so
+that a timeout, Ctrl-C, SIGTERM or SIGHUP can end it and everything it
+started.  Only JSON crosses the process boundary: the request goes to the
+worker's stdin and the result comes back through a pipe, so no temporary file
+or directory exists to be left behind.  The worker dies with the host (see
+:mod:`amp_suite.worker`).  Its import path is the host's minus the current
+directory.  A worker that crashes, hangs or is killed becomes a result row
+with a status; the sweep goes on, and each finished cell is appended to
+``results.jsonl`` at once.
 """
 
 from __future__ import annotations
@@ -14,19 +18,31 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import amp_suite
 from amp_suite import worker
-from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run, cell_from_dict
-from amp_suite.results import ResultStore, plain_config
+from amp_suite.errors import StorageError, one_line
+from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
+from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
 
-# Lines of a failed worker's log kept in its result.
+# Lines of a failed worker's log kept in its result (at most TEXT_FIGURE_CHARS characters).
 LOG_TAIL_LINES = 25
+# Largest result a worker may send back; more is a failed cell.
+RESULT_BYTES = 64 * 2**20
+# Seconds to wait for the result pipe to close after the worker exited.
+RESULT_DRAIN_S = 10.0
+# The worker's entry: the import path is set before anything else is imported,
+# so a module in the current directory never shadows one the worker needs.
+WORKER_BOOTSTRAP = (
+    "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
+    "from amp_suite.worker import main; sys.exit(main(sys.argv[2:]))"
+)
 
 
 @dataclass(frozen=True)
@@ -60,49 +76,126 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _log_tail(path: Path) -> str:
+    """The last lines of a log, read from its last :data:`TEXT_FIGURE_CHARS` bytes only."""
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - TEXT_FIGURE_CHARS))
+            tail = fh.read().decode("utf-8", "replace")
     except OSError:
         return ""
+    lines = tail.splitlines()
+    if size > TEXT_FIGURE_CHARS and lines:
+        lines[0] = "[...] " + lines[0]
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
+def _import_root(module_name: str) -> str | None:
+    """The import-path entry a loaded module was found under."""
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    if not file:
+        return None
+    path = Path(file).resolve()
+    if path.name == "__init__.py":
+        path = path.parent
+    return str(path.parents[len(module_name.split(".")) - 1])
+
+
+def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
+    """The worker's ``sys.path``: the host's, without the current directory.
+
+    The entry ``python -m``/``-c`` puts first (the current directory) is
+    dropped; amp-suite's own location comes first; a plugin module the host
+    loaded from a dropped place is found there again, last, so nothing there
+    shadows an installed module.
+    """
+    entries = list(sys.path)
+    if entries and not getattr(sys.flags, "safe_path", False):
+        first = entries[0]
+        if first in ("", ".") or Path(first).resolve() == Path.cwd().resolve():
+            entries.pop(0)
+    home = str(Path(amp_suite.__file__).resolve().parent.parent)
+    if home not in {str(Path(e).resolve()) for e in entries if e}:
+        entries.insert(0, home)
+    for module_name in plugin_modules:
+        root = _import_root(module_name)
+        if root and root not in entries:
+            entries.append(root)
+    return entries
+
+
+def _read_all(fd: int, into: list[bytes]) -> None:
+    """Read ``fd`` to its end, keeping at most :data:`RESULT_BYTES` bytes."""
+    kept = 0
+    with os.fdopen(fd, "rb") as pipe:
+        while chunk := pipe.read(1 << 16):
+            if kept <= RESULT_BYTES:
+                into.append(chunk)
+                kept += len(chunk)
+
+
 def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = None) -> CellResult:
-    """Run ``cell`` in a fresh interpreter; every outcome becomes a result."""
+    """Run ``cell`` in a fresh interpreter; every outcome becomes a result.
+
+    Raises :class:`StorageError` when the cell's log cannot be created.
+    """
     run = cell.run
     started = time.perf_counter()
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="amp-suite-cell-") as tmp:
-        request = Path(tmp) / "request.json"
-        response = Path(tmp) / "result.json"
-        request.write_text(json.dumps({"run": asdict(run), "workload": asdict(cell.workload)}))
-        child_env = {**os.environ, **(env or {})}
-        oom_before = _oom_kills()
-        with open(log_path, "wb") as log:
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "wb")
+    except OSError as exc:
+        raise StorageError(f"cannot write the log {str(log_path)!r}: {exc.strerror or one_line(exc)}") from None
+    request = json.dumps({"run": asdict(run), "workload": asdict(cell.workload)}).encode("utf-8")
+    child_env = {**os.environ, **(env or {}),
+                 "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path(run.plugin_modules)),
+                 worker.HOST_PID_ENV: str(os.getpid())}
+    oom_before = _oom_kills()
+    result_r, result_w = os.pipe()
+    received: list[bytes] = []
+    with log:
+        try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "amp_suite.worker", str(request), str(response)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", "--result-fd", str(result_w)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, pass_fds=(result_w,),
                 env=child_env, start_new_session=True,
             )
+        except OSError as exc:
+            os.close(result_r)
+            return _failure(cell, "failed", f"cannot start a worker: {one_line(exc)}", started, log_path)
+        finally:
+            os.close(result_w)
+        reader = threading.Thread(target=_read_all, args=(result_r, received), daemon=True)
+        reader.start()
+        try:
             try:
-                proc.wait(timeout=run.timeout_s)
-            except subprocess.TimeoutExpired:
-                _kill_group(proc)
-                return _failure(cell, "timeout", f"no result after {run.timeout_s:g} s; worker killed",
-                                started, log_path)
-            except BaseException:  # Ctrl-C: end the worker, keep what finished
-                _kill_group(proc)
-                raise
-        if response.exists():
-            return cell_from_dict(json.loads(response.read_text()))
-        code = proc.returncode
-        if code is not None and code < 0:
-            sig = signal.Signals(-code).name
-            oom_after = _oom_kills()
-            if sig == "SIGKILL" and oom_before is not None and oom_after is not None and oom_after > oom_before:
-                return _failure(cell, "oom", "worker killed by the kernel's OOM killer", started, log_path)
-            return _failure(cell, "failed", f"worker killed by {sig}", started, log_path)
-        return _failure(cell, "failed", f"worker exited with code {code} and no result", started, log_path)
+                proc.stdin.write(request)
+                proc.stdin.close()
+            except OSError:  # the worker died before reading its request
+                pass
+            proc.wait(timeout=run.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            return _failure(cell, "timeout", f"no result after {run.timeout_s:g} s; worker killed",
+                            started, log_path)
+        except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: end the worker, keep what finished
+            _kill_group(proc)
+            raise
+        finally:
+            reader.join(RESULT_DRAIN_S)
+    answer = parse_lines(b"".join(received)).results
+    if proc.returncode == 0 and answer:
+        return answer[-1]
+    code = proc.returncode
+    if code is not None and code < 0:
+        sig = signal.Signals(-code).name
+        oom_after = _oom_kills()
+        if sig == "SIGKILL" and oom_before is not None and oom_after is not None and oom_after > oom_before:
+            return _failure(cell, "oom", "worker killed by the kernel's OOM killer", started, log_path)
+        return _failure(cell, "failed", f"worker killed by {sig}", started, log_path)
+    return _failure(cell, "failed", f"worker exited with code {code} and no result", started, log_path)
 
 
 def _failure(cell: Cell, status: str, error: str, started: float, log_path: Path) -> CellResult:
@@ -123,7 +216,8 @@ def iter_sweep(
     """Run every cell in order, appending each result to ``store`` and yielding it.
 
     With ``resume``, cells whose latest stored result is ``ok`` for the same
-    configuration are skipped and their stored result is yielded.
+    configuration are skipped and their stored result is yielded.  Raises
+    :class:`StorageError` (and stops) when a result cannot be stored.
     """
     cells = list(cells)
     done = store.latest_by_key() if resume else {}
@@ -142,7 +236,13 @@ def iter_sweep(
         else:
             log_path = store.directory / "logs" / (cell.run.key.replace("/", "__") + ".log")
             result = run_in_worker(cell, log_path=log_path, env=env)
-        store.append(result)
+        try:
+            store.append(result)
+        except OSError as exc:
+            raise StorageError(
+                f"cannot append to {str(store.path)!r}: {exc.strerror or one_line(exc)}; "
+                f"the result of {cell.run.key} ({result.status}) is not stored"
+            ) from None
         if progress:
             progress(index, len(cells), cell, result)
         yield result

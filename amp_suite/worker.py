@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import errno
 import importlib.util
 import json
 import math
 import os
 import platform
+import signal
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -41,9 +44,24 @@ from amp_suite.results import to_plain
 from amp_suite.stats import steady_state
 from amp_suite.workloads import forward_flops_per_image, init_variables, train_flops_per_image
 
+# Environment variable naming the host's pid; the worker ends itself when its parent is another.
+HOST_PID_ENV = "AMP_SUITE_HOST_PID"
+# Seconds between two checks that the host is still alive.
+PARENT_POLL_S = 0.5
+# prctl option: signal this process when its parent dies (linux/prctl.h).
+PR_SET_PDEATHSIG = 1
+
 # Exception names (any module) that mean the device or host ran out of memory.
 OOM_EXCEPTION_NAMES = ("OutOfMemoryError", "ResourceExhaustedError", "MemoryError")
-OOM_MESSAGES = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory")
+# Messages of out-of-memory errors that come as a generic type: PyTorch's CPU
+# allocator ("DefaultCPUAllocator: can't allocate memory"), XLA's
+# RESOURCE_EXHAUSTED, TensorFlow's "OOM when allocating", C++'s std::bad_alloc,
+# and an address-space limit (ENOMEM: "Cannot allocate memory").
+OOM_MESSAGES = (
+    "RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "OOM when allocating",
+    "can't allocate memory", "Cannot allocate memory", "Unable to allocate", "std::bad_alloc",
+    "failed to allocate memory",
+)
 
 
 def missing_modules(info: FrameworkInfo) -> list[str]:
@@ -58,16 +76,34 @@ def missing_modules(info: FrameworkInfo) -> list[str]:
     return missing
 
 
-def classify_exception(exc: BaseException) -> str:
-    """The cell status an exception stands for."""
-    if isinstance(exc, UnsupportedError):
-        return "unsupported"
-    if isinstance(exc, FrameworkUnavailableError):
-        return "unavailable"
-    if isinstance(exc, DivergedError):
-        return "diverged"
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from or during, innermost last."""
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in seen and len(seen) < 20:
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
+
+
+def _is_oom(exc: BaseException) -> bool:
     names = {cls.__name__ for cls in type(exc).__mro__}
-    if names.intersection(OOM_EXCEPTION_NAMES) or any(m in str(exc) for m in OOM_MESSAGES):
+    if names.intersection(OOM_EXCEPTION_NAMES):
+        return True
+    if isinstance(exc, OSError) and exc.errno == errno.ENOMEM:
+        return True
+    text = str(exc)[:4000]
+    return any(message in text for message in OOM_MESSAGES)
+
+
+def classify_exception(exc: BaseException) -> str:
+    """The cell status an exception stands for (its causes count too: a plugin's OOM stays oom)."""
+    chain = _chain(exc)
+    for kind, status in ((UnsupportedError, "unsupported"), (FrameworkUnavailableError, "unavailable"),
+                         (DivergedError, "diverged")):
+        if isinstance(exc, kind):
+            return status
+    if any(_is_oom(link) for link in chain):
         return "oom"
     return "failed"
 
@@ -170,10 +206,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["forward_flops_per_image"] = forward_flops_per_image(workload)
     metrics["train_flops_per_image"] = train_flops_per_image(workload)
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
-    measured = host.measure(run, model, device)
-    clash = set(measured) & set(metrics)
-    if clash:
-        raise ValueError(f"measure returned keys the host computes itself: {', '.join(sorted(clash))}")
+    measured = host.measure(run, model, device, reserved=set(metrics))
     metrics.update(measured)
     result.metrics = metrics
     result.environment = {
@@ -182,15 +215,71 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     }
 
 
+def _die_with_host(host_pid: int) -> None:
+    """End this worker (and its process group) as soon as the host process is gone.
+
+    On Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``);
+    everywhere a watcher thread compares the parent pid with the host's twice a
+    second.  So even a SIGKILL of the host leaves no worker finishing its cell.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+
+    def orphaned() -> bool:
+        return os.getppid() != host_pid
+
+    def end() -> None:
+        if os.getpgrp() == os.getpid():  # our own group: take its children along
+            os.killpg(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if orphaned():  # the host died before the kernel was told
+        end()
+
+    def watch() -> None:
+        while not orphaned():
+            time.sleep(PARENT_POLL_S)
+        end()
+
+    threading.Thread(target=watch, name="amp-suite-parent-watch", daemon=True).start()
+
+
+def _result_line(result: CellResult) -> bytes:
+    return (json.dumps(to_plain(asdict(result))) + "\n").encode("utf-8")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m amp_suite.worker REQUEST.json RESULT.json``."""
+    """The worker process.
+
+    ``--result-fd N`` (how the runner starts it): the request is read from
+    stdin and the result written to file descriptor ``N``.  ``REQUEST.json
+    RESULT.json``: the same with files, for running one cell by hand.
+    """
     args = sys.argv[1:] if argv is None else argv
-    request = json.loads(Path(args[0]).read_text())
+    host_pid = os.environ.pop(HOST_PID_ENV, "")
+    if host_pid.isdigit():
+        _die_with_host(int(host_pid))
+    if args[:1] == ["--result-fd"]:
+        result_fd = int(args[1])
+        os.set_inheritable(result_fd, False)  # processes the framework starts must not hold it open
+        request = json.loads(sys.stdin.buffer.read())
+    else:
+        result_fd = None
+        request = json.loads(Path(args[0]).read_text())
     run = run_from_dict(request["run"])
     workload = workload_from_dict(request["workload"])
     result = execute(run, workload)
+    if result_fd is not None:
+        with os.fdopen(result_fd, "wb") as out:
+            out.write(_result_line(result))
+        return 0
     tmp = Path(args[1] + ".tmp")
-    tmp.write_text(json.dumps(to_plain(asdict(result))))
+    tmp.write_bytes(_result_line(result))
     os.replace(tmp, args[1])
     return 0
 

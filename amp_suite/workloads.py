@@ -16,7 +16,6 @@ run in two frameworks starts from the same weights and state.
 
 from __future__ import annotations
 
-import difflib
 import math
 from typing import Any
 
@@ -26,6 +25,7 @@ from amp_suite import layers
 from amp_suite.architectures import ARCHITECTURES
 from amp_suite.errors import UsageError
 from amp_suite.records import OptimizerSpec, VariableSpec, Workload
+from amp_suite.schema import Field, check_table
 
 OPTIMIZERS = ("sgd", "rmsprop", "adam")
 SCHEDULES = ("constant", "cosine")
@@ -38,62 +38,36 @@ OPTIMIZER_KEYS = {
 # epsilon: Adam's 1e-8 (PyTorch, optax); RMSprop's 1e-7 (the Keras RMSprop of the
 # multi-GPU article), added outside the square root in every framework.
 DEFAULT_EPSILON = {"adam": 1e-8, "rmsprop": 1e-7, "sgd": 1e-8}
-# key -> (type, check, description of what is allowed)
-_INT, _FLOAT, _STR, _BOOL = "an integer", "a number", "a string", "true or false"
-WORKLOAD_KEYS: dict[str, tuple[str, Any, str]] = {
-    "model": (_STR, lambda v: True, "a name from the architectures"),  # checked below, by name
-    "description": (_STR, lambda v: True, "any text"),
-    "input_size": (_INT, lambda v: v >= 1, ">= 1"),
-    "channels": (_INT, lambda v: v >= 1, ">= 1"),
-    "num_classes": (_INT, lambda v: v >= 2, ">= 2"),
-    "batch_size": (_INT, lambda v: v >= 1, ">= 1"),
-    "optimizer": (_STR, lambda v: v in OPTIMIZERS, "one of " + ", ".join(OPTIMIZERS)),
-    "learning_rate": (_FLOAT, lambda v: 0 < v < math.inf, "> 0 and finite"),
-    "weight_decay": (_FLOAT, lambda v: 0 <= v < math.inf, ">= 0 and finite"),
-    "momentum": (_FLOAT, lambda v: 0 <= v < 1, "in [0, 1)"),
-    "rho": (_FLOAT, lambda v: 0 < v < 1, "in (0, 1)"),
-    "beta1": (_FLOAT, lambda v: 0 <= v < 1, "in [0, 1)"),
-    "beta2": (_FLOAT, lambda v: 0 <= v < 1, "in [0, 1)"),
-    "epsilon": (_FLOAT, lambda v: 0 < v < 1, "in (0, 1)"),
-    "schedule": (_STR, lambda v: v in SCHEDULES, "one of " + ", ".join(SCHEDULES)),
-    "augment": (_BOOL, lambda v: True, "true or false"),
-    "normalize": (_BOOL, lambda v: True, "true or false"),
+# Keys of a [workloads.NAME] table.  No maximum is set for beta2 = 1 style
+# edge cases: the optimizers divide by (1 - beta**t), so 1 itself is refused.
+WORKLOAD_FIELDS: dict[str, Field] = {
+    "model": Field(str),  # checked against ARCHITECTURES below, by name
+    "description": Field(str, empty=True),
+    "input_size": Field(int, minimum=1),
+    "channels": Field(int, minimum=1),
+    "num_classes": Field(int, minimum=2),
+    "batch_size": Field(int, minimum=1),
+    "optimizer": Field(str, choices=OPTIMIZERS),
+    "learning_rate": Field(float, above=0),
+    "weight_decay": Field(float, minimum=0),
+    "momentum": Field(float, minimum=0, maximum=0.999999),
+    "rho": Field(float, above=0, maximum=0.999999),
+    "beta1": Field(float, minimum=0, maximum=0.999999),
+    "beta2": Field(float, minimum=0, maximum=0.999999),
+    "epsilon": Field(float, above=0, maximum=1),
+    "schedule": Field(str, choices=SCHEDULES),
+    "augment": Field(bool),
+    "normalize": Field(bool),
 }
-
-
-def _checked(name: str, key: str, value: Any) -> Any:
-    kind, ok, allowed = WORKLOAD_KEYS[key]
-    where = f"workload {name!r}: {key}"
-    if kind == _BOOL:
-        valid_type = isinstance(value, bool)
-    elif kind == _INT:
-        valid_type = isinstance(value, int) and not isinstance(value, bool)
-    elif kind == _FLOAT:
-        valid_type = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if valid_type else value
-    else:
-        valid_type = isinstance(value, str)
-    if not valid_type:
-        raise UsageError(f"{where} must be {kind}, got {value!r}")
-    if not ok(value):
-        raise UsageError(f"{where} = {value!r} is not allowed: {allowed}")
-    return value
 
 
 def workload_from_config(name: str, table: Any) -> Workload:
     """Build and check a :class:`Workload` from its ``[workloads.NAME]`` table (one-line errors)."""
-    if not isinstance(table, dict):
-        raise UsageError(f"workload {name!r} must be a table ([workloads.{name}]), got {table!r}")
-    for key in table:
-        if key not in WORKLOAD_KEYS:
-            close = difflib.get_close_matches(key, WORKLOAD_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; allowed: {', '.join(WORKLOAD_KEYS)}"
-            raise UsageError(f"workload {name!r}: unknown key {key!r}{hint}")
-    values = {key: _checked(name, key, value) for key, value in table.items()}
+    values = check_table(table, WORKLOAD_FIELDS, f"[workloads.{name}]")
     optimizer_name = values.get("optimizer", "adam")
     for key, applies in OPTIMIZER_KEYS.items():
         if key in values and optimizer_name not in applies:
-            raise UsageError(f"workload {name!r}: {key} does not apply to optimizer {optimizer_name!r} "
+            raise UsageError(f"[workloads.{name}]: {key} does not apply to optimizer {optimizer_name!r} "
                              f"(it applies to {', '.join(applies)})")
     optimizer = OptimizerSpec(
         name=optimizer_name,
@@ -108,7 +82,7 @@ def workload_from_config(name: str, table: Any) -> Workload:
     )
     model = values.get("model", name)
     if model not in ARCHITECTURES:
-        raise UsageError(f"workload {name!r}: unknown model {model!r}; known models: {', '.join(ARCHITECTURES)}")
+        raise UsageError(f"[workloads.{name}]: unknown model {model!r}; known models: {', '.join(ARCHITECTURES)}")
     num_classes = values.get("num_classes", 10)
     workload = Workload(
         name=name,
@@ -123,7 +97,7 @@ def workload_from_config(name: str, table: Any) -> Workload:
         normalize=values.get("normalize", False),
         description=values.get("description", ""),
     )
-    variable_specs(workload)  # fail early on an input too small for the layers
+    layers.walk(workload.layers, workload.input_shape, where=f"[workloads.{name}]")  # an input too small fails here
     return workload
 
 

@@ -54,7 +54,7 @@ def tiny_config(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def clean_fake_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
-    for name in ("FAKEFW_MODE", "FAKEFW_TARGET", "FAKEFW_PIDFILE"):
+    for name in ("FAKEFW_MODE", "FAKEFW_TARGET", "FAKEFW_PIDFILE", "FAKEFW_GATE"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 

@@ -104,7 +104,8 @@ def test_measure_merges_every_plugin_and_rejects_a_key_given_twice():
 def test_implementations_may_take_fewer_arguments():
     host = PluginHost(autoload=False, extra_modules=("fakefw",))
     logits_model = host.build_model(
-        RUN, workload=_tiny_workload(), initial_weights={}, applied=host.set_precision(RUN, CPU), device=CPU)
+        RUN, workload=_tiny_workload(), initial_weights={}, initial_state={}, applied=host.set_precision(RUN, CPU),
+        device=CPU)  # fakefw's build_model takes neither initial_state nor (in predict) training
     logits = host.predict(RUN, logits_model, np.zeros((2, 8, 8, 1), np.float32))
     assert logits.shape == (2, 3)
 

@@ -47,13 +47,25 @@ def _module(name: str) -> ModuleType:
     raise UsageError(f"unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}")
 
 
-def check_request(name: str, workload: Workload | None, train_split: str, val_split: str) -> None:
-    """Validate a dataset request without touching any file (CLI, exit 2)."""
+def check_request(name: str, workload: Workload | None, train_split: str, val_split: str,
+                  batch_size: int | None = None) -> None:
+    """Validate a dataset request without touching any file (CLI, exit 2).
+
+    Splits are resolved against the official split sizes, so an empty or
+    inverted range (``test[9000:100]``, ``test[:0]``) and a training split
+    smaller than one batch are refused before any cell runs.
+    """
     if name == "synthetic":
         return
     module = _module(name)
-    parse_split(train_split, module.SPLITS)
-    parse_split(val_split, module.SPLITS)
+    selected = {}
+    for role, text in (("training", train_split), ("validation", val_split)):
+        split = parse_split(text, module.SPLITS)
+        start, stop = split.bounds(module.SPLIT_SIZES[split.name])
+        selected[role] = (split, stop - start)
+    split, count = selected["training"]
+    if batch_size is not None and count < batch_size:
+        raise UsageError(f"the training split {split} has {count} examples, fewer than one batch of {batch_size}")
     if workload is not None and (workload.channels != module.CHANNELS or workload.num_classes != module.CLASSES):
         raise UsageError(
             f"dataset {name} has {module.CHANNELS}-channel images in {module.CLASSES} classes, but workload "

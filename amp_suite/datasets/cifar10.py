@@ -24,6 +24,8 @@ MEMBERS = {
     "test": ("cifar-10-batches-bin/test_batch.bin",),
 }
 SPLITS = tuple(MEMBERS)
+# Examples in each official split (checked before a sweep starts).
+SPLIT_SIZES = {"train": 50_000, "test": 10_000}
 CHANNELS, SIZE, CLASSES = 3, 32, 10
 RECORD = 1 + CHANNELS * SIZE * SIZE
 

@@ -37,7 +37,7 @@ class DatasetError(Exception):
 
 
 class ChecksumMismatch(DatasetError):
-    """A file exists but is not the official one (corrupt, truncated or different)."""
+    """A file exists but cannot be the official one (corrupt, truncated, different, unreadable, a directory)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,17 @@ def sha256_of(path: Path) -> str:
 
 def verify(path: Path, spec: DatasetFile) -> None:
     """Raise :class:`ChecksumMismatch` unless ``path`` is exactly the official file."""
+    if not path.is_file():
+        raise ChecksumMismatch(f"{path} is not a regular file (a directory?); put the official {spec.name} there, "
+                               "or remove it to download the file")
+    try:
+        _verify_readable(path, spec)
+    except OSError as exc:
+        raise ChecksumMismatch(f"cannot read {path}: {exc.strerror or exc}; fix its permissions or remove it "
+                               "to download the file again") from None
+
+
+def _verify_readable(path: Path, spec: DatasetFile) -> None:
     size = path.stat().st_size
     if size != spec.size:
         raise ChecksumMismatch(

@@ -28,6 +28,8 @@ MIRRORS = (
     "http://yann.lecun.com/exdb/mnist/",
 )
 SPLITS = ("train", "test")
+# Examples in each official split (checked before a sweep starts).
+SPLIT_SIZES = {"train": 60_000, "test": 10_000}
 CHANNELS, SIZE, CLASSES = 1, 28, 10
 
 

@@ -27,6 +27,8 @@ class Split:
         def resolve(bound: str | None, default: int) -> int:
             if bound is None:
                 return default
+            if len(bound) > 12:
+                raise UsageError(f"split {self}: bound {bound[:12]}... is out of range")
             if bound.endswith("%"):
                 percent = int(bound[:-1])
                 if not -100 <= percent <= 100:

@@ -1,4 +1,9 @@
-"""The built-in reporter: ``report.md``, ``results.csv`` and ``results.json``."""
+"""The built-in reporter: ``report.md``, ``results.csv`` and ``results.json``.
+
+The three files are rendered in memory first and then written together
+(temporary files renamed into place), so a full disk or a kill leaves the
+previous report whole instead of a truncated one beside stale tables.
+"""
 
 from __future__ import annotations
 
@@ -10,18 +15,18 @@ from amp_suite import hookimpl
 from amp_suite.records import CellResult
 from amp_suite.report import render_markdown, results_frame
 from amp_suite.results import to_plain
+from amp_suite.safe_files import write_files_atomically
 
 
 @hookimpl
 def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any]) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = out_dir / "report.md"
-    report.write_text(render_markdown(results, environment), encoding="utf-8")
-    csv_path = out_dir / "results.csv"
-    results_frame(results).to_csv(csv_path, index=False)
-    json_path = out_dir / "results.json"
-    json_path.write_text(json.dumps(
-        {"environment": to_plain(environment), "results": [to_plain(r.__dict__) for r in results]},
-        indent=2, sort_keys=True,
-    ), encoding="utf-8")
-    return [report, csv_path, json_path]
+    contents = {
+        out_dir / "report.md": render_markdown(results, environment),
+        out_dir / "results.csv": results_frame(results).to_csv(index=False),
+        out_dir / "results.json": json.dumps(
+            {"environment": to_plain(environment), "results": [to_plain(r.__dict__) for r in results]},
+            indent=2, sort_keys=True,
+        ),
+    }
+    return write_files_atomically(contents)

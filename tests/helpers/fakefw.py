@@ -4,9 +4,10 @@ It trains a real softmax regression with SGD, so its losses and accuracy are
 real numbers.  Environment variables make one precision misbehave, so the
 runner's failure statuses can be produced on purpose:
 
-- ``FAKEFW_MODE``: raise | crash | hang | oom | nan | slow
+- ``FAKEFW_MODE``: raise | crash | hang | oom | nan | slow | gate
 - ``FAKEFW_TARGET``: the precision that misbehaves (default: every one)
-- ``FAKEFW_PIDFILE``: where a ``hang``/``slow`` worker writes its pid
+- ``FAKEFW_PIDFILE``: where a ``hang``/``slow``/``gate`` worker writes its pid
+- ``FAKEFW_GATE``: a ``gate`` worker waits until this file exists, then trains
 """
 
 from __future__ import annotations
@@ -38,12 +39,16 @@ def _misbehave(run: RunSpec, where: str) -> None:
     target = os.environ.get("FAKEFW_TARGET", "")
     if not mode or (target and target != run.precision):
         return
-    if mode in ("hang", "slow") and where == "train":
+    if mode in ("hang", "slow", "gate") and where == "train":
         pidfile = os.environ.get("FAKEFW_PIDFILE")
         if pidfile:
             with open(pidfile, "w") as fh:
                 fh.write(str(os.getpid()))
-        time.sleep(3600 if mode == "hang" else 2)
+        if mode == "gate":
+            while not os.path.exists(os.environ["FAKEFW_GATE"]):
+                time.sleep(0.05)
+        else:
+            time.sleep(3600 if mode == "hang" else 2)
     elif mode == "raise" and where == "build":
         raise RuntimeError("fake framework exploded")
     elif mode == "crash" and where == "build":

@@ -1,0 +1,165 @@
+"""Typed fields for configuration tables and command-line values.
+
+One :class:`Field` says what a key may hold: its type (booleans are never
+numbers, integers never floats), its range, whether it may be absent
+(``None``), its allowed choices.  :func:`check_table` checks a whole TOML
+table against a mapping of key -> field and rejects unknown keys with the
+closest valid name; :func:`check_value` checks one value.  Every problem is a
+one-line :class:`~amp_suite.errors.UsageError`.
+
+Names (workloads, frameworks, precisions) must pass :func:`check_name`: they
+end up in file names and in markdown tables, so they are short and made of
+letters, digits, ``_``, ``-`` and ``.``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from amp_suite.errors import UsageError
+
+# Longest name of a workload, framework or precision.
+NAME_CHARS = 64
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+# Longest text value shown back in an error message.
+SHOWN_CHARS = 60
+
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+               tuple: "a list of strings"}
+
+
+@dataclass(frozen=True)
+class Field:
+    """What one key may hold.
+
+    ``kind`` is ``bool``, ``int``, ``float`` (an integer is accepted and made
+    a float), ``str`` or ``tuple`` (a list of strings, returned as a tuple).
+    ``minimum``/``maximum`` bound numbers inclusively, ``above`` exclusively;
+    floats must be finite.  ``choices`` lists the allowed strings.  With
+    ``names``, every string must be a valid name (:func:`check_name`); lists
+    must then be non-empty and without duplicates.  Strings must not be
+    empty unless ``empty`` allows it.
+    """
+
+    kind: type
+    minimum: float | None = None
+    maximum: float | None = None
+    above: float | None = None
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+    names: bool = False
+    empty: bool = False
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut short enough for a one-line message."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...'"
+
+
+def closest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
+    """`` (did you mean 'X'?)`` for the closest candidate, or an empty string."""
+    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def check_name(kind: str, name: Any) -> str:
+    """``name`` if it can be a file name and a table cell; else a one-line error."""
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{kind} name must be a non-empty string, got {shown(name)}")
+    if len(name) > NAME_CHARS:
+        raise UsageError(f"{kind} name {shown(name)} is longer than {NAME_CHARS} characters")
+    if not NAME_PATTERN.fullmatch(name):
+        raise UsageError(f"{kind} name {shown(name)} may hold only letters, digits, '_', '-' and '.', "
+                         "and must start with a letter or digit")
+    return name
+
+
+def _bound(value: float) -> str:
+    """A range bound as written: 4294967295 rather than 4.29497e+09."""
+    return str(int(value)) if float(value).is_integer() and abs(value) < 1e18 else f"{value:g}"
+
+
+def _check_number(name: str, value: Any, field: Field) -> int | float:
+    if field.kind is int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise UsageError(f"{name} must be an integer, got {shown(value)}")
+    if field.kind is float:
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise UsageError(f"{name} must be a number, got {shown(value)}")
+        try:
+            value = float(value)
+        except OverflowError:
+            raise UsageError(f"{name} is too large, got {shown(value)}") from None
+        if not math.isfinite(value):
+            raise UsageError(f"{name} must be a finite number, got {value}")
+    if field.minimum is not None and value < field.minimum:
+        raise UsageError(f"{name} must be >= {_bound(field.minimum)}, got {value}")
+    if field.above is not None and value <= field.above:
+        raise UsageError(f"{name} must be > {_bound(field.above)}, got {value}")
+    if field.maximum is not None and value > field.maximum:
+        raise UsageError(f"{name} must be <= {_bound(field.maximum)}, got {value}")
+    return value
+
+
+def _check_text(name: str, value: Any, field: Field) -> str:
+    if not isinstance(value, str):
+        raise UsageError(f"{name} must be a string, got {shown(value)}")
+    if "\0" in value:
+        raise UsageError(f"{name} must not contain a NUL character")
+    if not value.strip() and not field.empty:
+        raise UsageError(f"{name} must not be empty")
+    if field.choices and value not in field.choices:
+        raise UsageError(f"{name} must be one of {', '.join(field.choices)}; got {shown(value)}"
+                         + closest(value, field.choices))
+    if field.names:
+        check_name(name, value)
+    return value
+
+
+def check_value(name: str, value: Any, field: Field) -> Any:
+    """``value`` checked against ``field`` (floats made float, lists made tuples)."""
+    if value is None:
+        if field.optional:
+            return None
+        raise UsageError(f"{name} must be {_KIND_NAMES[field.kind]}, got nothing")
+    if field.kind is bool:
+        if not isinstance(value, bool):
+            raise UsageError(f"{name} must be true or false, got {shown(value)}")
+        return value
+    if field.kind in (int, float):
+        return _check_number(name, value, field)
+    if field.kind is str:
+        return _check_text(name, value, field)
+    if field.kind is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise UsageError(f"{name} must be a list of strings, got {shown(value)}")
+        items = tuple(_check_text(name, item, field) for item in value)
+        if field.names and not items:
+            raise UsageError(f"{name} must name at least one")
+        twice = sorted({item for item in items if items.count(item) > 1})
+        if twice:
+            raise UsageError(f"{name} lists {shown(twice[0])} more than once")
+        return items
+    raise TypeError(f"no check for fields of kind {field.kind!r}")
+
+
+def check_table(table: Any, fields: Mapping[str, Field], where: str) -> dict[str, Any]:
+    """Every key of ``table`` checked against ``fields``; unknown keys are refused.
+
+    ``where`` names the table in messages, e.g. ``[frameworks.torch]``.
+    Returns the checked values (keys present in ``table`` only).
+    """
+    if not isinstance(table, dict):
+        raise UsageError(f"{where} must be a table, got {shown(table)}")
+    checked: dict[str, Any] = {}
+    for key, value in table.items():
+        if key not in fields:
+            allowed = ", ".join(fields) or "none"
+            raise UsageError(f"{where}: unknown key {shown(key)}{closest(key, tuple(fields))}; allowed: {allowed}")
+        checked[key] = check_value(f"{where} {key}", value, fields[key])
+    return checked

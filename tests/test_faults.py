@@ -1,0 +1,272 @@
+"""Faults a sweep must survive: signals to the host, SIGKILL, two runs on one
+directory, a torn results file, a full disk, a read-only output directory.
+
+Each test drives ``amp-suite run`` as a user would, in a fresh process, with
+the fake framework; a ``gate`` worker waits for a file, so a test can act while
+a cell is running without guessing at timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amp_suite.results import ResultStore
+from conftest import REPO, run_cli
+
+ON_LINUX = sys.platform.startswith("linux")
+
+
+def _alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _wait(predicate, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {seconds} s")
+        time.sleep(0.05)
+
+
+def _start_sweep(config: Path, tmp_path: Path, *extra: str, mode: str = "gate",
+                 target: str = "amp_fp16") -> subprocess.Popen:
+    env = {**os.environ, "FAKEFW_MODE": mode, "FAKEFW_TARGET": target,
+           "FAKEFW_PIDFILE": str(tmp_path / "worker.pid"), "FAKEFW_GATE": str(tmp_path / "gate")}
+    return subprocess.Popen(
+        [sys.executable, "-m", "amp_suite", "run", "--config", str(config), "-p", "fakefw", *extra],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _worker_pid(tmp_path: Path) -> int:
+    pidfile = tmp_path / "worker.pid"
+    _wait(lambda: pidfile.exists() and pidfile.read_text().strip(), 120, "the gated worker's start")
+    return int(pidfile.read_text())
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_sigterm_and_sighup_stop_like_ctrl_c(tiny_config, tmp_path, clean_fake_env, signame):
+    sweep = _start_sweep(tiny_config, tmp_path)
+    worker = _worker_pid(tmp_path)
+    sweep.send_signal(getattr(signal, signame))
+    out, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 128 + getattr(signal, signame), err
+    assert f"interrupted by {signame}" in err and "Traceback" not in err
+    assert [(r["precision"], r["status"]) for r in _rows(tmp_path / "out")] == [("fp32", "ok")]
+    assert "| tiny" in (tmp_path / "out" / "report.md").read_text()
+    _wait(lambda: not _alive(worker), 30, "the worker's end")
+
+
+def test_sigkill_of_the_host_leaves_no_worker_and_resume_finishes(tiny_config, tmp_path, clean_fake_env):
+    sweep = _start_sweep(tiny_config, tmp_path)
+    worker = _worker_pid(tmp_path)
+    sweep.kill()
+    sweep.communicate(timeout=60)
+    _wait(lambda: not _alive(worker), 30, "the orphaned worker's end")
+    assert [r["precision"] for r in _rows(tmp_path / "out")] == ["fp32"]
+    again = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--resume")
+    assert again.returncode == 0, again.stderr
+    rows = _rows(tmp_path / "out")
+    assert [(r["precision"], r["status"]) for r in rows] == [("fp32", "ok"), ("amp_fp16", "ok"), ("amp_bf16", "ok")]
+
+
+def test_a_second_run_on_the_same_directory_is_refused(tiny_config, tmp_path, clean_fake_env):
+    first = _start_sweep(tiny_config, tmp_path)
+    _worker_pid(tmp_path)
+    try:
+        second = run_cli("run", "--config", str(tiny_config), "-p", "fakefw")
+        assert second.returncode == 2
+        lines = second.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("amp-suite: error: output directory")
+        assert f"in use by another amp-suite run (pid {first.pid} " in lines[0]
+    finally:
+        (tmp_path / "gate").touch()
+        out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert [r["precision"] for r in _rows(tmp_path / "out")] == ["fp32", "amp_fp16", "amp_bf16"]
+
+
+def test_torn_line_then_resume_then_report_keeps_every_result(tiny_config, tmp_path, clean_fake_env):
+    done = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--repeats", "2",
+                   "--precisions", "fp32,amp_bf16")
+    assert done.returncode == 0, done.stderr
+    results = tmp_path / "out" / "results.jsonl"
+    lines = results.read_bytes().split(b"\n")
+    cut = lines[1][: len(lines[1]) // 2]  # a crash in the middle of the second line
+    results.write_bytes(lines[0] + b"\n" + cut)
+    resumed = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--repeats", "2",
+                      "--precisions", "fp32,amp_bf16", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "skipped 1 line(s) that hold no result: line 2 (torn or not JSON)" in resumed.stderr
+    keys = {r.key for r in ResultStore(tmp_path / "out").load()}
+    assert keys == {f"fake/tiny/{p}/r{i}" for p in ("fp32", "amp_bf16") for i in (0, 1)}
+    report = run_cli("report", str(tmp_path / "out"), "-p", "fakefw")
+    assert report.returncode == 0, report.stderr
+    table = (tmp_path / "out" / "results.csv").read_text().splitlines()
+    assert len(table) == 5  # header and four cells
+    assert "Traceback" not in resumed.stderr + report.stderr
+
+
+def test_a_full_disk_mid_sweep_stops_with_one_line_and_loses_nothing(tiny_config, tmp_path, clean_fake_env,
+                                                                     monkeypatch, capsys):
+    """Injected ENOSPC on the second append (the tmpfs test below does it for real)."""
+    import errno
+
+    from amp_suite import cli, results
+
+    real_append = results.append_line
+    calls = []
+
+    def full_disk_on_second(path, line):
+        calls.append(line)
+        if len(calls) == 2:
+            with open(path, "ab") as fh:
+                fh.write(line[:40].encode())  # a torn line, as a full disk leaves one
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_append(path, line)
+
+    monkeypatch.setattr(results, "append_line", full_disk_on_second)
+    code = cli.main(["run", "--config", str(tiny_config), "-p", "fakefw", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2
+    [line] = [x for x in err.splitlines() if "error" in x]
+    assert "No space left on device" in line and "fake/tiny/amp_fp16/r0 (ok) is not stored" in line
+    monkeypatch.undo()
+    again = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--resume", "-q")
+    assert again.returncode == 0, again.stderr
+    latest = ResultStore(tmp_path / "out").latest_by_key()
+    assert sorted(latest) == [f"fake/tiny/{p}/r0" for p in ("amp_bf16", "amp_fp16", "fp32")]
+
+
+def _in_mount_namespace(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """Run ``script`` with sh in a private mount namespace (root, Linux), or skip."""
+    if not ON_LINUX or os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare to mount a small tmpfs")
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k none {tmp_path}"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    return subprocess.run(["unshare", "-m", "sh", "-ec", script], capture_output=True, text=True,
+                          timeout=600, cwd=REPO, env={**os.environ})
+
+
+def test_a_really_full_disk(tiny_config, tmp_path, clean_fake_env):
+    """A 1 MiB tmpfs filled while the second cell runs: one line, exit 2, the first result kept."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    config = tmp_path / "small.toml"
+    config.write_text(tiny_config.read_text().replace(str(tmp_path / "out"), str(mnt / "out")))
+    python = sys.executable
+    script = f"""
+mount -t tmpfs -o size=1m none {mnt}
+FAKEFW_MODE=gate FAKEFW_TARGET=amp_fp16 FAKEFW_PIDFILE={tmp_path}/worker.pid FAKEFW_GATE={tmp_path}/gate \\
+  {python} -m amp_suite run --config {config} -p fakefw -q > {tmp_path}/stdout 2> {tmp_path}/stderr &
+sweep=$!
+while [ ! -s {tmp_path}/worker.pid ]; do sleep 0.05; done
+dd if=/dev/zero of={mnt}/filler bs=4k 2>/dev/null || true
+touch {tmp_path}/gate
+code=0; wait $sweep || code=$?
+echo $code > {tmp_path}/code
+cp {mnt}/out/results.jsonl {tmp_path}/results.jsonl
+ls -a {mnt}/out {mnt}/out/logs > {tmp_path}/listing
+rm {mnt}/filler
+FAKEFW_MODE= {python} -m amp_suite run --config {config} -p fakefw -q --resume 2> {tmp_path}/stderr2 \\
+  || echo $? > {tmp_path}/code2
+cp {mnt}/out/results.jsonl {tmp_path}/results2.jsonl
+"""
+    done = _in_mount_namespace(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    err = (tmp_path / "stderr").read_text()
+    assert (tmp_path / "code").read_text().strip() == "2", err
+    assert "Traceback" not in err
+    errors = [line for line in err.splitlines() if line.startswith("amp-suite: error:")]
+    assert errors and "No space left on device" in errors[0]
+    assert [json.loads(x)["precision"] for x in (tmp_path / "results.jsonl").read_text().splitlines()] == ["fp32"]
+    assert ".tmp" not in (tmp_path / "listing").read_text()  # no temporary file left behind
+    assert not (tmp_path / "code2").exists(), (tmp_path / "stderr2").read_text()
+    resumed = [json.loads(x) for x in (tmp_path / "results2.jsonl").read_text().splitlines()]
+    assert [(r["precision"], r["status"]) for r in resumed] == [("fp32", "ok"), ("amp_fp16", "ok"), ("amp_bf16", "ok")]
+
+
+def test_a_read_only_output_directory_is_refused_before_any_cell(tiny_config, tmp_path, clean_fake_env):
+    out = tmp_path / "out"
+    out.mkdir()
+    script = f"""
+mount --bind {out} {out}
+mount -o remount,ro,bind {out}
+{sys.executable} -m amp_suite run --config {tiny_config} -p fakefw -q 2> {tmp_path}/stderr || echo $? > {tmp_path}/code
+"""
+    done = _in_mount_namespace(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "code").read_text().strip() == "2"
+    lines = (tmp_path / "stderr").read_text().strip().splitlines()
+    assert len(lines) == 1 and "Read-only file system" in lines[0]
+
+
+def test_a_read_only_results_file_is_refused_before_any_cell(tiny_config, tmp_path, clean_fake_env):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.jsonl").write_text("")
+    script = f"""
+mount --bind {out}/results.jsonl {out}/results.jsonl
+mount -o remount,ro,bind {out}/results.jsonl
+{sys.executable} -m amp_suite run --config {tiny_config} -p fakefw -q 2> {tmp_path}/stderr || echo $? > {tmp_path}/code
+"""
+    done = _in_mount_namespace(script, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "code").read_text().strip() == "2"
+    lines = (tmp_path / "stderr").read_text().strip().splitlines()
+    assert len(lines) == 1 and "cannot append to" in lines[0] and "Read-only file system" in lines[0]
+    assert not any((out / "logs").glob("*.log"))  # no cell ran
+
+
+def test_the_worker_never_imports_from_the_current_directory(tiny_config, tmp_path, clean_fake_env,
+                                                             monkeypatch):
+    from amp_suite.config import load_config
+    from amp_suite.records import RunSpec
+    from amp_suite.runner import Cell, run_in_worker
+
+    here = tmp_path / "cwd"
+    here.mkdir()
+    for name in ("pluggy", "json", "numpy", "amp_suite"):
+        (here / f"{name}.py").write_text(f"open({str(tmp_path / ('imported-' + name))!r}, 'w').close()\n")
+    monkeypatch.chdir(here)
+    run = RunSpec(framework="fake", workload="tiny", precision="fp32", steps=4, warmup=1, batch_size=8,
+                  plugin_modules=("fakefw",))
+    result = run_in_worker(Cell(run, load_config(tiny_config).workloads["tiny"]), log_path=tmp_path / "log")
+    assert result.status == "ok", result.error
+    assert not list(tmp_path.glob("imported-*"))
+
+
+def test_the_worker_loads_exactly_the_plugins_the_host_loaded(monkeypatch):
+    from amp_suite.cli import _worker_env, _worker_plugin_modules
+    from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV, PluginHost
+
+    monkeypatch.setenv(EXTRA_PLUGINS_ENV, "ghostfw,amp_suite_no_such_env_plugin")
+    monkeypatch.setenv(DISABLE_ENV, "keras")
+    host = PluginHost(extra_modules=("fakefw", "amp_suite_no_such_plugin"))
+    assert _worker_plugin_modules(host, ["fakefw", "amp_suite_no_such_plugin"]) == ("fakefw", "ghostfw")
+    env = _worker_env(host)
+    assert env[EXTRA_PLUGINS_ENV] == ""
+    assert set(env[DISABLE_ENV].split(",")) == {"keras", "amp_suite_no_such_plugin", "amp_suite_no_such_env_plugin"}

@@ -1,0 +1,137 @@
+"""Plugins that misbehave are contained: listed, never raised from run, list or plugins."""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+
+import pytest
+
+from amp_suite.cli import main
+from amp_suite.errors import PluginError
+from amp_suite.plugin_host import DISABLE_ENV, PluginHost
+from amp_suite.records import CellResult, RunSpec
+from amp_suite.worker import classify_exception
+
+MISSPELT_HOOK = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def trian_epoch(run, model, staged, epoch):
+    return None
+'''
+RAISING_REPORTER = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def write_report(results, out_dir, environment):
+    raise RuntimeError("reporter exploded")
+'''
+GREEDY_MEASURE = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def measure():
+    return {"throughput": 1.0, "peak_rss_bytes": 1}
+'''
+BROKEN_MEASURE = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def measure():
+    raise MemoryError("measuring took it all")
+'''
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, text in (("misspelt_hook", MISSPELT_HOOK), ("raising_reporter", RAISING_REPORTER),
+                       ("greedy_measure", GREEDY_MEASURE), ("broken_measure", BROKEN_MEASURE)):
+        (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_a_misspelt_hook_is_listed_with_the_closest_name(plugin_dir):
+    host = PluginHost(extra_modules=("misspelt_hook", "fakefw"))
+    [failure] = host.failures
+    assert failure.name == "misspelt_hook"
+    assert failure.error == "implements unknown hook 'trian_epoch' (did you mean 'train_epoch'?)"
+    assert "misspelt_hook" not in {d.name for d in host.describe()}
+    assert "fake" in host.frameworks()
+
+
+@pytest.mark.parametrize("command", [["plugins"], ["list"]])
+def test_plugins_and_list_survive_a_misspelt_hook(plugin_dir, capsys, command):
+    assert main([*command, "-p", "misspelt_hook"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    if command == ["plugins"]:
+        assert "misspelt_hook  FAILED TO LOAD" in out and "did you mean 'train_epoch'" in out
+
+
+def test_a_raising_reporter_is_reported_and_the_built_in_report_still_written(plugin_dir, tmp_path, capsys):
+    from amp_suite.results import ResultStore
+
+    out = tmp_path / "out"
+    ResultStore(out).append(CellResult(key="fake/tiny/fp32/r0", framework="fake", workload="tiny",
+                                       precision="fp32", repeat=0, status="ok"))
+    assert main(["report", str(out), "-p", "raising_reporter"]) == 2
+    stdout, err = capsys.readouterr()
+    assert (out / "report.md").exists() and (out / "results.csv").exists()
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert errors == ["amp-suite: error: reporter 'raising_reporter' failed: RuntimeError: reporter exploded"]
+
+
+def test_report_into_an_unwritable_place_is_one_line(tmp_path, capsys, monkeypatch):
+    from amp_suite import safe_files
+    from amp_suite.results import ResultStore
+
+    ResultStore(tmp_path).append(CellResult(key="fake/tiny/fp32/r0", framework="fake", workload="tiny",
+                                            precision="fp32", repeat=0, status="ok"))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safe_files.tempfile, "mkstemp", full)
+    assert main(["report", str(tmp_path)]) == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == ["amp-suite: error: reporter 'reporters' failed: OSError: [Errno 28] No space left on device"]
+
+
+def test_a_measure_clash_names_the_plugin(plugin_dir):
+    host = PluginHost(extra_modules=("greedy_measure",), autoload=False)
+    run = RunSpec(framework="fake", workload="tiny", precision="fp32")
+    with pytest.raises(PluginError, match="measure key 'peak_rss_bytes' given by both 'greedy_measure' and 'host_measure'"):
+        host.measure(run, None, None)
+    host = PluginHost(extra_modules=("greedy_measure",), autoload=False)
+    host.unregister(host.pm.get_plugin("host_measure"))
+    with pytest.raises(PluginError, match="measure key 'throughput' of plugin 'greedy_measure' is a figure the host"):
+        host.measure(run, None, None, reserved={"throughput"})
+
+
+def test_a_raising_measure_names_the_plugin_and_keeps_its_status(plugin_dir):
+    host = PluginHost(extra_modules=("broken_measure",), autoload=False)
+    with pytest.raises(PluginError, match="plugin 'broken_measure': measure failed: MemoryError") as info:
+        host.measure(RunSpec(framework="fake", workload="tiny", precision="fp32"), None, None)
+    assert classify_exception(info.value) == "oom"
+
+
+def test_host_measure_can_be_disabled(monkeypatch):
+    monkeypatch.setenv(DISABLE_ENV, "host_measure")
+    assert "host_measure" not in {d.name for d in PluginHost(autoload=False).describe()}
+
+
+@pytest.mark.parametrize("exc,status", [
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't allocate memory: "
+                  "you tried to allocate 34359738368 bytes. Error code 12 (Cannot allocate memory)"), "oom"),
+    (RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 1.00GiB."), "oom"),
+    (type("ResourceExhaustedError", (Exception,), {})("OOM when allocating tensor with shape[1,2]"), "oom"),
+    (MemoryError(), "oom"),
+    (OSError(errno.ENOMEM, "Cannot allocate memory"), "oom"),
+    (RuntimeError("std::bad_alloc"), "oom"),
+    (RuntimeError("shapes do not match"), "failed"),
+    (ValueError("a value"), "failed"),
+])
+def test_out_of_memory_is_classified_as_oom(exc, status):
+    assert classify_exception(exc) == status

@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, help="training steps per epoch")
     run.add_argument("--epochs", type=int, help="epochs per run")
     run.add_argument("--warmup", type=int, help="steps of the first epoch excluded from steady state")
+    run.add_argument("--window-steps", type=int,
+                     help="steps dispatched back to back with one wait at the end (default 32)")
+    run.add_argument("--latency-steps", type=int,
+                     help="last steps of each epoch run one by one to measure per-step latency (default 10)")
     run.add_argument("--batch-size", type=int, help="override every workload's batch size")
     run.add_argument("--repeats", type=int, help="runs of each cell")
     run.add_argument("--timeout", type=float, help="seconds per cell before its worker is killed")
@@ -168,6 +172,7 @@ def plan_cells(config: SuiteConfig, settings, plugin_modules: tuple[str, ...] = 
                     run = RunSpec(
                         framework=framework, workload=workload_name, precision=precision, repeat=repeat,
                         steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
+                        window_steps=settings.window_steps, latency_steps=settings.latency_steps,
                         batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
                         dataset=settings.dataset, train_split=settings.train_split,
                         val_split=settings.val_split,
@@ -206,6 +211,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dataset=args.dataset, train_split=args.train_split, val_split=args.val_split,
         data_dir=args.data_dir, download=args.download, synthetic_fallback=args.synthetic_fallback,
         steps=args.steps, epochs=args.epochs, warmup=args.warmup,
+        window_steps=args.window_steps, latency_steps=args.latency_steps,
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
         device=args.device, out=args.out,
     )

@@ -44,6 +44,8 @@ class SweepSettings:
     steps: int = 50
     epochs: int = 1
     warmup: int = 5
+    window_steps: int = 32    # steps dispatched back to back between two waits (and staged at once)
+    latency_steps: int = 10   # last steps of each epoch run one by one, for per-step latency
     batch_size: int | None = None  # None: each workload's own batch size
     repeats: int = 1
     timeout: float = 900.0
@@ -79,6 +81,8 @@ SETTINGS_FIELDS: dict[str, Field] = {
     "steps": Field(int, minimum=1, maximum=1_000_000),
     "epochs": Field(int, minimum=1, maximum=10_000),
     "warmup": Field(int, minimum=0, maximum=1_000_000),
+    "window_steps": Field(int, minimum=1, maximum=1_000_000),
+    "latency_steps": Field(int, minimum=0, maximum=1_000_000),
     "batch_size": Field(int, minimum=1, maximum=65_536, optional=True),
     "repeats": Field(int, minimum=1, maximum=1_000),
     "timeout": Field(float, above=0, maximum=7 * 24 * 3600),
@@ -94,7 +98,7 @@ COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
 }
 # Options of the built-in framework plugins, beyond the common ones.
 FRAMEWORK_OPTIONS: dict[str, dict[str, Field]] = {
-    "torch": {"channels_last": Field(bool), "cudnn_benchmark": Field(bool)},
+    "torch": {"channels_last": Field(bool), "cudnn_benchmark": Field(bool), "compile": Field(bool)},
     "keras": {"jit_compile": Field(bool)},
     "jax": {},
 }

@@ -9,8 +9,9 @@ The per-run hooks are called inside the worker process that owns the run,
 in this order::
 
     select_device -> set_precision -> build_model
-      -> (per epoch) stage_batches -> train_epoch
-      -> predict (validation, eval mode) -> measure
+      -> (per epoch, per window) stage_batches -> train_epoch
+         (reset_memory_peak once warm-up is done)
+      -> measure -> predict (validation, eval mode)
 
 A worker registers only the framework plugin its run names (plus plugins
 that run no framework, i.e. that do not implement ``framework_info``), so a
@@ -131,18 +132,40 @@ def stage_batches(run: RunSpec, model: Any, batches: list[Batch]) -> Any | None:
 
 @hookspec(firstresult=True)
 def train_epoch(run: RunSpec, model: Any, staged: Any, epoch: int) -> EpochResult | None:
-    """Train one epoch over ``staged`` batches in order, in training mode.
+    """Train over ``staged`` batches of epoch ``epoch``, in order, as one measurement window.
 
-    BatchNorm layers normalize with batch statistics and update their running
-    statistics; the model handle carries that state to the next epoch.  Each
-    step's time is read only after the device finished that step (CUDA
-    events or a blocking fetch of the loss), so per-step times are honest.
+    The host calls this several times per epoch, each time with the next
+    batches (see :mod:`amp_suite.stats`: warm-up steps one at a time, then
+    windows of up to ``run.window_steps`` steps, then ``run.latency_steps``
+    steps one at a time).  Dispatch the steps back to back without any host
+    synchronization between them (keep losses, finite flags and loss scales on
+    the device), wait for the device once at the end, then fetch the losses:
+    :func:`amp_suite.plugin_kit.timed_window` does exactly this.  Training
+    mode: BatchNorm normalizes with batch statistics and updates its running
+    statistics, which the model handle carries on.
 
     :param run: the cell being run.
     :param model: the handle from :func:`build_model`.
-    :param staged: what :func:`stage_batches` returned for this epoch.
+    :param staged: what :func:`stage_batches` returned for these batches.
     :param epoch: 0-based epoch index.
-    :return: per-step times and losses, samples seen and loss-scale figures.
+    :return: the window's time, per-step losses, samples seen, loss-scale
+        figures and, where the framework records device events, per-step times.
+    """
+
+
+@hookspec
+def reset_memory_peak(run: RunSpec, model: Any, device: DeviceInfo) -> None:
+    """Restart peak-memory counters: warm-up is over and measured training begins.
+
+    Every plugin may answer (the host's own plugin restarts the process's peak
+    resident memory); a framework plugin resets its allocator's peak where the
+    framework allows it (``torch.cuda.reset_peak_memory_stats``,
+    ``tf.config.experimental.reset_memory_stats``).  :func:`measure` is called
+    after training and before validation, so peaks cover training only.
+
+    :param run: the cell being run.
+    :param model: the handle from :func:`build_model`.
+    :param device: what :func:`select_device` returned.
     """
 
 

@@ -49,5 +49,10 @@ def peak_rss_bytes() -> int:
 
 
 @hookimpl
+def reset_memory_peak() -> None:
+    reset_peak_rss()
+
+
+@hookimpl
 def measure() -> dict[str, Any]:
     return {"peak_rss_bytes": peak_rss_bytes()}

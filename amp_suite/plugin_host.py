@@ -228,6 +228,9 @@ class PluginHost:
     def train_epoch(self, run: RunSpec, model: Any, staged: Any, epoch: int) -> EpochResult:
         return self._first("train_epoch", run=run, model=model, staged=staged, epoch=epoch)
 
+    def reset_memory_peak(self, run: RunSpec, model: Any, device: DeviceInfo) -> None:
+        self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
+
     def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
         return self._first("predict", run=run, model=model, images=images, training=training)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import numpy as np
@@ -69,42 +70,56 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     )
 
 
-StepFn = Callable[[Any], tuple[float, bool]]
-StepTimer = Callable[[StepFn, Any], tuple[float, tuple[float, bool]]]
+# One optimizer step on a staged batch: returns ``(loss, applied)`` as the
+# framework's own (device) values, without waiting for them.  ``applied`` is
+# false for a step skipped on overflow.
+StepFn = Callable[[Any], tuple[Any, Any]]
 
 
-def wall_clock_step(step: StepFn, batch: Any) -> tuple[float, tuple[float, bool]]:
-    """Time one step with the host clock.
+def fetch_floats(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
+    """Losses and applied flags of a window, turned into Python values (the default fetch)."""
+    return [float(loss) for loss, _ in outcomes], [bool(applied) for _, applied in outcomes]
 
-    ``step`` returns its loss as a Python float, and fetching that value waits
-    for the device, so the duration covers finished work.
+
+def timed_window(
+    batches: list[Any],
+    step: StepFn,
+    *,
+    wait: Callable[[tuple[Any, Any]], None] = lambda outcome: None,
+    fetch: Callable[[list[tuple[Any, Any]]], tuple[list[float], list[bool]]] = fetch_floats,
+    guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
+    step_times: Callable[[], list[float]] | None = None,
+) -> EpochResult:
+    """Run ``step`` on each staged batch back to back, wait once, then fetch the losses.
+
+    ``wait(last_outcome)`` blocks until the device finished every dispatched
+    step (``torch.cuda.synchronize``, ``jax.block_until_ready``; nothing for
+    eager CPU work, which is done when the call returns).  No host
+    synchronization may happen between steps: ``guard()`` is entered around the
+    dispatch loop and may forbid it (JAX's transfer guard does).  ``fetch``
+    turns the window's outcomes into floats and bools in one go after the wait.
+    ``step_times``, where the framework records device events per step, returns
+    their durations after the wait.  The caller fills in ``loss_scale_final``
+    and ``extra``.
     """
+    outcomes: list[tuple[Any, Any]] = []
     start = time.perf_counter()
-    outcome = step(batch)
-    return time.perf_counter() - start, outcome
-
-
-def timed_epoch(batches: list[tuple[Any, Any]], step: StepFn, *,
-                timer: StepTimer = wall_clock_step) -> EpochResult:
-    """Run ``step`` on each ``(images, labels)`` batch in order and time each one.
-
-    ``step`` returns ``(loss, applied)``: the unscaled loss as a float, and
-    whether the update was applied (false for a step skipped on overflow).
-    The caller fills in ``loss_scale_final`` and ``extra``.
-    """
-    times: list[float] = []
-    losses: list[float] = []
-    skipped = 0
-    epoch_start = time.perf_counter()
-    for batch in batches:
-        seconds, (loss, applied) = timer(step, batch)
-        times.append(seconds)
-        losses.append(loss)
-        skipped += not applied
+    with guard():
+        for batch in batches:
+            outcomes.append(step(batch))
+    if outcomes:
+        wait(outcomes[-1])
+    window = time.perf_counter() - start
+    losses, applied = fetch(outcomes)
     return EpochResult(
-        step_times_s=times, step_losses=losses, samples=sum(int(labels.shape[0]) for _, labels in batches),
-        epoch_time_s=time.perf_counter() - epoch_start, skipped_steps=skipped,
+        step_losses=losses, samples=sum(_batch_size(b) for b in batches), window_time_s=window,
+        step_times_s=step_times() if step_times is not None else [], skipped_steps=sum(not a for a in applied),
     )
+
+
+def _batch_size(batch: Any) -> int:
+    labels = batch[1] if isinstance(batch, tuple) else batch.labels
+    return int(labels.shape[0])
 
 
 def hwc_rows_to_chw(kernel: np.ndarray, hwc: tuple[int, int, int]) -> np.ndarray:

@@ -170,6 +170,8 @@ class RunSpec:
     steps: int = 50
     epochs: int = 1
     warmup: int = 5
+    window_steps: int = 32
+    latency_steps: int = 10
     batch_size: int = 128
     seed: int = 0
     dataset: str = "synthetic"
@@ -221,21 +223,29 @@ class Batch:
 
 @dataclass
 class EpochResult:
-    """What ``train_epoch`` returns for one epoch.
+    """What ``train_epoch`` returns for the staged batches it was given: one window of an epoch.
 
-    ``step_times_s`` holds one wall-clock duration per step, each read only
-    after the device finished that step's work.  ``step_losses`` are the
-    unscaled float32 losses, one per step.  Loss-scale figures are ``None``
-    when the run does not scale its loss.
+    The steps of a window are dispatched back to back and the device is
+    waited for once, at the end: ``window_time_s`` runs from the first
+    dispatch to the end of that wait.  ``step_losses`` (unscaled float32, one
+    per step) are fetched from the device after the wait.  ``step_times_s``
+    holds per-step durations measured *inside* the window by device events
+    (CUDA events), or is empty where the framework has none.  Loss-scale
+    figures are ``None`` when the run does not scale its loss.  ``extra``
+    holds JSON-able figures the host promotes into the result's metrics.
     """
 
-    step_times_s: list[float]
     step_losses: list[float]
     samples: int
-    epoch_time_s: float
+    window_time_s: float
+    step_times_s: list[float] = field(default_factory=list)
     loss_scale_final: float | None = None
     skipped_steps: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        return len(self.step_losses)
 
     @property
     def mean_loss(self) -> float:

@@ -1,53 +1,101 @@
-"""Turns per-step times into steady-state figures.
+"""Plans an epoch's measurement phases and turns what they measured into figures.
 
-Throughput is total samples over total time of the timed steps; averaging
-per-step rates would overweight fast steps.  Warm-up steps are reported as
-their own figures, never mixed into the steady state.
+An epoch's steps run in phases, all through the same ``train_epoch`` hook and
+in the host's batch order, so every framework trains identically whatever
+the phase:
+
+* ``warmup`` (epoch 0 only): the first ``warmup`` steps, one per call, so the
+  first step's time (compilation included) is its own figure;
+* ``window``: steps dispatched back to back, ``window_steps`` at a time, with
+  one wait at the end of each window.  Throughput comes from these alone:
+  total samples over total window time (averaging per-step rates would
+  overweight fast steps);
+* ``latency``: the last ``latency_steps`` steps of each epoch, one per call
+  and each waited for, giving per-step latency (median, p90, std).  Where a
+  framework records device events inside windows (CUDA), those per-step times
+  are used instead and the latency phase is skipped.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from amp_suite.records import EpochResult
 
+PHASES = ("warmup", "window", "latency")
 
-def steady_state(epochs: list[EpochResult], *, warmup: int, batch_size: int) -> dict[str, Any]:
-    """Summarize a run's epochs; the first ``warmup`` steps of epoch 0 are warm-up."""
-    times: list[float] = []
-    samples = 0
-    warm_times: list[float] = []
-    for index, epoch in enumerate(epochs):
-        step_times = list(epoch.step_times_s)
-        if index == 0:
-            warm_times, step_times = step_times[:warmup], step_times[warmup:]
-        times.extend(step_times)
-        samples += len(step_times) * batch_size
-    if not times:
-        raise ValueError("no timed steps: warm-up took every step")
-    arr = np.asarray(times, dtype=np.float64)
-    total = float(arr.sum())
-    first_losses = epochs[0].step_losses if epochs else []
-    last = epochs[-1]
-    return {
-        "throughput": samples / total if total > 0 else math.inf,
-        "timed_steps": int(arr.size),
+
+@dataclass(frozen=True)
+class Phase:
+    """Steps ``[start, stop)`` of one epoch, run by one ``train_epoch`` call."""
+
+    kind: str
+    epoch: int
+    start: int
+    stop: int
+
+
+def plan_epoch(epoch: int, steps: int, *, warmup: int, window_steps: int, latency_steps: int) -> list[Phase]:
+    """The phases of one epoch of ``steps`` steps.
+
+    At least half of the steps after warm-up stay in windows: the latency
+    phase takes ``min(latency_steps, (steps - warmup) // 2)`` steps.
+    """
+    warm = min(warmup, steps) if epoch == 0 else 0
+    latency = min(latency_steps, (steps - warm) // 2)
+    phases = [Phase("warmup", epoch, i, i + 1) for i in range(warm)]
+    for start in range(warm, steps - latency, window_steps):
+        phases.append(Phase("window", epoch, start, min(start + window_steps, steps - latency)))
+    phases += [Phase("latency", epoch, i, i + 1) for i in range(steps - latency, steps)]
+    return phases
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"step_time_median_s": math.nan, "step_time_p90_s": math.nan, "step_time_std_s": math.nan,
+                "step_time_cv": math.nan}
+    arr = np.asarray(values, dtype=np.float64)
+    std = float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+    return {"step_time_median_s": float(np.median(arr)), "step_time_p90_s": float(np.percentile(arr, 90)),
+            "step_time_std_s": std, "step_time_cv": std / float(arr.mean()) if arr.mean() > 0 else 0.0}
+
+
+def steady_state(parts: list[tuple[Phase, EpochResult]]) -> dict[str, Any]:
+    """Figures of a run from its phases' results, in the order they ran."""
+    windows = [r for p, r in parts if p.kind == "window"]
+    if not windows:
+        raise ValueError("no timed window: warm-up and latency took every step")
+    window_time = float(sum(r.window_time_s for r in windows))
+    samples = int(sum(r.samples for r in windows))
+    event_times = [t for r in windows for t in r.step_times_s]
+    latency_times = [r.window_time_s for p, r in parts if p.kind == "latency"]
+    warm = [r.window_time_s for p, r in parts if p.kind == "warmup"]
+    epochs = sorted({p.epoch for p, _ in parts})
+    losses = [[loss for p, r in parts if p.epoch == e for loss in r.step_losses] for e in epochs]
+    last = parts[-1][1]
+    figures: dict[str, Any] = {
+        "throughput": samples / window_time if window_time > 0 else math.inf,
+        "timed_steps": int(sum(r.steps for r in windows)),
         "timed_samples": samples,
-        "step_time_median_s": float(np.median(arr)),
-        "step_time_p90_s": float(np.percentile(arr, 90)),
-        "step_time_std_s": float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-        "step_time_cv": float(arr.std(ddof=1) / arr.mean()) if arr.size > 1 and arr.mean() > 0 else 0.0,
-        "first_step_time_s": float(warm_times[0]) if warm_times else float(epochs[0].step_times_s[0]),
-        "warmup_time_s": float(sum(warm_times)),
-        "warmup_steps": len(warm_times),
-        "epoch_times_s": [float(e.epoch_time_s) for e in epochs],
-        "step_times_s": [[float(t) for t in e.step_times_s] for e in epochs],
-        "first_step_loss": float(first_losses[0]) if first_losses else math.nan,
-        "final_loss": float(last.step_losses[-1]) if last.step_losses else math.nan,
-        "final_epoch_mean_loss": last.mean_loss,
+        "timed_windows": len(windows),
+        "window_time_s": window_time,
+        **_summary(event_times or latency_times),
+        "latency_source": "device events" if event_times else ("synchronized steps" if latency_times else "none"),
+        "latency_steps_measured": len(event_times or latency_times),
+        "first_step_time_s": float(warm[0]) if warm else float(parts[0][1].window_time_s),
+        "warmup_time_s": float(sum(warm)),
+        "warmup_steps": len(warm),
+        "epoch_times_s": [float(sum(r.window_time_s for p, r in parts if p.epoch == e)) for e in epochs],
+        "latency_step_times_s": event_times or latency_times,
+        "step_losses": losses,
+        "first_step_loss": float(losses[0][0]) if losses and losses[0] else math.nan,
+        "final_loss": float(losses[-1][-1]) if losses and losses[-1] else math.nan,
+        "final_epoch_mean_loss": float(np.mean(losses[-1])) if losses and losses[-1] else math.nan,
         "loss_scale_final": last.loss_scale_final,
-        "skipped_steps": int(sum(e.skipped_steps for e in epochs)),
+        "skipped_steps": int(sum(r.skipped_steps for _, r in parts)),
     }
+    return figures

@@ -33,6 +33,7 @@ from amp_suite.errors import DivergedError, FrameworkUnavailableError, Unsupport
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
     CellResult,
+    EpochResult,
     FrameworkInfo,
     RunSpec,
     Workload,
@@ -41,7 +42,7 @@ from amp_suite.records import (
     workload_from_dict,
 )
 from amp_suite.results import to_plain
-from amp_suite.stats import steady_state
+from amp_suite.stats import Phase, plan_epoch, steady_state
 from amp_suite.workloads import forward_flops_per_image, init_variables, train_flops_per_image
 
 # Environment variable naming the host's pid; the worker ends itself when its parent is another.
@@ -108,8 +109,8 @@ def classify_exception(exc: BaseException) -> str:
     return "failed"
 
 
-def _check_finite(losses: list[float], epoch: int) -> None:
-    for step, loss in enumerate(losses):
+def _check_finite(losses: list[float], epoch: int, first_step: int = 0) -> None:
+    for step, loss in enumerate(losses, start=first_step):
         if not math.isfinite(loss):
             raise DivergedError(f"loss became {loss} at epoch {epoch} step {step}")
 
@@ -131,6 +132,9 @@ def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline
         loss_sum += float(-log_probs[np.arange(y.size), y].sum())
     count = int(labels.shape[0])
     return {"val_accuracy": correct / count, "val_loss": loss_sum / count, "val_examples": count}
+
+
+VALIDATION_KEYS = ("val_accuracy", "val_loss", "val_examples")
 
 
 def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) -> CellResult:
@@ -167,8 +171,6 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         )
     for name, value in info.env.items():
         os.environ.setdefault(name, value)
-    if run.warmup >= run.steps * run.epochs:
-        raise ValueError(f"warm-up {run.warmup} leaves no timed step out of {run.steps * run.epochs}")
 
     weights, state = init_variables(workload, run.seed)
     data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed,
@@ -187,18 +189,22 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     rss_before = host_measure.current_rss_bytes()
     model = host.build_model(run, workload, weights, state, applied, device)
 
-    epochs = []
+    parts: list[tuple[Phase, EpochResult]] = []
+    warmed = run.warmup == 0
     for epoch in range(run.epochs):
-        batches = pipeline.epoch(epoch)
-        staged = host.stage_batches(run, model, batches)
-        del batches
-        epoch_result = host.train_epoch(run, model, staged, epoch)
-        del staged
-        _check_finite(epoch_result.step_losses, epoch)
-        epochs.append(epoch_result)
+        for phase in plan_epoch(epoch, pipeline.steps_per_epoch, warmup=run.warmup,
+                                window_steps=run.window_steps, latency_steps=run.latency_steps):
+            if not warmed and phase.kind != "warmup":
+                # Memory peaks count training only: warm-up (compilation, autotuning) is behind us.
+                host.reset_memory_peak(run, model, device)
+                warmed = True
+            staged = host.stage_batches(run, model, pipeline.batches(epoch, phase.start, phase.stop))
+            part = host.train_epoch(run, model, staged, epoch)
+            del staged
+            _check_finite(part.step_losses, epoch, phase.start)
+            parts.append((phase, part))
 
-    metrics: dict[str, Any] = steady_state(epochs, warmup=run.warmup, batch_size=run.batch_size)
-    metrics.update(validate(host, run, model, pipeline, run.batch_size))
+    metrics: dict[str, Any] = steady_state(parts)
     metrics["dataset_note"] = data.note
     metrics["dataset_substituted"] = data.substituted
     metrics["train_examples"] = int(data.train_labels.shape[0])
@@ -206,8 +212,12 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["forward_flops_per_image"] = forward_flops_per_image(workload)
     metrics["train_flops_per_image"] = train_flops_per_image(workload)
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
-    measured = host.measure(run, model, device, reserved=set(metrics))
+    # Measured before validation, so memory peaks are those of training.
+    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS))
     metrics.update(measured)
+    if measured.get("peak_rss_bytes") is not None and rss_before is not None:
+        metrics["rss_growth_bytes"] = int(measured["peak_rss_bytes"]) - int(rss_before)
+    metrics.update(validate(host, run, model, pipeline, run.batch_size))
     result.metrics = metrics
     result.environment = {
         "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),

@@ -133,7 +133,7 @@ def test_augmentation_is_seeded_per_epoch_and_differs_between_epochs():
 def test_random_crop_pads_with_zeros_and_flips():
     images = np.ones((64, 8, 8, 1), np.float32)
     images[:, :, :4] = 0.5  # left half darker, to see flips
-    out = random_crop_flip(images, augmentation_rng(0, 0))
+    out = random_crop_flip(images, augmentation_rng(0, 0, 0))
     assert out.shape == images.shape
     assert (out == 0).any()  # some crops reach into the zero padding
     centre = out[:, 4, 2, 0], out[:, 4, 5, 0]

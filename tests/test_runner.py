@@ -31,10 +31,12 @@ def test_ok_cell_has_figures(tiny_config, tmp_path, clean_fake_env):
     result = run_in_worker(_cell(tiny_config), log_path=tmp_path / "log")
     assert result.status == "ok", result.error
     m = result.metrics
-    assert m["timed_steps"] == 3 and m["warmup_steps"] == 1
-    timed = m["step_times_s"][0][1:]  # warm-up step left out
-    assert m["throughput"] == pytest.approx(3 * 8 / sum(timed), rel=1e-9)
-    assert m["first_step_time_s"] == m["step_times_s"][0][0]
+    # 4 steps: 1 warm-up, a window of 2, 1 synchronized latency step
+    assert m["timed_steps"] == 2 and m["warmup_steps"] == 1 and m["latency_steps_measured"] == 1
+    assert m["throughput"] == pytest.approx(2 * 8 / m["window_time_s"], rel=1e-9)
+    assert m["epoch_times_s"][0] == pytest.approx(m["first_step_time_s"] + m["window_time_s"]
+                                                  + m["latency_step_times_s"][0], rel=1e-9)
+    assert len(m["step_losses"][0]) == 4
     assert m["param_count"] == 8 * 8 * 3 + 3
     assert m["peak_rss_bytes"] > 10 * 2**20
     assert 0.0 <= m["val_accuracy"] <= 1.0 and m["val_examples"] == 512

@@ -16,8 +16,9 @@ import numpy as np
 CROP_PADDING = 4
 
 
-def augmentation_rng(seed: int, epoch: int) -> np.random.Generator:
-    return np.random.Generator(np.random.PCG64([seed, epoch, 0xA06]))
+def augmentation_rng(seed: int, epoch: int, step: int) -> np.random.Generator:
+    """The generator of one batch's crops and flips: any slice of an epoch gives the same pixels."""
+    return np.random.Generator(np.random.PCG64([seed, epoch, step, 0xA06]))
 
 
 def random_crop_flip(images: np.ndarray, rng: np.random.Generator, pad: int = CROP_PADDING) -> np.ndarray:

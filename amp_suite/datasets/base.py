@@ -140,6 +140,11 @@ def _load_real(module: ModuleType, name: str, workload: Workload, train_text: st
     return Dataset(name, *selected["train"], *selected["val"], note=note)
 
 
+def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:
+    """The seeded permutation of ``count`` training examples for ``epoch``."""
+    return np.random.Generator(np.random.PCG64([seed, epoch, 0xBA7C])).permutation(count)
+
+
 def epoch_batches(
     images: np.ndarray, labels: np.ndarray, *, batch_size: int, steps: int, seed: int, epoch: int
 ) -> list[Batch]:
@@ -151,7 +156,7 @@ def epoch_batches(
     count = int(labels.shape[0])
     if count < batch_size:
         raise UsageError(f"the training split has {count} examples, fewer than one batch of {batch_size}")
-    order = np.random.Generator(np.random.PCG64([seed, epoch, 0xBA7C])).permutation(count)
+    order = epoch_order(count, seed, epoch)
     n_steps = min(steps, count // batch_size)
     batches = []
     for step in range(n_steps):

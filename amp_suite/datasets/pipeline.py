@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_suite.datasets.augment import augmentation_rng, channel_stats, normalize, random_crop_flip
-from amp_suite.datasets.base import Dataset, epoch_batches
+from amp_suite.datasets.base import Dataset, epoch_batches, epoch_order
 from amp_suite.records import Batch, Workload
 
 
@@ -31,20 +31,31 @@ class InputPipeline:
     def steps_per_epoch(self) -> int:
         return min(self.steps, int(self.dataset.train_labels.shape[0]) // self.batch_size)
 
-    def epoch(self, epoch: int) -> list[Batch]:
-        """The batches of ``epoch`` in the host's order, augmented and normalized."""
-        batches = epoch_batches(self.dataset.train_images, self.dataset.train_labels,
-                                batch_size=self.batch_size, steps=self.steps, seed=self.seed, epoch=epoch)
-        if not (self.augment or self.mean is not None):
-            return batches
-        rng = augmentation_rng(self.seed, epoch)
+    def batches(self, epoch: int, start: int, stop: int) -> list[Batch]:
+        """Batches ``start`` to ``stop`` of ``epoch``, in the host's order, augmented and normalized.
+
+        Only these batches are made, so the host holds one window's batches at
+        a time, however long the epoch; any slicing gives the same pixels.
+        """
+        labels = self.dataset.train_labels
+        if int(labels.shape[0]) < self.batch_size:
+            epoch_batches(self.dataset.train_images, labels, batch_size=self.batch_size, steps=1, seed=self.seed,
+                          epoch=epoch)  # raises the one-line error for a split smaller than a batch
+        order = epoch_order(int(labels.shape[0]), self.seed, epoch)
         out = []
-        for batch in batches:
-            images = random_crop_flip(batch.images, rng) if self.augment else batch.images
+        for step in range(start, min(stop, self.steps_per_epoch)):
+            idx = order[step * self.batch_size:(step + 1) * self.batch_size]
+            images = self.dataset.train_images[idx]
+            if self.augment:
+                images = random_crop_flip(images, augmentation_rng(self.seed, epoch, step))
             if self.mean is not None:
                 images = normalize(images, self.mean, self.std)
-            out.append(Batch(images, batch.labels))
+            out.append(Batch(np.ascontiguousarray(images, dtype=np.float32), np.ascontiguousarray(labels[idx])))
         return out
+
+    def epoch(self, epoch: int) -> list[Batch]:
+        """Every batch of ``epoch``."""
+        return self.batches(epoch, 0, self.steps_per_epoch)
 
     def eval_images(self, images: np.ndarray) -> np.ndarray:
         """Validation images as the model sees them (normalized, never augmented)."""

@@ -29,7 +29,7 @@ from amp_suite.plugin_kit import (
     require_device_kind,
     STANDARD_PRECISIONS,
     standard_precision,
-    timed_epoch,
+    timed_window,
 )
 from amp_suite.records import (
     Batch,
@@ -303,13 +303,22 @@ def _scale_value(model: JaxModel) -> float | None:
 def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
     import jax
 
-    def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
+    import jax.numpy as jnp
+
+    def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:
         model.params, model.state, model.opt_state, model.loss_scale, loss, finite = model.train_step(
             model.params, model.state, model.opt_state, model.loss_scale, *batch)
-        jax.block_until_ready((model.params, loss))
-        return float(loss), bool(finite)
+        return loss, finite
 
-    result = timed_epoch(staged, step)
+    def fetch(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
+        if not outcomes:
+            return [], []
+        losses, finite = jax.device_get((jnp.stack([l for l, _ in outcomes]), jnp.stack([f for _, f in outcomes])))
+        return [float(v) for v in losses], [bool(v) for v in finite]
+
+    # The transfer guard makes any device-to-host copy inside the window an error.
+    result = timed_window(staged, step, wait=lambda outcome: jax.block_until_ready((model.params, outcome)),
+                          fetch=fetch, guard=lambda: jax.transfer_guard_device_to_host("disallow"))
     result.loss_scale_final = _scale_value(model)
     result.extra["traces"] = model.trace_count[0]
     return result

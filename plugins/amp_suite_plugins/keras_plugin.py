@@ -26,7 +26,7 @@ from amp_suite.plugin_kit import (
     require_device_kind,
     STANDARD_PRECISIONS,
     standard_precision,
-    timed_epoch,
+    timed_window,
 )
 from amp_suite.records import (
     Batch,
@@ -238,14 +238,30 @@ def _scale(model: KerasModel) -> float | None:
 
 @hookimpl
 def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
-    def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
-        loss, finite = model.train_step(*batch)
-        return float(loss.numpy()), bool(finite.numpy())  # copies to the host once the step is done
+    import tensorflow as tf
 
-    result = timed_epoch(staged, step)
+    def fetch(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
+        if not outcomes:
+            return [], []
+        losses = tf.stack([loss for loss, _ in outcomes]).numpy()
+        finite = tf.stack([flag for _, flag in outcomes]).numpy()
+        return [float(v) for v in losses], [bool(v) for v in finite]
+
+    # The step returns its loss and finite flag as tensors; reading the last
+    # loss waits for every step dispatched before it.
+    result = timed_window(staged, lambda batch: model.train_step(*batch),
+                          wait=lambda outcome: outcome[0].numpy(), fetch=fetch)
     result.loss_scale_final = _scale(model)
     result.extra["traces"] = int(model.train_step.experimental_get_tracing_count())
     return result
+
+
+@hookimpl
+def reset_memory_peak(run: RunSpec, device: DeviceInfo) -> None:
+    import tensorflow as tf
+
+    if device.kind == "gpu":
+        tf.config.experimental.reset_memory_stats("GPU:0")
 
 
 @hookimpl

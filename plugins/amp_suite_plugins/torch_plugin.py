@@ -32,8 +32,7 @@ from amp_suite.plugin_kit import (
     loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
-    timed_epoch,
-    wall_clock_step,
+    timed_window,
 )
 from amp_suite.records import (
     Batch,
@@ -76,6 +75,7 @@ class TorchModel:
     autocast_dtype: Any
     memory_format: Any
     flattened: dict[str, tuple[int, int, int]]
+    train_forward: Any  # the module, or torch.compile's wrapper of it
 
 
 @hookimpl
@@ -113,6 +113,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         torch.backends.cudnn.benchmark = bool(run.options.get("cudnn_benchmark", True))
         notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
     notes.append(f"channels_last={bool(run.options.get('channels_last', True))}")
+    if run.options.get("compile", False):
+        notes.append("torch.compile=inductor (compiled in the warm-up steps)")
     if applied.compute_dtype != "float32":
         notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
     return dataclasses.replace(applied, notes=tuple(notes))
@@ -244,7 +246,9 @@ def build_model(
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened)
+    train_forward = torch.compile(net) if run.options.get("compile", False) else net
+    return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
+                      train_forward)
 
 
 def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
@@ -272,59 +276,88 @@ def _autocast(torch: Any, model: TorchModel) -> Any:
 
 def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any) -> Any:
     with _autocast(torch, model):
-        logits = model.module(images)
+        logits = model.train_forward(images)
         return torch.nn.functional.cross_entropy(logits.float(), labels)
 
 
 def make_step(torch: Any, model: TorchModel):
-    """One optimizer step on a staged batch; returns (loss, applied)."""
+    """One optimizer step on a staged batch; returns (loss, applied) without waiting for the device.
 
-    def step(batch: tuple[Any, Any]) -> tuple[float, bool]:
+    ``applied`` is a device tensor under loss scaling (the scale did not drop,
+    read through ``GradScaler``'s asynchronous scale tensor instead of the
+    synchronizing ``get_scale()``), else ``True``.
+    """
+
+    def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:
         images, labels = batch
         model.optimizer.zero_grad(set_to_none=True)
         loss = _forward_loss(torch, model, images, labels)
         if model.scaler is None:
             loss.backward()
             model.optimizer.step()
-            applied = True
+            applied: Any = True
         else:
-            scale_before = model.scaler.get_scale()
             model.scaler.scale(loss).backward()
+            before = model.scaler._get_scale_async().clone()
             model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
             model.scaler.update()  # ... and then the scale is halved
-            applied = model.scaler.get_scale() >= scale_before
+            applied = model.scaler._get_scale_async() >= before
         if model.scheduler is not None:
             model.scheduler.step()
-        return float(loss.item()), applied  # .item() waits for the step's work
+        return loss.detach(), applied
 
     return step
+
+
+def _fetch(torch: Any, outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
+    """One device-to-host copy for the window's losses, one for its applied flags."""
+    if not outcomes:
+        return [], []
+    losses = torch.stack([loss for loss, _ in outcomes]).float().cpu().tolist()
+    flags = [applied for _, applied in outcomes]
+    tensors = [flag for flag in flags if not isinstance(flag, bool)]
+    if tensors:
+        values = iter(torch.stack(tensors).cpu().tolist())
+        flags = [flag if isinstance(flag, bool) else bool(next(values)) for flag in flags]
+    return losses, flags
 
 
 @hookimpl
 def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
     import torch
 
+    model.module.train()
+    step = make_step(torch, model)
+    events: list[tuple[Any, Any]] = []
     if model.device_type == "cuda":
         torch.cuda.synchronize()
-    model.module.train()
-    result = timed_epoch(staged, make_step(torch, model),
-                         timer=_cuda_event_timer(torch) if model.device_type == "cuda" else wall_clock_step)
+        plain_step = step
+
+        def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:  # noqa: F811 - the same step, between two events
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            outcome = plain_step(batch)
+            end.record()
+            events.append((start, end))
+            return outcome
+
+    result = timed_window(
+        staged, step,
+        wait=(lambda outcome: torch.cuda.synchronize()) if model.device_type == "cuda" else (lambda outcome: None),
+        fetch=lambda outcomes: _fetch(torch, outcomes),
+        step_times=(lambda: [s.elapsed_time(e) / 1000.0 for s, e in events]) if model.device_type == "cuda" else None,
+    )
     result.loss_scale_final = float(model.scaler.get_scale()) if model.scaler is not None else None
     return result
 
 
-def _cuda_event_timer(torch: Any):
-    """Time a step with CUDA events, read after the stream finished the step."""
+@hookimpl
+def reset_memory_peak(run: RunSpec, model: TorchModel) -> None:
+    import torch
 
-    def timer(step: Any, batch: Any) -> tuple[float, tuple[float, bool]]:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        outcome = step(batch)
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0, outcome
-
-    return timer
+    if model.device_type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
 
 
 @hookimpl

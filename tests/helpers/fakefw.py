@@ -21,7 +21,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
-from amp_suite.plugin_kit import timed_epoch
+from amp_suite.plugin_kit import timed_window
 from amp_suite.records import DeviceInfo, EpochResult, FrameworkInfo, PrecisionApplied, RunSpec
 
 NAME = "fake"
@@ -120,7 +120,7 @@ def train_epoch(run, model, staged, epoch) -> EpochResult | None:
         model.b -= model.lr * probs.mean(axis=0)
         return (float("nan") if nan else loss), True
 
-    return timed_epoch(staged, step)
+    return timed_window(staged, step)
 
 
 @hookimpl

@@ -24,7 +24,8 @@ CELL_COLUMNS = [
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
-    "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops", "loss_scaling", "loss_scale_final",
+    "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops", "compilation",
+    "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "framework_version", "dataset",
     "batch_size", "steps", "epochs", "warmup",
 ]
@@ -94,6 +95,8 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "param_count": m.get("param_count"),
             "train_gflop_per_image": _giga(m.get("train_flops_per_image")),
             "achieved_tflops": _num(m.get("achieved_tflops")),
+            "compilation": flat_text(m.get("compilation", "")),
+            "latency_source": flat_text(m.get("latency_source", "")),
             "loss_scaling": (r.applied or {}).get("loss_scaling", ""),
             "loss_scale_final": _num(m.get("loss_scale_final")),
             "skipped_steps": m.get("skipped_steps"),
@@ -254,7 +257,7 @@ DETAIL_FORMATS = {
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
-    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}",
+    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "compilation": "{}",
     "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
 }
 

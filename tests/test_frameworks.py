@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from amp_suite.records import RunSpec
 from conftest import HELPERS, REPO
 
 MODULES = {"torch": ("torch",), "keras": ("tensorflow", "keras"), "jax": ("jax", "haiku", "jmp", "optax")}
@@ -178,3 +179,33 @@ def test_batch_norm_stays_float32_while_convolutions_compute_in_the_reduced_dtyp
     notes = " ".join(json.loads(str(result["applied"]))["notes"])
     assert "batch_norm=float32" in notes or "compute=float32" in notes
     assert all(v.dtype == np.float32 for v in variables_of(result).values())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "amp_bf16"])
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_a_window_waits_once_however_many_steps_it_holds(tmp_path_factory, framework, precision):
+    # The same number of host synchronizations for a window of 2 steps and one of 6: none per step.
+    result = probe(tmp_path_factory, framework, precision, steps=6, batch_size=8,
+                   extra={"count_syncs": [2, 6]})
+    short, long = result["syncs"].tolist()
+    assert short == long, (short, long)
+    assert 1 <= long <= 4  # the one wait and the one fetch of losses (and flags)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
+def test_torch_compile_is_an_option_compiled_in_warm_up(tmp_path):
+    from amp_suite.runner import Cell, run_in_worker
+    from amp_suite.workloads import workload_from_config
+
+    workload = workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "batch_size": 8})
+    results = {}
+    for compiled in (False, True):
+        run = RunSpec(framework="torch", workload="tiny", precision="fp32", steps=6, warmup=2, batch_size=8,
+                      window_steps=2, latency_steps=1, options={"compile": compiled}, timeout_s=900)
+        results[compiled] = run_in_worker(Cell(run, workload), log_path=tmp_path / f"{compiled}.log")
+        assert results[compiled].status == "ok", results[compiled].error
+    eager, compiled = results[False].metrics, results[True].metrics
+    assert eager["compilation"] == "eager" and compiled["compilation"] == "torch.compile (inductor)"
+    assert any("torch.compile" in note for note in results[True].applied["notes"])
+    assert compiled["first_step_time_s"] > compiled["step_time_median_s"]  # compilation sits in warm-up
+    np.testing.assert_allclose(compiled["step_losses"][0], eager["step_losses"][0], rtol=1e-4)

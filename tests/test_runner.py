@@ -173,3 +173,19 @@ def test_ctrl_c_keeps_finished_results(tiny_config, tmp_path, clean_fake_env):
     time.sleep(0.5)
     with pytest.raises(ProcessLookupError):
         os.kill(worker_pid, 0)
+
+
+def test_memory_peak_does_not_grow_with_steps(tmp_path, clean_fake_env):
+    # 64x64 images at batch 32 are 0.5 MiB a batch: staging a whole epoch of 200 steps
+    # would add 100 MiB to the peak; one window at a time adds at most a few.
+    from amp_suite.workloads import workload_from_config
+
+    workload = workload_from_config("wide", {"model": "mnist_cnn", "input_size": 64, "batch_size": 32})
+    growth = {}
+    for steps in (10, 200):
+        run = RunSpec(framework="fake", workload="wide", precision="fp32", steps=steps, warmup=1, batch_size=32,
+                      window_steps=8, latency_steps=2, plugin_modules=("fakefw",))
+        result = run_in_worker(Cell(run, workload), log_path=tmp_path / f"log{steps}")
+        assert result.status == "ok", result.error
+        growth[steps] = result.metrics["rss_growth_bytes"]
+    assert growth[200] - growth[10] < 16 * 2**20, growth

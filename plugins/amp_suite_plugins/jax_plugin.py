@@ -352,6 +352,7 @@ def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]
         "framework_version": f"jax {jax.__version__}, dm-haiku {package_version('dm-haiku') or '?'}, "
                              f"jmp {package_version('jmp') or '?'}",
         "train_step_traces": model.trace_count[0],
+        "compilation": "XLA (jax.jit)",
     }
     if device.kind == "gpu":
         stats = model.device.memory_stats() or {}

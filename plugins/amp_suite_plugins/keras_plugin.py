@@ -299,6 +299,7 @@ def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, An
         "param_count": int(sum(int(np.prod(v.shape)) for v in model.model.trainable_variables)),
         "framework_version": f"tensorflow {tf.__version__}, keras {package_version('keras') or '?'}",
         "train_step_traces": int(model.train_step.experimental_get_tracing_count()),
+        "compilation": "XLA (jit_compile)" if _jit(run) else "tf.function graph",
     }
     if device.kind == "gpu":
         figures["device_peak_memory_bytes"] = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])

@@ -86,6 +86,51 @@ def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[st
     return {k: sorted(v) for k, v in out.items()}
 
 
+def count_syncs(framework: str, run, host, model, batches) -> int:
+    """Host synchronizations (device-to-host reads and explicit waits) during one ``train_epoch`` call."""
+    from unittest import mock
+
+    calls = [0]
+    exempt: set[int] = set()
+
+    def counting(original):
+        def wrapper(*args, **kwargs):
+            if not (args and id(args[0]) in exempt):
+                calls[0] += 1
+            return original(*args, **kwargs)
+        return wrapper
+
+    patches = []
+    if framework == "torch":
+        import torch
+
+        # torch.optim keeps its step counters as CPU tensors and reads them with .item() even on a GPU
+        # (no device sync): only values the step computes on the device count.
+        exempt.update(id(v) for state in model.optimizer.state.values() for v in state.values())
+        for name in ("item", "tolist", "numpy", "__float__", "__bool__", "cpu"):
+            patches.append(mock.patch.object(torch.Tensor, name, counting(getattr(torch.Tensor, name))))
+        patches.append(mock.patch.object(torch.cuda, "synchronize", counting(torch.cuda.synchronize)))
+    elif framework == "keras":
+        from tensorflow.python.framework import tensor as tensor_module
+
+        base = next(c for c in tensor_module.Tensor.__subclasses__() if hasattr(c, "numpy"))
+        patches.append(mock.patch.object(base, "numpy", counting(base.numpy)))
+    elif framework == "jax":
+        import jax
+
+        patches += [mock.patch.object(jax, "device_get", counting(jax.device_get)),
+                    mock.patch.object(jax, "block_until_ready", counting(jax.block_until_ready))]
+    staged = host.stage_batches(run, model, batches)
+    for patch in patches:
+        patch.start()
+    try:
+        host.train_epoch(run, model, staged, 0)
+    finally:
+        for patch in patches:
+            patch.stop()
+    return calls[0]
+
+
 def main(request_path: str, out_path: str) -> None:
     req = json.loads(Path(request_path).read_text())
     host = PluginHost(framework=req["framework"])
@@ -119,10 +164,12 @@ def main(request_path: str, out_path: str) -> None:
     measured = host.measure(run, model, device)
     variables = host.get_variables(run, model)
     dtypes = layer_dtypes(req["framework"], model, probe) if req.get("dtypes") else {}
+    syncs = [count_syncs(req["framework"], run, host, model, pipeline.batches(0, 0, n))
+             for n in req.get("count_syncs", [])]
     np.savez(out_path, logits_before=before_eval, logits_before_train=before_train, logits_after=after,
              losses=np.asarray(losses), skipped=skipped, loss_scale_final=scale, traces=np.asarray(traces),
              param_count=measured["param_count"], applied=json.dumps(applied.__dict__),
-             dtypes=json.dumps(dtypes),
+             dtypes=json.dumps(dtypes), syncs=np.asarray(syncs, dtype=np.int64),
              **{f"init:{k}": v for k, v in unchanged.items()}, **{f"var:{k}": v for k, v in variables.items()})
 
 

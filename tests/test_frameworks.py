@@ -103,6 +103,15 @@ def test_train_step_compiles_once_across_epochs(tmp_path_factory, framework, pre
     assert result["traces"].tolist() == [1, 1]
 
 
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "torch"])
+def test_a_step_carrying_batch_norm_state_compiles_once(tmp_path_factory, framework):
+    # resnet8 threads its running statistics (and the augmented batches) through every step
+    table = {**TINY_TABLES["resnet8"], **OPTIMIZER_TABLES["sgd"]}
+    result = probe(tmp_path_factory, framework, "fp32", steps=3, epochs=2, batch_size=8,
+                   extra={"workload": "resnet8", "table": table})
+    assert result["traces"].tolist() == [1, 1]
+
+
 # --- stateful architectures: same weights, same steps, same BatchNorm statistics ---
 
 TINY_TABLES = {

@@ -97,3 +97,48 @@ def test_synthetic_data_has_no_accuracy():
     assert "Validation accuracy is n/a on synthetic data" in text
     assert "| w          | torch       | n/a    | n/a        |" in text
     assert ",," in frame.to_csv(index=False)  # empty in the CSV
+
+
+def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, capsys):
+    from amp_suite import calibration
+    from amp_suite.environment import host_environment
+    from amp_suite.plugin_host import PluginHost
+
+    monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
+    probed = []
+
+    def fake_probe(framework, device, budget_s, env):
+        probed.append(framework)
+        return {"kind": "cpu", "device": "cpu", "version": "1.0",
+                "matmul": {"fp32": 0.1, "bf16": 0.4}, "conv": {"fp32": 0.2, "bf16": 0.3}}
+
+    monkeypatch.setattr(calibration, "_run_probe", fake_probe)
+    import amp_suite.worker as worker
+
+    monkeypatch.setattr(worker, "missing_modules", lambda info: [])
+    host = PluginHost()
+    assert calibration.calibrate(frameworks=("torch",), device="auto", force=False, host=host) == 0
+    assert probed == ["torch"]
+    env = host_environment()
+    cached = calibration.read_cache(env)
+    assert cached["frameworks"]["torch"]["cpu"]["matmul"]["bf16"] == 0.4
+    assert calibration.ceiling_ratio(cached, "torch", "cpu", "amp_bf16") == pytest.approx(2.0)
+    calibration.calibrate(frameworks=("torch",), device="auto", force=False, host=host)
+    assert probed == ["torch"]  # cached: not measured again
+    assert "cached; --force measures again" in capsys.readouterr().out
+    environment = {k: env[k] for k in ("cpu_model", "cpu_flags", "cpu_count", "gpus")}
+    calibration.attach_calibration(environment)
+    assert environment["calibration"]["frameworks"]["torch"]["cpu"]["version"] == "1.0"
+
+
+def test_growing_sizes_stop_at_a_measurable_call():
+    from amp_suite import calibration
+
+    sizes_seen = []
+
+    def make(size):
+        sizes_seen.append(size)
+        return lambda: sum(range(size * 20_000))
+
+    figure = calibration._grow((1, 2, 4, 8, 16), make, lambda size: 1e9 * size, 0.05)
+    assert figure["size"] == sizes_seen[-1] and figure["tflops"] > 0

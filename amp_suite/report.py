@@ -345,11 +345,8 @@ def ceiling_lines(environment: dict[str, Any], cells: pd.DataFrame) -> list[str]
                 values = [v for v in ((entry.get(op) or {}).get(dtype) for op in ("matmul", "conv")) if v]
                 if values:
                     peaks.append(f"{dtype} {max(values):.3g}")
-            version = entry.get("version", "")
-            used = cells[(cells["framework"] == framework)]["framework_version"] if not cells.empty else []
-            stale = any(v and version and v != version for v in used)
-            lines.append(f"- {framework} {version} on {kind} ({entry.get('device', '')}): " + ", ".join(peaks)
-                         + (" — measured with another version than the runs" if stale else ""))
+            lines.append(f"- {framework} {entry.get('version', '')} on {kind} ({entry.get('device', '')}): "
+                         + ", ".join(peaks))
     for gpu in environment.get("gpus") or []:
         sheet = datasheet_peaks(gpu.get("name", ""))
         if sheet:

@@ -9,6 +9,10 @@ The package owns the pluggy markers.  Plugins (built-in or third-party) write::
         ...
 
 and register their module through the ``amp_suite`` entry-point group.
+
+Notebooks use :func:`amp_suite.run` and :func:`amp_suite.load` (see
+:mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
+stays cheap and imports neither pandas nor a framework.
 """
 
 from __future__ import annotations
@@ -23,4 +27,12 @@ ENTRY_POINT_GROUP = "amp_suite"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
-__all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP"]
+__all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load"]
+
+
+def __getattr__(name: str):
+    if name in ("run", "load"):
+        from amp_suite import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'amp_suite' has no attribute {name!r}")

@@ -109,11 +109,24 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run cells in this process (debugging; frameworks then share a process)")
     run.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="load an extra plugin module (repeatable)")
+    run.add_argument("--price-per-hour", type=float, help="price of this machine per hour: cost columns")
+    run.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
 
     report = sub.add_parser("report", help="re-render the report from DIR/results.jsonl")
     report.add_argument("directory", help="a sweep's output directory")
+    report.add_argument("--price-per-hour", type=float, help="price of the machine per hour: cost columns")
+    report.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+
+    cal = sub.add_parser("calibrate", help="measure this machine's peak matmul and convolution TFLOP/s "
+                                           "per framework and dtype (cached per machine)")
+    cal.add_argument("--frameworks", help="comma-separated (default: every installed framework)")
+    cal.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    cal.add_argument("--budget", type=float, default=1.0,
+                     help="seconds of timing per measurement (default 1)")
+    cal.add_argument("--force", action="store_true", help="measure again even if cached")
+    cal.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
 
     lst = sub.add_parser("list", help="frameworks (installed or not), workloads and precisions")
     lst.add_argument("--config", help="sweep configuration (default: ./benchmarks.toml)")
@@ -131,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
-        handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins}
+        handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins,
+                   "calibrate": cmd_calibrate}
         with _stop_signals_interrupt():
             return handler[args.command](args)
     except UsageError as exc:
@@ -151,62 +165,33 @@ def _one_line_text(exc: BaseException) -> str:
 
 
 def _host(modules: list[str]):
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.api import make_host
 
-    host = PluginHost(extra_modules=tuple(modules))
-    for failure in host.failures:
-        print(f"amp-suite: warning: plugin {failure.name!r} failed to load: {failure.error}", file=sys.stderr)
-    return host
+    return make_host(modules)
 
 
-def plan_cells(config: SuiteConfig, settings, plugin_modules: tuple[str, ...] = ()):
-    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells."""
-    from amp_suite.runner import Cell
+def _worker_plugin_modules(host, requested: list[str]) -> tuple[str, ...]:
+    from amp_suite.api import worker_plugin_modules
 
-    cells = []
-    for repeat in range(settings.repeats):
-        for workload_name in settings.workloads:
-            workload = config.workloads[workload_name]
-            for framework in settings.frameworks:
-                for precision in settings.precisions:
-                    run = RunSpec(
-                        framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                        steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
-                        window_steps=settings.window_steps, latency_steps=settings.latency_steps,
-                        batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
-                        dataset=settings.dataset, train_split=settings.train_split,
-                        val_split=settings.val_split,
-                        data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
-                        download=settings.download, synthetic_fallback=settings.synthetic_fallback,
-                        device=settings.device, timeout_s=settings.timeout,
-                        options=dict(config.framework_options.get(framework, {})),
-                        plugin_modules=plugin_modules,
-                    )
-                    cells.append(Cell(run, workload))
-    return cells
+    return worker_plugin_modules(host, requested)
 
 
-def _progress(index: int, total: int, cell, result: CellResult | None) -> None:
-    run = cell.run
-    label = f"[{index}/{total}] {run.workload} {run.framework} {run.precision} r{run.repeat}"
-    if result is None:
-        print(f"{label} ...", file=sys.stderr, flush=True)
-        return
-    if result.status == "ok":
-        m = result.metrics
-        print(f"{label} ok: {m.get('throughput', 0):,.0f} img/s, val acc {m.get('val_accuracy', 0):.3f}"
-              f" ({result.wall_time_s:.1f} s)", file=sys.stderr, flush=True)
-    else:
-        print(f"{label} {result.status}: {result.error}", file=sys.stderr, flush=True)
+def _worker_env(host) -> dict[str, str]:
+    from amp_suite.api import worker_env
+
+    return worker_env(host)
+
+
+def _cost_overrides(args: argparse.Namespace) -> dict:
+    return {k: v for k, v in (("price_per_hour", args.price_per_hour), ("currency", args.currency))
+            if v is not None}
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from amp_suite.datasets import DATASETS, check_request
-    from amp_suite.output_dir import OutputLock, prepare_output_dir
+    from amp_suite.api import SweepRequest, sweep
+    from amp_suite.progress import SweepProgress
 
-    config = load_config(find_config(args.config))
-    settings = with_overrides(
-        config.settings,
+    overrides = dict(
         frameworks=_csv(args.frameworks), workloads=_csv(args.workloads), precisions=_csv(args.precisions),
         dataset=args.dataset, train_split=args.train_split, val_split=args.val_split,
         data_dir=args.data_dir, download=args.download, synthetic_fallback=args.synthetic_fallback,
@@ -215,163 +200,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
         device=args.device, out=args.out,
     )
-    settings.check()
-    if args.inline and args.timeout is not None:
-        raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
-                         "drop one of the two")
-    host = _host(args.plugin)
-    broken = {f.name: f.error for f in host.failures}
-    for name in settings.frameworks:
-        if name in broken and name not in host.frameworks():
-            raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
-    check_names("framework", settings.frameworks, host.frameworks())
-    check_framework_tables(config, host.frameworks(), absent=_absent_plugins(host))
-    check_names("workload", settings.workloads, config.workloads)
-    check_names("dataset", (settings.dataset,), DATASETS)
-    for name in settings.workloads:
-        workload = config.workloads[name]
-        check_request(settings.dataset, workload, settings.train_split, settings.val_split,
-                      batch_size=settings.batch_size or workload.batch_size)
-    if args.inline:
-        print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
-    out_dir = prepare_output_dir(settings.out)
-    cells = plan_cells(config, settings, _worker_plugin_modules(host, args.plugin))
-    with OutputLock(out_dir):
-        _fetch_data(settings)
-        return _run_locked(args, host, config, settings, cells, out_dir)
-
-
-def _fetch_data(settings) -> None:
-    """Verify (or download) every data file before the first cell starts."""
-    from amp_suite.datasets import fetch
-    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
-
-    try:
-        fetch(settings.dataset, settings.train_split, settings.val_split,
-              data_dir=settings.data_dir, allow_download=settings.download)
-    except ChecksumMismatch as exc:
-        raise UsageError(str(exc)) from None
-    except DatasetError as exc:
-        if not settings.synthetic_fallback:
-            raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
-        print(f"amp-suite: warning: {exc}; synthetic data will stand in (the report says so)", file=sys.stderr)
-
-
-def _worker_plugin_modules(host, requested: list[str]) -> tuple[str, ...]:
-    """The extra plugin modules the host really loaded (the worker loads exactly these)."""
-    from amp_suite.plugin_host import EXTRA_PLUGINS_ENV
-
-    loaded = {plugin.name for plugin in host.describe()}
-    from_env = [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
-    return tuple(dict.fromkeys(m for m in [*requested, *from_env] if m in loaded))
-
-
-def _absent_plugins(host) -> set[str]:
-    """Plugins disabled by the user or failed to load in the host."""
-    from amp_suite.plugin_host import DISABLE_ENV
-
-    blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
-    return blocked | {failure.name for failure in host.failures}
-
-
-def _worker_env(host) -> dict[str, str]:
-    """Environment overrides that keep a worker from loading a plugin the host did not load."""
-    from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV
-
-    return {DISABLE_ENV: ",".join(sorted(_absent_plugins(host))), EXTRA_PLUGINS_ENV: ""}
-
-
-def _warn_skipped_lines(store, contents=None) -> None:
-    """One warning naming the lines of ``results.jsonl`` that hold no result."""
-    contents = store.read() if contents is None else contents
-    if contents.skipped:
-        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
-              f"result: {contents.describe_skipped()}", file=sys.stderr)
-
-
-def _run_locked(args, host, config: SuiteConfig, settings, cells, out_dir: Path) -> int:
-    from amp_suite.environment import host_environment
-    from amp_suite.results import ResultStore
-    from amp_suite.runner import iter_sweep
-    from amp_suite.safe_files import write_file_atomically
-
-    store = ResultStore(out_dir)
-    if args.resume:
-        _warn_skipped_lines(store)
-    environment = host_environment()
-    environment["config_file"] = str(config.path)
-    environment["settings"] = asdict(settings)
-    try:
-        write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
-    except OSError as exc:
-        raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
-
-    print(f"amp-suite: {len(cells)} cells -> {out_dir}/", file=sys.stderr)
-    started = time.perf_counter()
-    stopped_by: int | None = None
-    storage_failed = False
-    results: list[CellResult] = []
-    try:
-        for result in iter_sweep(cells, store, inline=args.inline, resume=args.resume, env=_worker_env(host),
-                                 progress=None if args.quiet else _progress):
-            results.append(result)
-    except KeyboardInterrupt as exc:
-        stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
-        print(f"amp-suite: interrupted by {signal.Signals(stopped_by).name}; finished cells are kept in "
-              "results.jsonl (--resume runs the rest)", file=sys.stderr)
-    except StorageError as exc:
-        storage_failed = True
-        print(f"amp-suite: error: {_one_line_text(exc)}; the sweep stops, {len(results)} finished cells are "
-              "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
-    outcome = host.write_report(results, out_dir, environment)
-    print(f"amp-suite: {len(results)} cells in {time.perf_counter() - started:.0f} s; wrote "
-          + (", ".join(str(p) for p in outcome.written) or "no report"), file=sys.stderr)
-    _print_reporter_failures(outcome)
-    if stopped_by is not None:
-        return _exit_code_for(stopped_by)
-    if storage_failed or outcome.failures:
-        return EXIT_USAGE
-    return EXIT_OK if all(r.status in BENIGN_STATUSES for r in results) else EXIT_FAILED_CELLS
+    request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
+                           resume=args.resume, inline=args.inline, quiet=args.quiet,
+                           cost=_cost_overrides(args))
+    return sweep(request, progress=SweepProgress()).exit_code
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from amp_suite.results import RESULTS_FILE, ResultStore
+    from amp_suite.api import load_results
+    from amp_suite.cost import cost_settings
 
-    directory = Path(args.directory)
-    store = ResultStore(directory)
-    if not store.path.is_file():
-        what = "is not a file" if store.path.exists() else "does not exist"
-        raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
-    try:
-        contents = store.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
-    _warn_skipped_lines(store, contents)
-    environment = _stored_environment(directory)
-    latest = {result.key: result for result in contents.results}
-    outcome = _host(args.plugin).write_report(list(latest.values()), directory, environment)
+    results, environment = load_results(Path(args.directory))
+    cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
+    if cost:
+        environment["cost"] = cost
+    outcome = _host(args.plugin).write_report(results, Path(args.directory), environment)
     if outcome.written:
         print("\n".join(str(p) for p in outcome.written))
     _print_reporter_failures(outcome)
     return EXIT_USAGE if outcome.failures else EXIT_OK
 
 
-def _stored_environment(directory: Path) -> dict:
-    """The sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
-    from amp_suite.environment import host_environment
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from amp_suite.calibration import calibrate
 
-    path = directory / ENVIRONMENT_FILE
-    problem = "is missing"
-    if path.exists():
-        try:
-            environment = json.loads(path.read_bytes().decode("utf-8"))
-            if isinstance(environment, dict):
-                return environment
-            problem = "is not a JSON object"
-        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-            problem = "is unreadable or truncated"
-    print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
-    return host_environment()
+    return calibrate(frameworks=_csv(args.frameworks), device=args.device, force=args.force,
+                     host=_host(args.plugin), budget_s=args.budget)
 
 
 def _print_reporter_failures(outcome) -> None:

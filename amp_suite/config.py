@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from amp_suite.cost import COST_FIELDS
 from amp_suite.errors import UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import Workload
@@ -25,7 +26,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 CONFIG_NAME = "benchmarks.toml"
-TABLES = ("defaults", "workloads", "frameworks")
+TABLES = ("defaults", "workloads", "frameworks", "cost")
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class SuiteConfig:
     settings: SweepSettings
     workloads: dict[str, Workload]
     framework_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    cost: dict[str, Any] = field(default_factory=dict)  # the checked [cost] table
 
 
 def check_names(kind: str, given: tuple[str, ...] | list[str], allowed: Any) -> None:
@@ -220,7 +222,8 @@ def load_config(path: Path) -> SuiteConfig:
     for name, table in option_tables.items():
         check_name("framework", name)
         options[name] = check_table(table, framework_option_fields(name), f"{path}: [frameworks.{name}]")
-    return SuiteConfig(path, settings, workloads, options)
+    cost = check_table(data.get("cost", {}), COST_FIELDS, f"{path}: [cost]")
+    return SuiteConfig(path, settings, workloads, options, cost)
 
 
 def with_overrides(settings: SweepSettings, **overrides: Any) -> SweepSettings:

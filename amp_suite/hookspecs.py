@@ -222,8 +222,25 @@ def measure(run: RunSpec, model: Any, device: DeviceInfo) -> dict[str, Any] | No
 
 
 @hookspec
-def write_report(
+def report_sections(
     results: list[CellResult], out_dir: Path, environment: dict[str, Any]
+) -> list[tuple[str, str]] | None:
+    """Contribute sections to ``report.md`` (a plugin's figures, links to its files).
+
+    Called in the host before :func:`write_report`, with the same arguments.
+    Every plugin may answer; sections appear in plugin registration order
+    after the built-in tables.
+
+    :param results: every cell's latest result, failures included.
+    :param out_dir: the sweep's output directory.
+    :param environment: the host's environment record.
+    :return: ``(title, markdown)`` pairs, or ``None``.
+    """
+
+
+@hookspec
+def write_report(
+    results: list[CellResult], out_dir: Path, environment: dict[str, Any], sections: list[tuple[str, str]]
 ) -> list[Path] | None:
     """Write report files for a sweep's results.
 
@@ -233,6 +250,9 @@ def write_report(
     :param results: every cell's latest result, in sweep order, failures
         included.
     :param out_dir: the sweep's output directory.
-    :param environment: the host's environment record (versions, CPU, GPU).
+    :param environment: the host's environment record (versions, CPU, GPU,
+        and ``calibration`` and ``cost`` when known).
+    :param sections: what :func:`report_sections` returned, flattened, for
+        reporters that assemble a document (the built-in ``report.md``).
     :return: the paths written, or ``None``.
     """

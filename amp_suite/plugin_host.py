@@ -277,13 +277,28 @@ class PluginHost:
     def write_report(
         self, results: list[CellResult], out_dir: Path, environment: dict[str, Any]
     ) -> ReportOutcome:
-        """Call every reporter; one that raises is listed and the others still write."""
+        """Call every reporter; one that raises is listed and the others still write.
+
+        ``report_sections`` is asked first; a plugin whose sections fail is
+        listed the same way and the report goes on without them.
+        """
         written: list[Path] = []
         failures: list[ReporterFailure] = []
-        for impl in reversed(self.pm.hook.write_report.get_hookimpls()):
+        sections: list[tuple[str, str]] = []
+        for impl in reversed(self.pm.hook.report_sections.get_hookimpls()):
             if impl.hookwrapper or impl.wrapper:
                 continue
             arguments = {"results": results, "out_dir": out_dir, "environment": environment}
+            try:
+                answer = impl.function(**{a: v for a, v in arguments.items() if a in impl.argnames})
+                sections.extend((str(title), str(body)) for title, body in (answer or []))
+            except Exception as exc:
+                failures.append(ReporterFailure(impl.plugin_name, one_line(exc)))
+        for impl in reversed(self.pm.hook.write_report.get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                continue
+            arguments = {"results": results, "out_dir": out_dir, "environment": environment,
+                         "sections": list(sections)}
             try:
                 paths = impl.function(**{a: v for a, v in arguments.items() if a in impl.argnames})
             except Exception as exc:  # one broken reporter never costs the others

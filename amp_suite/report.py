@@ -4,6 +4,14 @@ Each figure is put beside the same framework's ``fp32`` figure on the same
 workload, so a reader sees what AMP buys *in that framework*: throughput
 speed-up, peak-memory ratio and the accuracy difference.  Repeats are folded
 by their median; failed cells keep their status and are never dropped.
+
+With a calibration of the machine (``amp-suite calibrate``, carried in the
+environment record as ``calibration``) each speed-up stands beside its
+ceiling (the measured peak of the AMP dtype over the fp32 peak) and each
+achieved TFLOP/s beside the fraction of its dtype's peak.  With a price
+(``cost`` in the environment record) each cell gets its cost per epoch and per
+million training images.  Accuracy on synthetic data is ``n/a``: it says
+nothing about a real task.
 """
 
 from __future__ import annotations
@@ -13,6 +21,8 @@ from typing import Any
 
 import pandas as pd
 
+from amp_suite.calibration import ceiling_ratio, datasheet_peaks, peak_tflops
+from amp_suite.cost import cell_cost
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 
@@ -24,11 +34,17 @@ CELL_COLUMNS = [
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
-    "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops", "compilation",
-    "latency_source", "loss_scaling", "loss_scale_final",
-    "skipped_steps", "compute_dtype", "device", "framework_version", "dataset",
+    "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
+    "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
+    "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
+    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "dataset",
     "batch_size", "steps", "epochs", "warmup",
 ]
+# Why synthetic data has no accuracy figure.
+SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
+                           "separable by design, so every precision scores about 100% and the figure "
+                           "measures nothing about a real task. Use --dataset mnist (the default) for "
+                           "real accuracies.")
 
 
 def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
@@ -65,12 +81,40 @@ def _num(value: Any) -> float | None:
     return number
 
 
-def results_frame(results: list[CellResult]) -> pd.DataFrame:
-    """One row per cell with the figures a reader compares."""
+def is_synthetic(result: CellResult) -> bool:
+    """Whether ``result`` trained on synthetic data (asked for, or standing in for a real dataset)."""
+    return (result.config or {}).get("dataset") == "synthetic" or bool((result.metrics or {}).get("dataset_substituted"))
+
+
+def _images_per_epoch(metrics: dict[str, Any], batch_size: Any) -> float | None:
+    """Steps of one epoch x batch size (the last epoch's steps, as recorded)."""
+    steps = metrics.get("step_times_s")
+    if isinstance(steps, list) and steps and isinstance(steps[-1], list) and isinstance(batch_size, int):
+        return float(len(steps[-1]) * batch_size)
+    return None
+
+
+def results_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per cell with the figures a reader compares.
+
+    ``environment`` supplies the machine's calibration (peak fraction, ceiling
+    ratio) and the price per hour (cost columns); without them those columns
+    are empty.
+    """
+    environment = environment or {}
+    calibration = environment.get("calibration")
+    cost = environment.get("cost") or {}
     rows = []
     for r in results:
         m = r.metrics or {}
         memory, source = _peak_memory(m)
+        kind = (r.device or {}).get("kind", "")
+        throughput = _num(m.get("throughput"))
+        achieved = _num(m.get("achieved_tflops"))
+        peak = peak_tflops(calibration, r.framework, kind, r.precision) if r.status == "ok" else None
+        images = _images_per_epoch(m, (r.config or {}).get("batch_size"))
+        per_epoch, per_million = (cell_cost(throughput, images, cost["price_per_hour"])
+                                  if cost.get("price_per_hour") is not None and r.status == "ok" else (None, None))
         rows.append({
             "workload": r.workload,
             "framework": r.framework,
@@ -90,11 +134,18 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "memory_source": source,
             "first_step_loss": _num(m.get("first_step_loss")),
             "final_loss": _num(m.get("final_loss")),
-            "val_accuracy": _num(m.get("val_accuracy")),
+            "val_accuracy": None if is_synthetic(r) else _num(m.get("val_accuracy")),
             "val_loss": _num(m.get("val_loss")),
             "param_count": m.get("param_count"),
             "train_gflop_per_image": _giga(m.get("train_flops_per_image")),
-            "achieved_tflops": _num(m.get("achieved_tflops")),
+            "achieved_tflops": achieved,
+            "peak_tflops": peak,
+            "peak_fraction": achieved / peak if achieved is not None and peak else None,
+            "ceiling_ratio": ceiling_ratio(calibration, r.framework, kind, r.precision) if kind else None,
+            "images_per_epoch": images,
+            "cost_per_epoch": per_epoch,
+            "cost_per_million_images": per_million,
+            "currency": cost.get("currency", "") if per_million is not None else "",
             "compilation": flat_text(m.get("compilation", "")),
             "latency_source": flat_text(m.get("latency_source", "")),
             "loss_scaling": (r.applied or {}).get("loss_scaling", ""),
@@ -102,6 +153,7 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "skipped_steps": m.get("skipped_steps"),
             "compute_dtype": (r.applied or {}).get("compute_dtype", ""),
             "device": (r.device or {}).get("name", ""),
+            "device_kind": kind,
             "framework_version": m.get("framework_version", ""),
             "dataset": (r.config or {}).get("dataset", ""),
             "batch_size": (r.config or {}).get("batch_size"),
@@ -122,18 +174,24 @@ def _ms(seconds: Any) -> float | None:
     return None if value is None else value * 1000.0
 
 
-def summary_frame(results: list[CellResult]) -> pd.DataFrame:
+SUMMARY_COLUMNS = ["workload", "framework", "precision", "status", "ok_repeats", "repeats",
+                   "throughput", "speedup", "peak_memory_mib", "memory_ratio", "final_loss", "val_accuracy",
+                   "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
+                   "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
+                   "cost_saving_per_million", "cost_saving_fraction", "error"]
+
+
+def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per workload x framework x precision, normalized to that framework's fp32.
 
     Figures are medians over the ``ok`` repeats.  ``status`` is ``ok`` when at
-    least one repeat is ok, else the last repeat's status.
+    least one repeat is ok, else the last repeat's status.  ``cost_saving_*``
+    is fp32's cost per million images minus this precision's (positive: AMP
+    is cheaper), in money and as a fraction of fp32's.
     """
-    cells = results_frame(results)
+    cells = results_frame(results, environment)
     if cells.empty:
-        return pd.DataFrame(columns=["workload", "framework", "precision", "status", "ok_repeats",
-                                     "throughput", "speedup", "peak_memory_mib", "memory_ratio",
-                                     "final_loss", "val_accuracy", "accuracy_delta", "achieved_tflops",
-                                     "train_gflop_per_image", "error"])
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rows = []
     for (workload, framework, precision), group in cells.groupby(
             ["workload", "framework", "precision"], sort=False):
@@ -142,11 +200,16 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
             "workload": workload, "framework": framework, "precision": precision,
             "status": "ok" if len(ok) else group["status"].iloc[-1],
             "ok_repeats": len(ok), "repeats": len(group),
-            "throughput": ok["throughput"].median() if len(ok) else math.nan,
-            "peak_memory_mib": ok["peak_memory_mib"].median() if len(ok) else math.nan,
-            "final_loss": ok["final_loss"].median() if len(ok) else math.nan,
-            "val_accuracy": ok["val_accuracy"].median() if len(ok) else math.nan,
-            "achieved_tflops": ok["achieved_tflops"].median() if len(ok) else math.nan,
+            "throughput": _median(ok["throughput"]) if len(ok) else math.nan,
+            "peak_memory_mib": _median(ok["peak_memory_mib"]) if len(ok) else math.nan,
+            "final_loss": _median(ok["final_loss"]) if len(ok) else math.nan,
+            "val_accuracy": _median(ok["val_accuracy"]) if len(ok) else math.nan,
+            "achieved_tflops": _median(ok["achieved_tflops"]) if len(ok) else math.nan,
+            "peak_tflops": _first(ok["peak_tflops"]),
+            "peak_fraction": _median(ok["peak_fraction"]),
+            "ceiling_ratio": _first(group["ceiling_ratio"]),
+            "cost_per_epoch": _median(ok["cost_per_epoch"]),
+            "cost_per_million_images": _median(ok["cost_per_million_images"]),
             "train_gflop_per_image": group["train_gflop_per_image"].dropna().iloc[0]
             if group["train_gflop_per_image"].notna().any() else math.nan,
             "error": "" if len(ok) else group["error"].iloc[-1],
@@ -168,7 +231,22 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
     summary["speedup"] = relative("throughput", "ratio")
     summary["memory_ratio"] = relative("peak_memory_mib", "ratio")
     summary["accuracy_delta"] = relative("val_accuracy", "difference")
+    saving = [-d for d in relative("cost_per_million_images", "difference")]
+    base_cost = [c + s for c, s in zip(summary["cost_per_million_images"], saving)]
+    summary["cost_saving_per_million"] = saving
+    summary["cost_saving_fraction"] = [s / b if b and not math.isnan(b) else math.nan
+                                       for s, b in zip(saving, base_cost)]
     return summary
+
+
+def _median(column: pd.Series) -> float:
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    return float(values.median()) if len(values) else math.nan
+
+
+def _first(column: pd.Series) -> float:
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    return float(values.iloc[0]) if len(values) else math.nan
 
 
 def _precision_order(precisions: list[str]) -> list[str]:
@@ -193,13 +271,19 @@ def _fmt(value: float, pattern: str) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else pattern.format(value)
 
 
-def comparison_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """The report's tables: each a row per workload x framework, a column per precision."""
+    cost = (environment or {}).get("cost") or {}
 
     def throughput(row) -> str:
         text = _fmt(row["throughput"], "{:,.0f}")
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
-            text += f" ({row['speedup']:.2f}x)"
+            ceiling = row.get("ceiling_ratio")
+            text += f" ({row['speedup']:.2f}x" + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")")
         return text
 
     def memory(row) -> str:
@@ -209,20 +293,68 @@ def comparison_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
         return text
 
     def accuracy(row) -> str:
-        text = _fmt(row["val_accuracy"] * 100 if not math.isnan(row["val_accuracy"]) else math.nan, "{:.2f}%")
+        if math.isnan(row["val_accuracy"]):
+            return "n/a"  # synthetic data (see the note)
+        text = _fmt(row["val_accuracy"] * 100, "{:.2f}%")
         if row["precision"] != BASELINE and not math.isnan(row["accuracy_delta"]):
             text += f" ({row['accuracy_delta'] * 100:+.2f} pt)"
         return text
 
-    return {
+    def achieved(row) -> str:
+        text = _fmt(row["achieved_tflops"], "{:.3f}")
+        fraction, peak = row.get("peak_fraction"), row.get("peak_tflops")
+        if _known(fraction) and _known(peak):
+            text += f" ({fraction * 100:.1f}% of {peak:.3g})"
+        return text
+
+    def money(row) -> str:
+        per_epoch, per_million = row.get("cost_per_epoch"), row.get("cost_per_million_images")
+        if not _known(per_million):
+            return "–"
+        text = (f"{per_epoch:.4g} / " if _known(per_epoch) else "– / ") + f"{per_million:.4g}"
+        saving, fraction = row.get("cost_saving_per_million"), row.get("cost_saving_fraction")
+        if row["precision"] != BASELINE and _known(saving) and _known(fraction):
+            text += f" ({'saves' if saving >= 0 else 'costs'} {abs(saving):.4g}, {abs(fraction) * 100:.0f}%"
+            text += " less)" if saving >= 0 else " more)"
+        return text
+
+    tables = {
         "Throughput, images/s (speed-up over fp32)": _pivot(summary, throughput),
         "Peak memory, MiB (ratio to fp32)": _pivot(summary, memory),
         "Validation accuracy (difference from fp32)": _pivot(summary, accuracy),
         "Final training loss": _pivot(summary, lambda row: _fmt(row["final_loss"], "{:.4f}")),
-        "Achieved training TFLOP/s (training GFLOP per image)": _pivot(
-            summary, lambda row: _fmt(row["achieved_tflops"], "{:.3f}")
-            + (f" ({row['train_gflop_per_image']:.3f})" if not math.isnan(row["train_gflop_per_image"]) else "")),
+        "Achieved training TFLOP/s (% of the measured peak of the precision's dtype, TFLOP/s)":
+            _pivot(summary, achieved),
     }
+    if cost:
+        tables[f"Cost in {cost.get('currency', '')} at {cost['price_per_hour']:g} per hour: per epoch / per "
+               "million training images (AMP's saving over fp32)"] = _pivot(summary, money)
+    return tables
+
+
+def ceiling_lines(environment: dict[str, Any], cells: pd.DataFrame) -> list[str]:
+    """The measured peaks the report compares with, and datasheet peaks of known GPUs."""
+    calibration = environment.get("calibration")
+    if not calibration:
+        return ["No calibration of this machine: run `amp-suite calibrate`, then `amp-suite report DIR`, "
+                "to see each speed-up beside its ceiling and each TFLOP/s as a fraction of the peak.", ""]
+    lines = ["Peak TFLOP/s measured by `amp-suite calibrate` (the larger of a square matmul and a 3x3 "
+             "convolution, 2 FLOPs per multiply-add), per framework and device:", ""]
+    for framework, devices in sorted((calibration.get("frameworks") or {}).items()):
+        for kind, entry in sorted(devices.items()):
+            peaks = []
+            for dtype in ("fp32", "tf32", "fp16", "bf16"):
+                values = [v for v in ((entry.get(op) or {}).get(dtype) for op in ("matmul", "conv")) if v]
+                if values:
+                    peaks.append(f"{dtype} {max(values):.3g}")
+            lines.append(f"- {framework} {entry.get('version', '')} on {kind} ({entry.get('device', '')}): "
+                         + ", ".join(peaks))
+    for gpu in environment.get("gpus") or []:
+        sheet = datasheet_peaks(gpu.get("name", ""))
+        if sheet:
+            lines.append(f"- datasheet of {gpu['name']} (dense): "
+                         + ", ".join(f"{k} {v:g}" for k, v in sheet.items()))
+    return lines + [""]
 
 
 def environment_lines(environment: dict[str, Any]) -> list[str]:
@@ -257,7 +389,8 @@ DETAIL_FORMATS = {
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
-    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "compilation": "{}",
+    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "peak_fraction": "{:.3f}",
+    "compilation": "{}",
     "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
 }
 
@@ -281,10 +414,11 @@ def _detail_table(cells: pd.DataFrame) -> str:
     return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
 
 
-def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> str:
-    """The whole ``report.md``."""
-    summary = summary_frame(results)
-    cells = results_frame(results)
+def render_markdown(results: list[CellResult], environment: dict[str, Any],
+                    sections: list[tuple[str, str]] | tuple = ()) -> str:
+    """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
+    summary = summary_frame(results, environment)
+    cells = results_frame(results, environment)
     out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment), ""]
     if not cells.empty:
         devices = sorted({d for d in cells["device"] if d})
@@ -296,6 +430,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
         if any((r.metrics or {}).get("dataset_substituted") for r in results):
             out += ["> **Data substitution:** synthetic data stood in for a dataset that could not be had "
                     "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
+        if any(is_synthetic(r) for r in results if r.status == "ok"):
+            out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory is the framework allocator's peak on a GPU and the worker process's "
@@ -305,8 +441,19 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
         "each); achieved TFLOP/s is throughput times that.",
         "",
     ]
-    for title, table in comparison_tables(summary).items():
+    cost = environment.get("cost") or {}
+    if cost:
+        out += [f"Cost at {cost['price_per_hour']:g} {cost.get('currency', '')} per hour, from steady-state "
+                "throughput (warm-up excluded): per epoch = images per epoch / images/s x price / 3600; per "
+                "million training images = 10^6 / images/s x price / 3600.", ""]
+    out += ["## Hardware ceiling", "", *ceiling_lines(environment, cells),
+            "Beside each speed-up, its ceiling is the measured peak of the AMP dtype over the fp32 peak "
+            "(the speed-up a compute-bound model could reach); beside each achieved TFLOP/s, the fraction of "
+            "its dtype's peak.", ""]
+    for title, table in comparison_tables(summary, environment).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+    for title, body in sections:
+        out += [f"## {flat_text(title)}", "", body, ""]
     out += ["## Every run", "", _detail_table(cells), ""]
     failed = cells[~cells["status"].isin(["ok"])]
     if not failed.empty:

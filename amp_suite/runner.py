@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import amp_suite
+from amp_suite import progress as progress_channel
 from amp_suite import worker
 from amp_suite.errors import StorageError, one_line
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
@@ -136,9 +137,12 @@ def _read_all(fd: int, into: list[bytes]) -> None:
                 kept += len(chunk)
 
 
-def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = None) -> CellResult:
+def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = None,
+                  on_step: Callable[[int, int], None] | None = None) -> CellResult:
     """Run ``cell`` in a fresh interpreter; every outcome becomes a result.
 
+    With ``on_step``, the worker's step messages (:mod:`amp_suite.progress`)
+    arrive there, ``(done, total)`` of the current epoch, from a reader thread.
     Raises :class:`StorageError` when the cell's log cannot be created.
     """
     run = cell.run
@@ -154,21 +158,32 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
                  worker.HOST_PID_ENV: str(os.getpid())}
     oom_before = _oom_kills()
     result_r, result_w = os.pipe()
+    progress_r, progress_w = os.pipe() if on_step is not None else (None, None)
+    if progress_w is not None:
+        child_env[progress_channel.PROGRESS_FD_ENV] = str(progress_w)
     received: list[bytes] = []
     with log:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", "--result-fd", str(result_w)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE, pass_fds=(result_w,),
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+                pass_fds=(result_w,) if progress_w is None else (result_w, progress_w),
                 env=child_env, start_new_session=True,
             )
         except OSError as exc:
             os.close(result_r)
+            if progress_r is not None:
+                os.close(progress_r)
             return _failure(cell, "failed", f"cannot start a worker: {one_line(exc)}", started, log_path)
         finally:
             os.close(result_w)
+            if progress_w is not None:
+                os.close(progress_w)
         reader = threading.Thread(target=_read_all, args=(result_r, received), daemon=True)
         reader.start()
+        if progress_r is not None:  # a daemon: a grandchild holding the pipe open never blocks the sweep
+            threading.Thread(target=progress_channel.read_messages, args=(progress_r, on_step),
+                             name="amp-suite-progress", daemon=True).start()
         try:
             try:
                 proc.stdin.write(request)
@@ -216,7 +231,9 @@ def iter_sweep(
     """Run every cell in order, appending each result to ``store`` and yielding it.
 
     With ``resume``, cells whose latest stored result is ``ok`` for the same
-    configuration are skipped and their stored result is yielded.  Raises
+    configuration are skipped and their stored result is yielded.  A
+    ``progress`` callback that has a ``step(done, total)`` method also
+    receives the running cell's step messages.  Raises
     :class:`StorageError` (and stops) when a result cannot be stored.
     """
     cells = list(cells)
@@ -231,11 +248,16 @@ def iter_sweep(
             continue
         if progress:
             progress(index, len(cells), cell, None)
+        on_step = getattr(progress, "step", None)
         if inline:
-            result = worker.execute(cell.run, cell.workload)
+            if on_step is not None:
+                with progress_channel.inline_sink(on_step):
+                    result = worker.execute(cell.run, cell.workload)
+            else:
+                result = worker.execute(cell.run, cell.workload)
         else:
             log_path = store.directory / "logs" / (cell.run.key.replace("/", "__") + ".log")
-            result = run_in_worker(cell, log_path=log_path, env=env)
+            result = run_in_worker(cell, log_path=log_path, env=env, on_step=on_step)
         try:
             store.append(result)
         except OSError as exc:

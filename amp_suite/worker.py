@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_suite import host_measure
+from amp_suite import host_measure, progress
 from amp_suite.datasets import InputPipeline, input_pipeline, load_dataset
 from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError, one_line
@@ -203,6 +203,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
             del staged
             _check_finite(part.step_losses, epoch, phase.start)
             parts.append((phase, part))
+            progress.step_done(phase.stop, pipeline.steps_per_epoch)  # between windows, never inside one
 
     metrics: dict[str, Any] = steady_state(parts)
     metrics["dataset_note"] = data.note

@@ -22,7 +22,7 @@ def cell(framework, precision, *, repeat=0, status="ok", throughput=None, memory
             metrics["device_peak_memory_bytes"] = device_memory_mib * MIB
     return CellResult(key=f"{framework}/w/{precision}/r{repeat}", framework=framework, workload="w",
                       precision=precision, repeat=repeat, status=status, error=error, metrics=metrics,
-                      config={"dataset": "synthetic", "batch_size": 8})
+                      config={"dataset": "mnist", "batch_size": 8})
 
 
 RESULTS = [

@@ -3,9 +3,11 @@
 Where a file comes from, in order:
 
 1. the data directory the user names (``--data-dir`` or ``AMP_SUITE_DATA``);
-2. the per-user cache (``$AMP_SUITE_CACHE``, else ``$XDG_CACHE_HOME/amp-suite``,
+2. the copy shipped inside the package, for the few small files amp-suite
+   ships (MNIST's t10k images and labels, see ``datasets/data/``);
+3. the per-user cache (``$AMP_SUITE_CACHE``, else ``$XDG_CACHE_HOME/amp-suite``,
    else ``~/.cache/amp-suite``), under ``datasets/NAME/``;
-3. a download into that cache: first from ``$AMP_SUITE_MIRROR/NAME/FILE`` when
+4. a download into that cache: first from ``$AMP_SUITE_MIRROR/NAME/FILE`` when
    set, then from the official source and its well-known mirrors.
 
 Every file is checked against its known size and SHA-256 before use.  A
@@ -123,14 +125,20 @@ def download(url: str, target: Path, spec: DatasetFile) -> None:
 
 
 def locate(dataset: str, spec: DatasetFile, urls: list[str], *, data_dir: str | Path | None = None,
-           allow_download: bool = True) -> Path:
-    """The verified path of ``spec``: from the data directory, the cache, or a download."""
+           allow_download: bool = True, bundled: Path | None = None) -> Path:
+    """The verified path of ``spec``: from the data directory, the package, the cache, or a download.
+
+    ``bundled`` is the file's copy inside the package, when amp-suite ships it.
+    """
     data_dir = data_dir or os.environ.get(DATA_DIR_ENV) or None
     if data_dir is not None:
         candidate = Path(data_dir) / spec.name
         if candidate.exists():
             verify(candidate, spec)
             return candidate
+    if bundled is not None and bundled.exists():
+        verify(bundled, spec)  # a damaged installation is named, never used
+        return bundled
     cached = cache_root() / "datasets" / dataset / spec.name
     if cached.exists():
         verify(cached, spec)

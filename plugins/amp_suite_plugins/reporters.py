@@ -19,11 +19,12 @@ from amp_suite.safe_files import write_files_atomically
 
 
 @hookimpl
-def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any]) -> list[Path]:
+def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any],
+                 sections: list[tuple[str, str]] = ()) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     contents = {
-        out_dir / "report.md": render_markdown(results, environment),
-        out_dir / "results.csv": results_frame(results).to_csv(index=False),
+        out_dir / "report.md": render_markdown(results, environment, sections),
+        out_dir / "results.csv": results_frame(results, environment).to_csv(index=False),
         out_dir / "results.json": json.dumps(
             {"environment": to_plain(environment), "results": [to_plain(r.__dict__) for r in results]},
             indent=2, sort_keys=True,

@@ -1,0 +1,396 @@
+"""The Python API: run a sweep, or load one, as a pandas DataFrame.
+
+For notebooks::
+
+    import amp_suite
+
+    df = amp_suite.run(frameworks=["torch"], precisions=["fp32", "amp_bf16"], steps=20)
+    df[["framework", "precision", "throughput", "val_accuracy"]]
+    df = amp_suite.load("amp-suite-results")
+
+Both return one row per cell with the columns of ``results.csv``
+(:data:`amp_suite.report.CELL_COLUMNS` and the figures the report derives).
+``amp-suite run`` is built on :func:`sweep`, so the command line and the API
+check the same inputs, hold the same output lock and write the same files.
+Bad input raises :class:`amp_suite.errors.UsageError` with the one-line
+message the command line prints.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amp_suite.config import (
+    SweepSettings,
+    SuiteConfig,
+    check_framework_tables,
+    check_names,
+    find_config,
+    load_config,
+    with_overrides,
+)
+from amp_suite.errors import StorageError, SweepInterrupted, UsageError, one_line
+from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
+from amp_suite.schema import closest
+
+if TYPE_CHECKING:  # pandas is imported only when a frame is built
+    import pandas as pd
+
+EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE = 0, 1, 2
+ENVIRONMENT_FILE = "environment.json"
+# Sweep settings the API and ``run`` accept as keywords (``steps=20``, ``dataset="mnist"``).
+SETTING_NAMES = tuple(f.name for f in fields(SweepSettings))
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What ``amp-suite run`` (or :func:`run`) was asked to do.
+
+    ``overrides`` maps :class:`~amp_suite.config.SweepSettings` field names to
+    values that replace the config's ``[defaults]`` (``None`` keeps them).
+    ``cost`` holds ``price_per_hour``/``currency`` overrides of ``[cost]``.
+    """
+
+    config: str | Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    plugins: tuple[str, ...] = ()
+    resume: bool = False
+    inline: bool = False
+    quiet: bool = False
+    cost: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class SweepOutcome:
+    """What a sweep did: its results, the report files, how it ended and its exit code."""
+
+    out_dir: Path
+    results: list[CellResult]
+    environment: dict[str, Any]
+    written: list[Path]
+    reporter_failures: list[Any]
+    stopped_by: int | None = None
+    storage_failed: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped_by is not None:
+            return 128 + self.stopped_by
+        if self.storage_failed or self.reporter_failures:
+            return EXIT_USAGE
+        return EXIT_OK if all(r.status in BENIGN_STATUSES for r in self.results) else EXIT_FAILED_CELLS
+
+
+# --- plugins -----------------------------------------------------------------
+
+
+def make_host(modules: Iterable[str]):
+    """The plugin host, warning in one line about every plugin that failed to load."""
+    from amp_suite.plugin_host import PluginHost
+
+    host = PluginHost(extra_modules=tuple(modules))
+    for failure in host.failures:
+        print(f"amp-suite: warning: plugin {failure.name!r} failed to load: {failure.error}", file=sys.stderr)
+    return host
+
+
+def worker_plugin_modules(host, requested: Iterable[str]) -> tuple[str, ...]:
+    """The extra plugin modules the host really loaded (the worker loads exactly these)."""
+    from amp_suite.plugin_host import EXTRA_PLUGINS_ENV
+
+    loaded = {plugin.name for plugin in host.describe()}
+    from_env = [m.strip() for m in os.environ.get(EXTRA_PLUGINS_ENV, "").split(",") if m.strip()]
+    return tuple(dict.fromkeys(m for m in [*requested, *from_env] if m in loaded))
+
+
+def absent_plugins(host) -> set[str]:
+    """Plugins disabled by the user or failed to load in the host."""
+    from amp_suite.plugin_host import DISABLE_ENV
+
+    blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
+    return blocked | {failure.name for failure in host.failures}
+
+
+def worker_env(host) -> dict[str, str]:
+    """Environment overrides that keep a worker from loading a plugin the host did not load."""
+    from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV
+
+    return {DISABLE_ENV: ",".join(sorted(absent_plugins(host))), EXTRA_PLUGINS_ENV: ""}
+
+
+# --- planning ------------------------------------------------------------------
+
+
+def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = ()):
+    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells."""
+    from amp_suite.runner import Cell
+
+    cells = []
+    for repeat in range(settings.repeats):
+        for workload_name in settings.workloads:
+            workload = config.workloads[workload_name]
+            for framework in settings.frameworks:
+                for precision in settings.precisions:
+                    run = RunSpec(
+                        framework=framework, workload=workload_name, precision=precision, repeat=repeat,
+                        steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
+                        window_steps=settings.window_steps, latency_steps=settings.latency_steps,
+                        batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
+                        dataset=settings.dataset, train_split=settings.train_split,
+                        val_split=settings.val_split,
+                        data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
+                        download=settings.download, synthetic_fallback=settings.synthetic_fallback,
+                        device=settings.device, timeout_s=settings.timeout,
+                        options=dict(config.framework_options.get(framework, {})),
+                        plugin_modules=plugin_modules,
+                    )
+                    cells.append(Cell(run, workload))
+    return cells
+
+
+def warn_skipped_lines(store, contents=None) -> None:
+    """One warning naming the lines of ``results.jsonl`` that hold no result."""
+    contents = store.read() if contents is None else contents
+    if contents.skipped:
+        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
+              f"result: {contents.describe_skipped()}", file=sys.stderr)
+
+
+def _fetch_data(settings: SweepSettings) -> None:
+    """Verify (or download) every data file before the first cell starts."""
+    from amp_suite.datasets import fetch
+    from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
+
+    try:
+        fetch(settings.dataset, settings.train_split, settings.val_split,
+              data_dir=settings.data_dir, allow_download=settings.download)
+    except ChecksumMismatch as exc:
+        raise UsageError(str(exc)) from None
+    except DatasetError as exc:
+        if not settings.synthetic_fallback:
+            raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
+        print(f"amp-suite: warning: {exc}; synthetic data will stand in (the report says so)", file=sys.stderr)
+
+
+def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutcome:
+    """Check the request, run every cell under the output lock, write the report.
+
+    Raises :class:`UsageError` for bad input (before any cell runs) and
+    :class:`~amp_suite.errors.PluginError` for a broken plugin.  A stop signal
+    (Ctrl-C, SIGTERM, SIGHUP) during the sweep ends it early: the report is
+    written from the finished cells and ``stopped_by`` names the signal.
+    """
+    from amp_suite.cost import cost_settings
+    from amp_suite.datasets import DATASETS, check_request
+    from amp_suite.output_dir import OutputLock, prepare_output_dir
+
+    config = load_config(find_config(request.config))
+    settings = with_overrides(config.settings, **request.overrides)
+    settings.check()
+    cost = cost_settings(config.cost, **request.cost)
+    if request.inline and request.overrides.get("timeout") is not None:
+        raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
+                         "drop one of the two")
+    host = make_host(request.plugins)
+    broken = {f.name: f.error for f in host.failures}
+    for name in settings.frameworks:
+        if name in broken and name not in host.frameworks():
+            raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
+    check_names("framework", settings.frameworks, host.frameworks())
+    check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
+    check_names("workload", settings.workloads, config.workloads)
+    check_names("dataset", (settings.dataset,), DATASETS)
+    for name in settings.workloads:
+        workload = config.workloads[name]
+        check_request(settings.dataset, workload, settings.train_split, settings.val_split,
+                      batch_size=settings.batch_size or workload.batch_size)
+    if request.inline:
+        print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
+    out_dir = prepare_output_dir(settings.out)
+    cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins))
+    with OutputLock(out_dir):
+        _fetch_data(settings)
+        return _run_locked(request, host, config, settings, cost, cells, out_dir, progress)
+
+
+def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: SweepSettings, cost: dict[str, Any],
+                cells, out_dir: Path, progress: Callable | None) -> SweepOutcome:
+    from amp_suite.calibration import attach_calibration
+    from amp_suite.environment import host_environment
+    from amp_suite.results import ResultStore
+    from amp_suite.runner import iter_sweep
+    from amp_suite.safe_files import write_file_atomically
+
+    store = ResultStore(out_dir)
+    if request.resume:
+        warn_skipped_lines(store)
+    environment = host_environment()
+    environment["config_file"] = str(config.path)
+    environment["settings"] = asdict(settings)
+    if cost:
+        environment["cost"] = cost
+    attach_calibration(environment)
+    try:
+        write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
+    except OSError as exc:
+        raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
+
+    print(f"amp-suite: {len(cells)} cells -> {out_dir}/", file=sys.stderr)
+    started = time.perf_counter()
+    outcome = SweepOutcome(out_dir, [], environment, [], [])
+    try:
+        for result in iter_sweep(cells, store, inline=request.inline, resume=request.resume,
+                                 env=worker_env(host), progress=None if request.quiet else progress):
+            outcome.results.append(result)
+    except KeyboardInterrupt as exc:
+        outcome.stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
+        print(f"amp-suite: interrupted by {signal.Signals(outcome.stopped_by).name}; finished cells are kept in "
+              "results.jsonl (--resume runs the rest)", file=sys.stderr)
+    except StorageError as exc:
+        outcome.storage_failed = True
+        print(f"amp-suite: error: {one_line(exc)}; the sweep stops, {len(outcome.results)} finished cells are "
+              "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
+    report = host.write_report(outcome.results, out_dir, environment)
+    outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
+    print(f"amp-suite: {len(outcome.results)} cells in {time.perf_counter() - started:.0f} s; wrote "
+          + (", ".join(str(p) for p in report.written) or "no report"), file=sys.stderr)
+    for failure in report.failures:
+        print(f"amp-suite: error: reporter {failure.plugin!r} failed: {one_line(failure.error)}", file=sys.stderr)
+    return outcome
+
+
+# --- the notebook API ------------------------------------------------------------
+
+
+def _names(value: Any) -> tuple[str, ...] | None:
+    """A list, a tuple or a comma-separated string of names, as a tuple."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(part.strip() for part in value.split(",") if part.strip())
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    return value  # the schema names the wrong type
+
+
+def run(
+    frameworks: Iterable[str] | str | None = None,
+    workloads: Iterable[str] | str | None = None,
+    precisions: Iterable[str] | str | None = None,
+    *,
+    config: str | Path | None = None,
+    plugins: Iterable[str] = (),
+    resume: bool = False,
+    inline: bool = False,
+    quiet: bool = True,
+    price_per_hour: float | None = None,
+    currency: str | None = None,
+    **settings: Any,
+) -> "pd.DataFrame":
+    """Run a sweep and return one row per cell (the columns of ``results.csv``).
+
+    ``settings`` are any :class:`~amp_suite.config.SweepSettings` field:
+    ``steps``, ``epochs``, ``warmup``, ``batch_size``, ``repeats``,
+    ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``,
+    ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
+    ``out``.  Anything not given comes from ``benchmarks.toml``'s
+    ``[defaults]``, exactly as for ``amp-suite run``; the output directory
+    receives the same files.  The frame's ``attrs`` hold ``out_dir``,
+    ``exit_code`` (that of ``amp-suite run``) and ``interrupted``.  With
+    ``quiet=False`` the progress lines of ``amp-suite run`` go to stderr.
+    """
+    unknown = [name for name in settings if name not in SETTING_NAMES]
+    if unknown:
+        raise UsageError(f"unknown setting {unknown[0]!r}{closest(unknown[0], SETTING_NAMES)}; "
+                         f"allowed: {', '.join(SETTING_NAMES)}")
+    overrides = {**settings, "frameworks": _names(frameworks), "workloads": _names(workloads),
+                 "precisions": _names(precisions)}
+    cost = {k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency)) if v is not None}
+    from amp_suite.progress import SweepProgress
+
+    request = SweepRequest(config=config, overrides=overrides, plugins=tuple(plugins), resume=resume,
+                           inline=inline, quiet=quiet, cost=cost)
+    outcome = sweep(request, progress=SweepProgress())
+    frame = results_table(outcome.results, outcome.environment)
+    frame.attrs.update(out_dir=str(outcome.out_dir), exit_code=outcome.exit_code,
+                       interrupted=outcome.stopped_by is not None)
+    return frame
+
+
+def results_table(results: list[CellResult], environment: dict[str, Any] | None = None) -> "pd.DataFrame":
+    """The per-cell frame of ``results.csv`` for ``results``."""
+    from amp_suite.report import results_frame
+
+    return results_frame(results, environment or {})
+
+
+def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
+    """A sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
+    from amp_suite.environment import host_environment
+
+    path = Path(directory) / ENVIRONMENT_FILE
+    problem = "is missing"
+    if path.exists():
+        try:
+            environment = json.loads(path.read_bytes().decode("utf-8"))
+            if isinstance(environment, dict):
+                return environment
+            problem = "is not a JSON object"
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            problem = "is unreadable or truncated"
+    if warn:
+        print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
+    return host_environment()
+
+
+def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any]]:
+    """The latest result of every cell in ``DIR/results.jsonl`` and the sweep's environment.
+
+    The environment gains this machine's calibration when the sweep's has none
+    (``amp-suite calibrate`` after the sweep).  Raises :class:`UsageError`
+    when ``DIR`` holds no readable ``results.jsonl``.
+    """
+    from amp_suite.calibration import attach_calibration
+    from amp_suite.results import RESULTS_FILE, ResultStore
+
+    directory = Path(directory)
+    store = ResultStore(directory)
+    if not store.path.is_file():
+        what = "is not a file" if store.path.exists() else "does not exist"
+        raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
+    try:
+        contents = store.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
+    warn_skipped_lines(store, contents)
+    environment = stored_environment(directory)
+    attach_calibration(environment)
+    latest = {result.key: result for result in contents.results}
+    return list(latest.values()), environment
+
+
+def load(directory: str | Path, *, price_per_hour: float | None = None,
+         currency: str | None = None) -> "pd.DataFrame":
+    """One row per cell of a finished (or running) sweep's ``results.jsonl``, as in ``results.csv``.
+
+    ``price_per_hour``/``currency`` replace the sweep's cost settings.
+    """
+    from amp_suite.cost import cost_settings
+
+    results, environment = load_results(directory)
+    cost = cost_settings(environment.get("cost") or {},
+                         **{k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency))
+                            if v is not None})
+    if cost:
+        environment["cost"] = cost
+    frame = results_table(results, environment)
+    frame.attrs["out_dir"] = str(directory)
+    return frame

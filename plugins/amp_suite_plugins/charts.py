@@ -1,0 +1,349 @@
+"""The charts reporter: PNG bar charts and loss curves beside ``report.md``.
+
+Four charts, each for the sweep's ok cells (repeats folded by their median,
+as in the report's tables):
+
+* ``chart-speedup.png``: speed-up over fp32 per framework and AMP precision
+  (grouped bars), the hardware ceiling of each bar marked when the machine
+  is calibrated (``amp-suite calibrate``);
+* ``chart-memory.png``: peak-memory ratio to fp32;
+* ``chart-loss.png``: training loss per step, fp32 and each AMP precision,
+  one panel per workload x framework (from ``step_losses`` when the results
+  record them);
+* ``chart-accuracy.png``: validation accuracy per precision, the difference
+  from fp32 written on each bar (n/a on synthetic data).
+
+Every chart's plotted values are written to ``charts.json`` (the file, its
+size in pixels and the series), so tests and other tools can check them
+against ``results.csv``.  The figures have an opaque light background and
+dark text, which read the same in dark and light viewers.  matplotlib is an
+extra (``pip install 'amp-suite[charts]'``); without it this reporter writes
+nothing and the report says why.  Turn it off with
+``AMP_SUITE_DISABLE_PLUGINS=charts``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import math
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from amp_suite import hookimpl
+from amp_suite.precision import BASELINE, PRECISIONS
+from amp_suite.records import CellResult
+from amp_suite.safe_files import write_files_atomically
+
+# Drawing uses matplotlib's object API and the Agg canvas directly: no pyplot,
+# no global backend, no display needed.
+
+SIDECAR = "charts.json"
+CHARTS = {
+    "speedup": "chart-speedup.png",
+    "memory": "chart-memory.png",
+    "loss": "chart-loss.png",
+    "accuracy": "chart-accuracy.png",
+}
+DPI = 100
+BACKGROUND = "#f7f7f5"  # opaque and light: dark text on it reads in dark and light viewers
+TEXT = "#222222"
+GRID = "#c8c8c8"
+# Colour-blind-safe colours (Okabe and Ito) per precision.
+COLOURS = {"fp32": "#555555", "tf32": "#0072B2", "amp_fp16": "#E69F00", "amp_bf16": "#009E73"}
+EXTRA_COLOURS = ("#CC79A7", "#56B4E9", "#D55E00", "#F0E442")
+
+
+def _have_matplotlib() -> bool:
+    return importlib.util.find_spec("matplotlib") is not None
+
+
+def _order(precisions) -> list[str]:
+    precisions = list(dict.fromkeys(precisions))
+    known = [p for p in PRECISIONS if p in precisions]
+    return known + sorted(p for p in precisions if p not in known)
+
+
+def _colour(precision: str, index: int) -> str:
+    return COLOURS.get(precision, EXTRA_COLOURS[index % len(EXTRA_COLOURS)])
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _label(workload: str, framework: str, workloads: int) -> str:
+    text = framework if workloads == 1 else f"{framework}\n{workload}"
+    return "\n".join(textwrap.fill(line, 14) for line in text.split("\n"))
+
+
+# --- the data each chart plots (pure, no matplotlib) ---------------------------
+
+
+def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[str, Any]:
+    """The values of every chart, from the same summary as the report's tables."""
+    from amp_suite.report import summary_frame
+
+    summary = summary_frame(results, environment)
+    ok = summary[summary["status"] == "ok"] if not summary.empty else summary
+    groups = list(dict.fromkeys(zip(ok["workload"], ok["framework"]))) if not ok.empty else []
+    workloads = len({w for w, _ in groups})
+    precisions = _order(ok["precision"]) if not ok.empty else []
+    amp = [p for p in precisions if p != BASELINE]
+
+    def value(workload: str, framework: str, precision: str, column: str) -> float | None:
+        rows = ok[(ok["workload"] == workload) & (ok["framework"] == framework) & (ok["precision"] == precision)]
+        if rows.empty:
+            return None
+        number = rows[column].iloc[0]
+        return float(number) if _finite(number) else None
+
+    def bars(column: str, wanted: list[str], extra: str | None = None) -> list[dict[str, Any]]:
+        out = []
+        for precision in wanted:
+            series = {"precision": precision, "values": [value(w, f, precision, column) for w, f in groups]}
+            if extra:
+                series[extra] = [value(w, f, precision, extra) for w, f in groups]
+            out.append(series)
+        return out
+
+    labels = [{"workload": w, "framework": f, "label": _label(w, f, workloads)} for w, f in groups]
+    synthetic = _synthetic(results)
+    return {
+        "speedup": {"groups": labels, "series": bars("speedup", amp, extra="ceiling_ratio"),
+                    "unit": "x over fp32"},
+        "memory": {"groups": labels, "series": bars("memory_ratio", amp), "unit": "x fp32"},
+        "accuracy": {"groups": labels, "series": bars("val_accuracy", precisions, extra="accuracy_delta"),
+                     "unit": "fraction of validation images", "synthetic": synthetic},
+        "loss": {"panels": _loss_panels(results, groups, precisions)},
+    }
+
+
+def _synthetic(results: list[CellResult]) -> bool:
+    from amp_suite.report import is_synthetic
+
+    ok = [r for r in results if r.status == "ok"]
+    return bool(ok) and all(is_synthetic(r) for r in ok)
+
+
+def _loss_panels(results: list[CellResult], groups, precisions: list[str]) -> list[dict[str, Any]]:
+    """Per workload x framework: each precision's per-step losses (the first ok repeat's)."""
+    panels = []
+    for workload, framework in groups:
+        curves = []
+        for precision in precisions:
+            match = next((r for r in results if r.status == "ok" and r.workload == workload
+                          and r.framework == framework and r.precision == precision), None)
+            losses = _step_losses((match.metrics or {}) if match else {})
+            if losses:
+                curves.append({"precision": precision, "repeat": match.repeat, "losses": losses})
+        panels.append({"workload": workload, "framework": framework, "curves": curves})
+    return panels
+
+
+def _step_losses(metrics: dict[str, Any]) -> list[float]:
+    """Every step's training loss, epochs concatenated, from ``step_losses`` (a list per epoch)."""
+    epochs = metrics.get("step_losses")
+    if not isinstance(epochs, list):
+        return []
+    flat: list[float] = []
+    for epoch in epochs:
+        values = epoch if isinstance(epoch, list) else [epoch]
+        flat.extend(float(v) if _finite(v) else math.nan for v in values)
+    return flat
+
+
+# --- drawing ---------------------------------------------------------------------
+
+
+def _figure(width_in: float, height_in: float):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in), dpi=DPI, facecolor=BACKGROUND, layout="constrained")
+    return fig
+
+
+def _style(ax, *, title: str, ylabel: str, xlabel: str = "") -> None:
+    ax.set_facecolor(BACKGROUND)
+    ax.set_title(title, color=TEXT, fontsize=12)
+    ax.set_ylabel(ylabel, color=TEXT)
+    if xlabel:
+        ax.set_xlabel(xlabel, color=TEXT)
+    ax.tick_params(colors=TEXT)
+    for spine in ax.spines.values():
+        spine.set_color(GRID)
+    ax.grid(axis="y", color=GRID, linewidth=0.6)
+    ax.set_axisbelow(True)
+
+
+def _bar_width(groups: int) -> float:
+    return max(6.0, 1.6 * groups + 3.0)
+
+
+def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: float | None,
+                  reference_label: str, value_format: str, marks: str | None = None,
+                  annotate: str | None = None, empty_note: str = ""):
+    groups, series = data["groups"], data["series"]
+    fig = _figure(_bar_width(len(groups)), 4.8)
+    ax = fig.add_subplot()
+    _style(ax, title=title, ylabel=ylabel)
+    count = max(len(series), 1)
+    width = 0.8 / count
+    xs = list(range(len(groups)))
+    top = 0.0
+    marked = False
+    for index, item in enumerate(series):
+        offsets = [x - 0.4 + width * (index + 0.5) for x in xs]
+        heights = [v if v is not None else 0.0 for v in item["values"]]
+        bars = ax.bar(offsets, heights, width * 0.92, label=item["precision"],
+                      color=_colour(item["precision"], index), edgecolor=TEXT, linewidth=0.4)
+        for bar, raw, extra in zip(bars, item["values"], item.get(annotate or marks or "", [None] * len(xs))):
+            if raw is None:
+                ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom",
+                            fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
+                continue
+            text = value_format.format(raw)
+            if annotate and extra is not None:
+                text += f"\n{extra * 100:+.1f} pt"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, raw), ha="center", va="bottom",
+                        fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
+            top = max(top, raw)
+        if marks:
+            for offset, ceiling in zip(offsets, item.get(marks, [])):
+                if ceiling is None:
+                    continue
+                ax.plot([offset - width * 0.46, offset + width * 0.46], [ceiling, ceiling], color=TEXT,
+                        linewidth=2.0, solid_capstyle="butt", label=None if marked else "hardware ceiling")
+                marked = True
+                top = max(top, ceiling)
+    if reference is not None:
+        ax.axhline(reference, color="#aa3333", linewidth=1.0, linestyle="--", label=reference_label)
+        top = max(top, reference)
+    ax.set_xticks(xs, [g["label"] for g in groups])
+    ax.set_ylim(0, top * 1.25 if top > 0 else 1.0)
+    if empty_note and groups:
+        ax.text(0.5, 0.5, empty_note, ha="center", va="center", color=TEXT, transform=ax.transAxes)
+    if groups and series:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, labelcolor=TEXT, fontsize=9)
+    else:
+        ax.text(0.5, 0.5, empty_note or "no ok cells to compare", ha="center", va="center", color=TEXT,
+                transform=ax.transAxes)
+    return fig
+
+
+def _loss_figure(panels: list[dict[str, Any]]):
+    from matplotlib.ticker import MaxNLocator
+
+    columns = min(3, max(len(panels), 1))
+    rows = max(1, math.ceil(len(panels) / columns))
+    fig = _figure(4.2 * columns + 1.6, 3.4 * rows + 0.6)
+    fig.suptitle("Training loss per step (fp32 vs AMP)", color=TEXT, fontsize=12)
+    if not panels or not any(p["curves"] for p in panels):
+        ax = fig.add_subplot()
+        _style(ax, title="", ylabel="cross-entropy loss", xlabel="training step")
+        ax.text(0.5, 0.5, "no per-step losses in these results", ha="center", va="center", color=TEXT,
+                transform=ax.transAxes)
+        return fig
+    axes = fig.subplots(rows, columns, squeeze=False)
+    for index, ax in enumerate(axes.flat):
+        if index >= len(panels):
+            ax.set_visible(False)
+            continue
+        panel = panels[index]
+        _style(ax, title=f"{panel['framework']} · {panel['workload']}", ylabel="cross-entropy loss",
+               xlabel="training step")
+        for series_index, curve in enumerate(panel["curves"]):
+            ax.plot(range(1, len(curve["losses"]) + 1), curve["losses"], label=curve["precision"],
+                    color=_colour(curve["precision"], series_index), linewidth=1.4,
+                    linestyle="-" if curve["precision"] == BASELINE else "--")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if panel["curves"]:
+            ax.legend(frameon=False, labelcolor=TEXT, fontsize=8)
+    return fig
+
+
+def _png(fig) -> bytes:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)
+    buffer = io.BytesIO()
+    # Fixed pixel size (no "tight" bbox); no timestamps in the metadata, so equal data give equal files.
+    canvas.print_png(buffer, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]]:
+    """PNG bytes and ``(width, height)`` in pixels of every chart."""
+    figures = {
+        "speedup": _grouped_bars(data["speedup"], title="Training speed-up over fp32 (higher is better)",
+                                 ylabel="speed-up over fp32 (x)", reference=1.0, reference_label="fp32 = 1x",
+                                 value_format="{:.2f}x", marks="ceiling_ratio"),
+        "memory": _grouped_bars(data["memory"], title="Peak memory relative to fp32 (lower is better)",
+                                ylabel="peak memory / fp32 peak memory (x)", reference=1.0,
+                                reference_label="fp32 = 1x", value_format="{:.2f}x"),
+        "accuracy": _grouped_bars(data["accuracy"], title="Validation accuracy per precision",
+                                  ylabel="validation accuracy (fraction)", reference=None, reference_label="",
+                                  value_format="{:.3f}", annotate="accuracy_delta",
+                                  empty_note="n/a: synthetic data says nothing about accuracy"
+                                  if data["accuracy"]["synthetic"] else ""),
+        "loss": _loss_figure(data["loss"]["panels"]),
+    }
+    out = {}
+    for name, fig in figures.items():
+        width, height = fig.get_size_inches() * fig.dpi
+        out[name] = (_png(fig), (int(round(width)), int(round(height))))
+    return out
+
+
+# --- hooks ----------------------------------------------------------------------------
+
+
+@hookimpl
+def report_sections(results: list[CellResult]) -> list[tuple[str, str]]:
+    if not _have_matplotlib():
+        return [("Charts", "Charts were not drawn: matplotlib is not installed "
+                           "(`pip install 'amp-suite[charts]'`).")]
+    if not any(r.status == "ok" for r in results):
+        return []
+    lines = [
+        f"![Speed-up over fp32]({CHARTS['speedup']})",
+        "",
+        "Speed-up over fp32 per framework and AMP precision; the black bar over each is the hardware "
+        "ceiling (the measured peak of the dtype over fp32's) when the machine is calibrated.",
+        "",
+        f"![Peak memory ratio]({CHARTS['memory']})",
+        "",
+        f"![Training loss per step]({CHARTS['loss']})",
+        "",
+        f"![Validation accuracy]({CHARTS['accuracy']})",
+        "",
+        f"The plotted values are in [{SIDECAR}]({SIDECAR}).",
+    ]
+    return [("Charts", "\n".join(lines))]
+
+
+@hookimpl
+def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any]) -> list[Path]:
+    if not _have_matplotlib() or not any(r.status == "ok" for r in results):
+        return []  # report_sections says why
+    data = chart_data(results, environment)
+    drawn = draw_charts(data)
+    sidecar = {name: {"file": CHARTS[name], "width_px": size[0], "height_px": size[1], **data[name]}
+               for name, (_, size) in drawn.items()}
+    contents: dict[Path, bytes | str] = {out_dir / CHARTS[name]: png for name, (png, _) in drawn.items()}
+    contents[out_dir / SIDECAR] = json.dumps(_json_safe(sidecar), indent=2, allow_nan=False)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    return write_files_atomically(contents)
+
+
+def _json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float made ``null``."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

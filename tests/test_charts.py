@@ -1,0 +1,138 @@
+"""The charts reporter: PNGs that decode, at the size the sidecar states, plotting results.csv's values."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from amp_suite.records import CellResult
+
+pytest.importorskip("matplotlib")
+from amp_suite_plugins import charts, reporters  # noqa: E402
+
+MIB = 2**20
+CALIBRATION = {"frameworks": {fw: {"cpu": {"version": "1", "device": "cpu", "matmul": {"fp32": 1.0, "bf16": 4.0, "fp16": 2.0}}}
+                              for fw in ("torch", "jax")}}
+
+
+def cell(framework, precision, throughput, memory_mib, accuracy, losses) -> CellResult:
+    metrics = {"throughput": throughput, "peak_rss_bytes": memory_mib * MIB, "val_accuracy": accuracy,
+               "final_loss": losses[-1][-1], "step_losses": losses, "step_times_s": [[0.1] * len(e) for e in losses],
+               "achieved_tflops": throughput / 1e4}
+    return CellResult(key=f"{framework}/mnist_cnn/{precision}/r0", framework=framework, workload="mnist_cnn",
+                      precision=precision, repeat=0, status="ok", metrics=metrics,
+                      device={"kind": "cpu", "name": "cpu"}, config={"dataset": "mnist", "batch_size": 8})
+
+
+RESULTS = [
+    cell("torch", "fp32", 300.0, 400, 0.95, [[2.3, 1.0, 0.5], [0.4, 0.3]]),
+    cell("torch", "amp_fp16", 60.0, 420, 0.94, [[2.3, 1.1, 0.6], [0.45, 0.35]]),
+    cell("torch", "amp_bf16", 50.0, 410, 0.955, [[2.3, 1.0, 0.55], [0.4, 0.31]]),
+    cell("jax", "fp32", 350.0, 700, 0.95, [[2.3, 0.9, 0.5], [0.4, 0.3]]),
+    cell("jax", "amp_bf16", 290.0, 650, 0.953, [[2.3, 0.95, 0.52], [0.41, 0.29]]),
+    CellResult(key="jax/mnist_cnn/amp_fp16/r0", framework="jax", workload="mnist_cnn", precision="amp_fp16",
+               repeat=0, status="oom", error="MemoryError"),
+]
+
+
+@pytest.fixture
+def written(tmp_path):
+    env = {"calibration": CALIBRATION}
+    sections = charts.report_sections(RESULTS)
+    reporters.write_report(RESULTS, tmp_path, env, sections)
+    paths = charts.write_report(RESULTS, tmp_path, env)
+    return tmp_path, paths
+
+
+def test_every_png_exists_decodes_and_has_the_stated_size(written):
+    from PIL import Image
+
+    out, paths = written
+    sidecar = json.loads((out / charts.SIDECAR).read_text())
+    assert {p.name for p in paths} == {*charts.CHARTS.values(), charts.SIDECAR}
+    for name, file in charts.CHARTS.items():
+        with Image.open(out / file) as image:
+            image.load()  # decodes every pixel
+            assert image.format == "PNG"
+            assert image.size == (sidecar[name]["width_px"], sidecar[name]["height_px"])
+            assert image.size[0] >= 600 and image.size[1] >= 400
+
+
+def test_plotted_values_match_results_csv(written):
+    out, _ = written
+    sidecar = json.loads((out / charts.SIDECAR).read_text())
+    csv = pd.read_csv(out / "results.csv")
+    ok = csv[csv.status == "ok"].set_index(["framework", "precision"])
+    groups = [g["framework"] for g in sidecar["speedup"]["groups"]]
+    assert groups == ["torch", "jax"]
+    for series in sidecar["speedup"]["series"]:
+        for framework, value, ceiling in zip(groups, series["values"], series["ceiling_ratio"]):
+            key = (framework, series["precision"])
+            if key not in ok.index:
+                assert value is None  # jax amp_fp16 ran out of memory: no bar
+                continue
+            assert value == pytest.approx(ok.loc[key, "throughput"] / ok.loc[(framework, "fp32"), "throughput"])
+            assert ceiling == pytest.approx(ok.loc[key, "ceiling_ratio"])
+    for series in sidecar["memory"]["series"]:
+        for framework, value in zip(groups, series["values"]):
+            key = (framework, series["precision"])
+            if key in ok.index:
+                assert value == pytest.approx(
+                    ok.loc[key, "peak_memory_mib"] / ok.loc[(framework, "fp32"), "peak_memory_mib"])
+    for series in sidecar["accuracy"]["series"]:
+        for framework, value in zip(groups, series["values"]):
+            key = (framework, series["precision"])
+            if key in ok.index:
+                assert value == pytest.approx(ok.loc[key, "val_accuracy"])
+    torch_panel = next(p for p in sidecar["loss"]["panels"] if p["framework"] == "torch")
+    curves = {c["precision"]: c["losses"] for c in torch_panel["curves"]}
+    assert curves["fp32"] == [2.3, 1.0, 0.5, 0.4, 0.3]
+    assert curves["amp_bf16"][-1] == pytest.approx(ok.loc[("torch", "amp_bf16"), "final_loss"])
+
+
+def test_report_links_the_charts(written):
+    out, _ = written
+    text = (out / "report.md").read_text()
+    for file in charts.CHARTS.values():
+        assert f"]({file})" in text and (out / file).exists()
+
+
+def test_the_same_results_give_the_same_files(written, tmp_path_factory):
+    out, _ = written
+    again = tmp_path_factory.mktemp("again")
+    charts.write_report(RESULTS, again, {"calibration": CALIBRATION})
+    for file in charts.CHARTS.values():
+        assert (again / file).read_bytes() == (out / file).read_bytes()
+
+
+def test_without_matplotlib_nothing_is_written_and_the_report_says_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(charts, "_have_matplotlib", lambda: False)
+    assert charts.write_report(RESULTS, tmp_path, {}) == []
+    assert not list(tmp_path.iterdir())
+    (title, body), = charts.report_sections(RESULTS)
+    assert "matplotlib is not installed" in body and "amp-suite[charts]" in body
+
+
+def test_no_ok_cell_draws_nothing(tmp_path):
+    assert charts.write_report(RESULTS[-1:], tmp_path, {}) == []
+
+
+def test_the_charts_plugin_can_be_turned_off(monkeypatch):
+    from amp_suite.plugin_host import DISABLE_ENV, PluginHost
+
+    if "charts" not in {ep.name for ep in importlib.metadata.entry_points(group="amp_suite")}:
+        pytest.skip("the installed amp-suite predates the charts entry point (pip install -e . again)")
+    assert "charts" in {p.name for p in PluginHost().describe()}
+    monkeypatch.setenv(DISABLE_ENV, "charts")
+    assert "charts" not in {p.name for p in PluginHost().describe()}
+
+
+def test_nan_losses_become_null_in_the_sidecar(tmp_path):
+    bad = cell("torch", "fp32", 1.0, 1, 0.5, [[2.0, math.nan, 1.0]])
+    charts.write_report([bad], tmp_path, {})
+    sidecar = json.loads((tmp_path / charts.SIDECAR).read_text())
+    assert sidecar["loss"]["panels"][0]["curves"][0]["losses"] == [2.0, None, 1.0]

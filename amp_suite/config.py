@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -11,6 +11,11 @@ from amp_suite.errors import UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import Workload
 from amp_suite.workloads import workload_from_config
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, published as tomli
+    import tomli as tomllib
 
 CONFIG_NAME = "benchmarks.toml"
 

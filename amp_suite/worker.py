@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_suite import host_measure
+from amp_suite import devices, host_measure
 from amp_suite.datasets import epoch_batches, load_dataset
 from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError, one_line
@@ -102,6 +102,7 @@ def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) ->
         if host is None:
             host = PluginHost(extra_modules=run.plugin_modules)
         _execute(run, workload, host, result)
+        result.environment.update(devices.runtime_versions())
         result.status = "ok"
     except BaseException as exc:  # every outcome becomes a row
         if isinstance(exc, KeyboardInterrupt):
@@ -135,7 +136,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
                         train_split=run.train_split, val_split=run.val_split, data_dir=run.data_dir,
                         allow_download=run.download, synthetic_fallback=run.synthetic_fallback)
 
-    device = host.select_device(run)
+    device = devices.select_checked(run, info, host.select_device)  # no silent CPU fallback
     result.device = asdict(device)
     applied = host.set_precision(run, device)
     result.applied = asdict(applied)

@@ -13,7 +13,7 @@ from conftest import REPO, run_cli
 FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"], ["doctor", "--help"]])
 def test_help_list_and_plugins_import_no_framework(args):
     probe = (
         "import sys, json\nfrom amp_suite.cli import main\n"

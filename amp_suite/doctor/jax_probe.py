@@ -35,6 +35,17 @@ def _choose(requested: str) -> Any:
     return jax.devices("cpu")[0]
 
 
+def found_gpu(dev: Any) -> bool:
+    """Whether ``dev`` is a CUDA GPU (JAX names the platform ``gpu`` or ``cuda``)."""
+    return dev.platform in ("gpu", "cuda")
+
+
+def _importable(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
 def _cuda_versions() -> tuple[str, str]:
     from jax._src.lib import cuda_versions
 
@@ -48,19 +59,13 @@ def _cuda_versions() -> tuple[str, str]:
 
 def device_section(dev: Any) -> dict[str, Any]:
     plugins = [name for name in ("jax_cuda13_plugin", "jax_cuda12_plugin") if _importable(name)]
-    found: dict[str, Any] = {"kind": "gpu" if dev.platform == "gpu" or dev.platform == "cuda" else "cpu",
+    found: dict[str, Any] = {"kind": "gpu" if found_gpu(dev) else "cpu",
                              "cuda_build": bool(plugins)}
     if found["kind"] == "gpu":
         runtime, cudnn = _cuda_versions()
         found.update(name=dev.device_kind, compute_capability=str(getattr(dev, "compute_capability", "")),
                      driver=str(getattr(dev.client, "platform_version", "")), cuda_runtime=runtime, cudnn=cudnn)
     return found
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
 
 
 def precision_section(dev: Any) -> dict[str, Any]:
@@ -79,10 +84,6 @@ def precision_section(dev: Any) -> dict[str, Any]:
             found[f"matmul_{name}"] = float(matmul(a, b))
             found[f"conv_{name}"] = float(conv(image, kernel))
     return found
-
-
-def found_gpu(dev: Any) -> bool:
-    return dev.platform in ("gpu", "cuda")
 
 
 def amp_section(dev: Any, compute: Any) -> dict[str, Any]:

@@ -14,7 +14,8 @@ line, one entry per section; a section that raised holds ``{"error": ...}``:
 - ``loss_scale``: ``initial``, ``after_overflow``,
   ``overflow_params_unchanged``, ``growth_initial``, ``growth_interval``,
   ``finite_steps``, ``after_finite_steps``, ``finite_params_changed``;
-- ``timing``: ``steps``, ``per_step_sum_s``, ``wall_s``, ``method``;
+- ``timing``: ``steps``, ``per_step_sum_s``, ``wall_s`` and ``ratio`` of the
+  trial with the median sum/wall ratio, ``trials``, ``method``, ``load_per_core``;
 - ``memory``: ``api``, ``peak_bytes``, ``allocated_bytes`` (GPU only);
 - ``preallocation`` (JAX): ``preallocate_env``, ``bytes_reserved``, ``bytes_limit``.
 """
@@ -22,6 +23,7 @@ line, one entry per section; a section that raised holds ``{"error": ...}``:
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +36,7 @@ from amp_suite.doctor.checks import MEMORY_PROBE_BYTES, PROBE_K
 OVERFLOW_SCALE = 2.0 ** 100
 GROWTH_SCALE = 2.0 ** 10
 GROWTH_INTERVAL = 2
-# The timing probe: interleaved trials of STEPS steps, the fastest of each kind
+# The timing probe: trials of STEPS steps (timed, then untimed), the median trial
 # kept; at least MIN_TRIALS, more (up to MAX_TRIALS) while a busy machine keeps
 # the two further apart than AGREEMENT.
 TIMING_STEPS = 10
@@ -64,9 +66,11 @@ def time_steps(step: Callable[[], None], wait: Callable[[], None], *,
     ``step`` dispatches one step; ``wait`` blocks until the device finished
     everything dispatched.  Each step is timed as the suite times it:
     ``timed_step()`` when given (e.g. CUDA events), else the host clock around
-    ``step(); wait()``.  Trials alternate, and the fastest of each is kept, so
-    a busy machine does not decide the verdict.  Only the device's own
-    behaviour can keep the two apart after :data:`MAX_TRIALS`.
+    ``step(); wait()``.  A trial is one timed run and one wall-clock run back
+    to back, so both see the same machine load; the verdict uses the trial
+    with the median ratio, with more trials (up to :data:`MAX_TRIALS`) while
+    it is unclear.  ``load_per_core`` (1-minute load average over cores) lets the
+    verdict tell a busy CPU from a timing fault.
     """
     def one_timed() -> float:
         if timed_step is not None:
@@ -89,10 +93,25 @@ def time_steps(step: Callable[[], None], wait: Callable[[], None], *,
             step()
         wait()
         walls.append(time.perf_counter() - start)
-        if len(sums) >= MIN_TRIALS and abs(min(sums) - min(walls)) <= AGREEMENT * min(walls):
+        middle = _median_trial(sums, walls)
+        ratio = sums[middle] / walls[middle]
+        if len(sums) >= MIN_TRIALS and abs(ratio - 1.0) <= AGREEMENT:
             break
-    return {"steps": TIMING_STEPS, "per_step_sum_s": min(sums), "wall_s": min(walls), "method": method,
-            "trials": len(sums)}
+    return {"steps": TIMING_STEPS, "per_step_sum_s": sums[middle], "wall_s": walls[middle], "ratio": ratio,
+            "trials": len(sums), "method": method, "load_per_core": _load_per_core()}
+
+
+def _median_trial(sums: list[float], walls: list[float]) -> int:
+    """The trial whose sum/wall ratio is the (lower) median."""
+    order = sorted(range(len(sums)), key=lambda i: sums[i] / walls[i])
+    return order[(len(order) - 1) // 2]
+
+
+def _load_per_core() -> float | None:
+    try:
+        return os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (AttributeError, OSError):
+        return None
 
 
 def emit(report: dict[str, Any]) -> None:

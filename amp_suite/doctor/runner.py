@@ -115,7 +115,7 @@ def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu:
         checks.judge_amp(name, "amp_fp16", "float16", report.get("amp_fp16")),
         checks.judge_amp(name, "amp_bf16", "bfloat16", report.get("amp_bf16")),
         checks.judge_loss_scale(name, report.get("loss_scale")),
-        checks.judge_timing(name, report.get("timing")),
+        checks.judge_timing(name, report.get("timing"), on_gpu=on_gpu),
         checks.judge_memory(name, report.get("memory"), on_gpu=on_gpu),
     ]
     if "preallocation" in report:

@@ -132,6 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
     lst.add_argument("--config", help="sweep configuration (default: ./benchmarks.toml)")
     lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
 
+    doctor = sub.add_parser("doctor", help="check that this machine measures what the suite says (run it first)",
+                            description="Check each installed framework on this machine: the device it sees, "
+                                        "fp32/tf32 math, AMP dtypes, loss scaling, step timing and memory APIs. "
+                                        "Exit 1 when a check fails.")
+    doctor.add_argument("--device", default="auto",
+                        help="the device you expect: auto (a GPU if the machine has an NVIDIA one), cpu or gpu")
+    doctor.add_argument("--frameworks", help="comma-separated (default: every framework plugin)")
+    doctor.add_argument("--timeout", type=float, default=600.0, help="seconds per framework probe")
+    doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+
     plugins = sub.add_parser("plugins", help="loaded plugins with their versions and hooks")
     plugins.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
     return parser
@@ -145,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins,
-                   "calibrate": cmd_calibrate}
+                   "calibrate": cmd_calibrate, "doctor": cmd_doctor}
         with _stop_signals_interrupt():
             return handler[args.command](args)
     except UsageError as exc:
@@ -261,6 +271,21 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     print("datasets:\n  " + ", ".join(DATASETS))
     return EXIT_OK
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from amp_suite.doctor import DoctorPlan, render_table, run_checks, summary_line
+
+    if args.device not in ("auto", "cpu", "gpu"):
+        raise UsageError(f"unknown device {args.device!r}; allowed: auto, cpu, gpu")
+    known = _host(args.plugin).frameworks()
+    names = _csv(args.frameworks) or tuple(known)
+    check_names("framework", names, known)
+    plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout)
+    rows = run_checks(plan, progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
+    print(render_table(rows))
+    print(summary_line(rows))
+    return EXIT_FAILED_CELLS if any(r.failed for r in rows) else EXIT_OK
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

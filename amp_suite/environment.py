@@ -10,7 +10,6 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -60,24 +59,15 @@ def cpu_info(cpuinfo_text: str | None = None) -> dict[str, Any]:
     }
 
 
-def gpu_info() -> list[dict[str, str]]:
-    """NVIDIA GPUs as ``nvidia-smi`` reports them (empty without a driver)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return []
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=name,driver_version,memory.total,compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    gpus = []
-    for line in out.strip().splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 4:
-            gpus.append({"name": parts[0], "driver": parts[1], "memory": parts[2], "compute_capability": parts[3]})
-    return gpus
+def gpu_info() -> list[dict[str, Any]]:
+    """NVIDIA GPUs as ``nvidia-smi`` reports them, with clocks and power limit (empty without a driver)."""
+    from amp_suite.devices import detect_nvidia
+
+    return [{"name": g.name, "driver": g.driver,
+             "memory": f"{g.memory_total_mib:.0f} MiB" if g.memory_total_mib is not None else "",
+             "compute_capability": g.compute_capability, "sm_clock_max_mhz": g.sm_clock_max_mhz,
+             "memory_clock_max_mhz": g.memory_clock_max_mhz, "power_limit_w": g.power_limit_w}
+            for g in detect_nvidia().gpus]
 
 
 def git_commit(start: Path | None = None) -> str | None:

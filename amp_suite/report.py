@@ -161,7 +161,25 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "epochs": (r.config or {}).get("epochs"),
             "warmup": (r.config or {}).get("warmup"),
         })
-    return pd.DataFrame(rows, columns=CELL_COLUMNS)
+    frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
+    _fill_device_kind(frame)
+    return frame
+
+
+def _fill_device_kind(cells: pd.DataFrame) -> None:
+    """Give a cell that never reached a device (killed, unavailable) its row's one device kind."""
+    for _, group in cells.groupby(["workload", "framework"], sort=False):
+        kinds = {k for k in group["device_kind"] if k}
+        if len(kinds) == 1:
+            cells.loc[group.index[group["device_kind"] == ""], "device_kind"] = kinds.pop()
+
+
+def device_label(kind: str, names: list[str]) -> str:
+    """What a table row says about its device: ``gpu (NVIDIA A100)``, ``cpu``, or ``–`` (none reached)."""
+    if kind == "gpu":
+        named = sorted({n for n in names if n})
+        return f"gpu ({', '.join(named)})" if named else "gpu"
+    return kind or "–"
 
 
 def _giga(value: Any) -> float | None:
@@ -174,30 +192,32 @@ def _ms(seconds: Any) -> float | None:
     return None if value is None else value * 1000.0
 
 
-SUMMARY_COLUMNS = ["workload", "framework", "precision", "status", "ok_repeats", "repeats",
-                   "throughput", "speedup", "peak_memory_mib", "memory_ratio", "final_loss", "val_accuracy",
-                   "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
+SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "precision", "status", "ok_repeats",
+                   "repeats", "throughput", "speedup", "peak_memory_mib", "memory_ratio", "final_loss",
+                   "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
                    "cost_saving_per_million", "cost_saving_fraction", "error"]
 
 
 def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per workload x framework x precision, normalized to that framework's fp32.
+    """One row per workload x framework x device kind x precision, normalized to that fp32.
 
     Figures are medians over the ``ok`` repeats.  ``status`` is ``ok`` when at
-    least one repeat is ok, else the last repeat's status.  ``cost_saving_*``
-    is fp32's cost per million images minus this precision's (positive: AMP
-    is cheaper), in money and as a fraction of fp32's.
+    least one repeat is ok, else the last repeat's status.  CPU and GPU runs of
+    one framework are separate rows and never each other's baseline.
+    ``cost_saving_*`` is fp32's cost per million images minus this precision's
+    (positive: AMP is cheaper), in money and as a fraction of fp32's.
     """
     cells = results_frame(results, environment)
     if cells.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rows = []
-    for (workload, framework, precision), group in cells.groupby(
-            ["workload", "framework", "precision"], sort=False):
+    for (workload, framework, kind, precision), group in cells.groupby(
+            ["workload", "framework", "device_kind", "precision"], sort=False):
         ok = group[group["status"] == "ok"]
         rows.append({
-            "workload": workload, "framework": framework, "precision": precision,
+            "workload": workload, "framework": framework, "device_kind": kind, "precision": precision,
+            "device": device_label(kind, list(group["device"])),
             "status": "ok" if len(ok) else group["status"].iloc[-1],
             "ok_repeats": len(ok), "repeats": len(group),
             "throughput": _median(ok["throughput"]) if len(ok) else math.nan,
@@ -215,8 +235,8 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "error": "" if len(ok) else group["error"].iloc[-1],
         })
     summary = pd.DataFrame(rows)
-    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework"])
-    keys = list(zip(summary["workload"], summary["framework"]))
+    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind"])
+    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"]))
 
     def relative(column: str, how: str) -> list[float]:
         out = []
@@ -255,16 +275,19 @@ def _precision_order(precisions: list[str]) -> list[str]:
 
 
 def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
-    """Rows workload x framework, a column per precision, each cell rendered by ``render(row)``."""
+    """Rows workload x framework x device, a column per precision, each cell rendered by ``render(row)``."""
     precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
-    table: dict[tuple[str, str], dict[str, str]] = {}
+    table: dict[tuple[str, str, str], dict[str, str]] = {}
+    labels: dict[tuple[str, str, str], str] = {}
     for _, row in summary.iterrows():
         cell = render(row) if row["status"] == "ok" else str(row["status"])
-        table.setdefault((row["workload"], row["framework"]), {})[row["precision"]] = cell
-    records = [{"workload": table_text(w), "framework": table_text(f),
+        key = (row["workload"], row["framework"], row["device_kind"])
+        table.setdefault(key, {})[row["precision"]] = cell
+        labels.setdefault(key, row["device"])
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k)]),
                 **{table_text(p): table_text(cells.get(p, "not run")) for p in precisions}}
-               for (w, f), cells in table.items()]
-    return pd.DataFrame(records, columns=["workload", "framework", *(table_text(p) for p in precisions)])
+               for (w, f, k), cells in table.items()]
+    return pd.DataFrame(records, columns=["workload", "framework", "device", *(table_text(p) for p in precisions)])
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -357,6 +380,32 @@ def ceiling_lines(environment: dict[str, Any], cells: pd.DataFrame) -> list[str]
     return lines + [""]
 
 
+def _gpu_text(gpu: dict[str, Any]) -> str:
+    """One GPU of the host record: name, driver, memory, compute capability, max clocks, power limit."""
+    parts = [f"driver {gpu.get('driver') or '?'}", gpu.get("memory") or "",
+             f"sm {gpu['compute_capability']}" if gpu.get("compute_capability") else ""]
+    if gpu.get("sm_clock_max_mhz") is not None:
+        parts.append(f"max clocks {gpu['sm_clock_max_mhz']:g} MHz sm"
+                     + (f" / {gpu['memory_clock_max_mhz']:g} MHz memory"
+                        if gpu.get("memory_clock_max_mhz") is not None else ""))
+    if gpu.get("power_limit_w") is not None:
+        parts.append(f"power limit {gpu['power_limit_w']:g} W")
+    return f"{gpu.get('name', '?')} ({', '.join(p for p in parts if p)})"
+
+
+def runtime_lines(results: list[CellResult]) -> list[str]:
+    """CUDA runtime and cuDNN each framework ran with, from the workers' records."""
+    seen: dict[str, set[str]] = {}
+    for r in results:
+        env = r.environment or {}
+        if env.get("cuda_runtime_version") or env.get("cudnn_version"):
+            seen.setdefault(r.framework, set()).add(
+                f"CUDA {env.get('cuda_runtime_version') or '?'}, cuDNN {env.get('cudnn_version') or '?'}")
+    if not seen:
+        return ["- CUDA runtime / cuDNN: none used (no run reached a CUDA device)"]
+    return ["- CUDA runtime / cuDNN: " + "; ".join(f"{f} {' / '.join(sorted(v))}" for f, v in seen.items())]
+
+
 def environment_lines(environment: dict[str, Any]) -> list[str]:
     packages = environment.get("packages", {})
     gpus = environment.get("gpus") or []
@@ -367,8 +416,7 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
         f"- Python {environment.get('python', '?')} on {environment.get('platform', '?')}",
         f"- CPU: {environment.get('cpu_model', '?')}, {environment.get('cpu_count', '?')} logical cores;"
         f" flags: {', '.join(environment.get('cpu_flags', [])) or 'none of interest'}",
-        "- GPU: " + ("; ".join(f"{g['name']} (driver {g['driver']}, {g['memory']}, sm {g['compute_capability']})"
-                              for g in gpus) if gpus else "none"),
+        "- GPU: " + ("; ".join(_gpu_text(g) for g in gpus) if gpus else "none"),
         "- packages: " + ", ".join(f"{k} {v}" for k, v in packages.items()),
     ]
     settings = environment.get("settings")
@@ -385,7 +433,8 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
 
 # Columns of the per-run table and how each is printed.
 DETAIL_FORMATS = {
-    "workload": "{}", "framework": "{}", "precision": "{}", "repeat": "{:d}", "status": "{}",
+    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "repeat": "{:d}",
+    "status": "{}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
@@ -419,9 +468,10 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
     summary = summary_frame(results, environment)
     cells = results_frame(results, environment)
-    out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment), ""]
+    out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment),
+           *runtime_lines(results), ""]
     if not cells.empty:
-        devices = sorted({d for d in cells["device"] if d})
+        devices = sorted({device_label(k, [n]) for k, n in zip(cells["device_kind"], cells["device"]) if k})
         datasets = sorted({d for d in cells["dataset"] if d})
         out += [f"- devices used: {', '.join(devices) or 'none reached'}",
                 f"- dataset: {', '.join(datasets)}", ""]

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_suite import host_measure, progress
+from amp_suite import devices, host_measure, progress
 from amp_suite.datasets import InputPipeline, input_pipeline, load_dataset
 from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError, one_line
@@ -146,6 +146,7 @@ def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) ->
         if host is None:
             host = PluginHost(extra_modules=run.plugin_modules, framework=run.framework)
         _execute(run, workload, host, result)
+        result.environment.update(devices.runtime_versions())
         result.status = "ok"
     except BaseException as exc:  # every outcome becomes a row
         if isinstance(exc, KeyboardInterrupt):
@@ -181,7 +182,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     workload = dataclasses.replace(workload, optimizer=dataclasses.replace(
         workload.optimizer, decay_steps=pipeline.steps_per_epoch * run.epochs))
 
-    device = host.select_device(run)
+    device = devices.select_checked(run, info, host.select_device)  # no silent CPU fallback
     result.device = asdict(device)
     applied = host.set_precision(run, device)
     result.applied = asdict(applied)

@@ -13,7 +13,7 @@ from conftest import REPO, run_cli
 FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"], ["doctor", "--help"]])
 def test_help_list_and_plugins_import_no_framework(args):
     probe = (
         "import sys, json\nfrom amp_suite.cli import main\n"
@@ -106,3 +106,24 @@ def test_any_failed_cell_makes_exit_1(tiny_config, clean_fake_env):
                   env={"FAKEFW_MODE": "raise", "FAKEFW_TARGET": "amp_bf16"})
     assert out.returncode == 1
     assert "amp_bf16 r0 failed: RuntimeError: fake framework exploded" in out.stderr
+
+
+def test_device_gpu_without_a_gpu_fails_every_cell_with_one_line(tiny_config, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--device", "gpu",
+                  env={"AMP_SUITE_FAKE_NVIDIA_SMI": "none"})
+    assert out.returncode == 1, out.stderr
+    lines = [line for line in out.stderr.splitlines() if " unavailable: " in line]
+    assert len(lines) == 3  # one line per cell, each with its reason
+    assert all("--device gpu: this machine has no NVIDIA GPU" in line for line in lines)
+
+
+def test_a_framework_on_the_cpu_of_a_gpu_machine_is_unavailable_with_its_install_line(tiny_config):
+    pytest.importorskip("torch")
+    from conftest import HELPERS
+
+    out = run_cli("run", "--config", str(tiny_config), "--frameworks", "torch", "--workloads", "mnist_cnn",
+                  "--precisions", "fp32", env={"AMP_SUITE_FAKE_NVIDIA_SMI": str(HELPERS / "fake_nvidia_smi.py")})
+    assert out.returncode == 1, out.stderr
+    line = next(line for line in out.stderr.splitlines() if "torch fp32 r0" in line and "..." not in line)
+    assert "unavailable" in line and "fall back to the CPU" in line and "NVIDIA A100" in line
+    assert "download.pytorch.org/whl/cu130" in line

@@ -13,7 +13,8 @@ MIB = 1024 * 1024
 
 
 def cell(framework, precision, *, repeat=0, status="ok", throughput=None, memory_mib=None, accuracy=None,
-         device_memory_mib=None, loss=1.0, error="") -> CellResult:
+         device_memory_mib=None, loss=1.0, error="", device=("cpu", "Test CPU"),
+         environment=None) -> CellResult:
     metrics = {}
     if status == "ok":
         metrics = {"throughput": throughput, "peak_rss_bytes": memory_mib * MIB, "val_accuracy": accuracy,
@@ -22,7 +23,8 @@ def cell(framework, precision, *, repeat=0, status="ok", throughput=None, memory
             metrics["device_peak_memory_bytes"] = device_memory_mib * MIB
     return CellResult(key=f"{framework}/w/{precision}/r{repeat}", framework=framework, workload="w",
                       precision=precision, repeat=repeat, status=status, error=error, metrics=metrics,
-                      config={"dataset": "mnist", "batch_size": 8})
+                      config={"dataset": "mnist", "batch_size": 8}, environment=environment or {},
+                      device={"kind": device[0], "name": device[1]} if device else {})
 
 
 RESULTS = [
@@ -30,7 +32,7 @@ RESULTS = [
     cell("torch", "amp_bf16", throughput=250.0, memory_mib=300, accuracy=0.89),
     cell("torch", "amp_bf16", repeat=1, throughput=150.0, memory_mib=300, accuracy=0.91),
     cell("torch", "amp_bf16", repeat=2, throughput=200.0, memory_mib=300, accuracy=0.90),
-    cell("torch", "amp_fp16", status="oom", error="MemoryError: boom"),
+    cell("torch", "amp_fp16", status="oom", error="MemoryError: boom", device=None),
     cell("jax", "fp32", throughput=50.0, memory_mib=100, accuracy=0.5, device_memory_mib=80),
     cell("jax", "amp_bf16", throughput=75.0, memory_mib=100, accuracy=0.55, device_memory_mib=40),
 ]
@@ -62,7 +64,8 @@ def test_failed_cells_are_kept_with_their_status():
     torch_row = table[table.framework == "torch"].iloc[0]
     assert torch_row["amp_fp16"] == "oom"
     assert torch_row["amp_bf16"] == "200 (2.00x)"
-    assert list(table.columns) == ["workload", "framework", "fp32", "amp_fp16", "amp_bf16"]
+    assert list(table.columns) == ["workload", "framework", "device", "fp32", "amp_fp16", "amp_bf16"]
+    assert torch_row["device"] == "cpu"  # the oom cell, which reached no device, joins its row
     assert len(results_frame(RESULTS)) == len(RESULTS)
 
 
@@ -73,7 +76,7 @@ def test_markdown_has_environment_tables_and_failures():
     text = render_markdown(RESULTS, env)
     assert "amp-suite 9.9, commit abc123" in text
     assert "Test CPU" in text and "avx512_bf16" in text and "torch 2.13.0" in text
-    assert "| w          | torch       | 100    | oom        | 200 (2.00x)" in text
+    assert "| w          | torch       | cpu      | 100    | oom        | 200 (2.00x)" in text
     assert "w / torch / amp_fp16 / repeat 0: **oom** — MemoryError: boom" in text
     assert "90.00%" in text and "(+5.00 pt)" in text
 
@@ -81,3 +84,32 @@ def test_markdown_has_environment_tables_and_failures():
 def test_missing_baseline_gives_no_ratio():
     summary = summary_frame([cell("torch", "amp_bf16", throughput=10.0, memory_mib=1, accuracy=0.1)])
     assert math.isnan(summary.iloc[0].speedup)
+
+
+def test_cpu_and_gpu_runs_of_one_framework_are_separate_rows_each_with_its_own_baseline():
+    a100 = ("gpu", "NVIDIA A100")
+    results = [cell("torch", "fp32", throughput=100.0, memory_mib=400, accuracy=0.9),
+               cell("torch", "amp_bf16", throughput=120.0, memory_mib=400, accuracy=0.9),
+               cell("torch", "fp32", throughput=1000.0, memory_mib=400, accuracy=0.9, device=a100),
+               cell("torch", "amp_bf16", throughput=3000.0, memory_mib=400, accuracy=0.9, device=a100),
+               cell("keras", "amp_bf16", status="unavailable", device=None,
+                    error="DeviceUnavailableError: Keras (TF) would fall back to the CPU")]
+    table = comparison_tables(summary_frame(results))["Throughput, images/s (speed-up over fp32)"]
+    rows = {(r.framework, r.device): r for r in table.itertuples()}
+    assert rows[("torch", "cpu")].amp_bf16 == "120 (1.20x)"
+    assert rows[("torch", "gpu (NVIDIA A100)")].amp_bf16 == "3,000 (3.00x)"  # not 30x over the CPU fp32
+    assert rows[("keras", "–")].amp_bf16 == "unavailable"
+
+
+def test_header_names_gpu_clocks_power_and_each_frameworks_cuda_and_cudnn():
+    env = {"gpus": [{"name": "NVIDIA A100", "driver": "580.65.06", "memory": "40960 MiB", "compute_capability": "8.0",
+                     "sm_clock_max_mhz": 1410.0, "memory_clock_max_mhz": 1215.0, "power_limit_w": 400.0}]}
+    results = [cell("torch", "fp32", throughput=1.0, memory_mib=1, accuracy=0.5, device=("gpu", "NVIDIA A100"),
+                    environment={"cuda_runtime_version": "13.0", "cudnn_version": "9.20.0"}),
+               cell("jax", "fp32", throughput=1.0, memory_mib=1, accuracy=0.5, device=("gpu", "NVIDIA A100"),
+                    environment={"cuda_runtime_version": "12.9", "cudnn_version": "9.28.0"})]
+    text = render_markdown(results, env)
+    assert ("- GPU: NVIDIA A100 (driver 580.65.06, 40960 MiB, sm 8.0, max clocks 1410 MHz sm / 1215 MHz memory, "
+            "power limit 400 W)") in text
+    assert "- CUDA runtime / cuDNN: torch CUDA 13.0, cuDNN 9.20.0; jax CUDA 12.9, cuDNN 9.28.0" in text
+    assert "none used" in render_markdown(RESULTS, {})

@@ -1,0 +1,280 @@
+"""The machine's NVIDIA GPUs, seen without any framework, and the device policy for a cell.
+
+A framework that cannot use the GPU of a GPU machine would quietly train on the
+CPU and put CPU rows beside other frameworks' GPU rows.  This module decides,
+once and for every framework, when that is refused:
+
+- ``--device cpu``: the CPU, wanted; always fine.
+- ``--device auto`` on a machine with an NVIDIA GPU: a framework plugin that
+  declares GPU precisions must land on the GPU; landing on the CPU makes the
+  cell ``unavailable`` with the install line that fixes it.
+- ``--device gpu``: a cell that does not land on a GPU is ``unavailable``,
+  whether or not the machine has one.
+
+Detection reads ``nvidia-smi`` (GPU names, driver, compute capability, clocks
+and power limit) and falls back to the driver's ``/proc/driver/nvidia/version``.
+Set :data:`FAKE_SMI_ENV` to the path of an executable that prints what
+``nvidia-smi`` would (or to ``none`` for a machine without GPUs): tests fake a
+GPU machine that way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from amp_suite.errors import FrameworkUnavailableError, UnsupportedError
+from amp_suite.records import DeviceInfo, FrameworkInfo, RunSpec
+
+# Path of a stand-in for nvidia-smi ("none": behave as if there were no GPU).
+FAKE_SMI_ENV = "AMP_SUITE_FAKE_NVIDIA_SMI"
+# The loaded NVIDIA kernel driver announces itself here.
+DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
+# Queried in this order; the first four exist in every nvidia-smi of the last years.
+SMI_FIELDS = ("index", "name", "driver_version", "memory.total", "compute_cap",
+              "clocks.max.sm", "clocks.max.memory", "power.limit")
+SMI_TIMEOUT_S = 20
+
+# The install line that gives each built-in framework a CUDA build (docs/gpu.md).
+# PyPI's torch 2.13.0 for Linux x86_64 is the CUDA 13.0 build; a CPU build
+# already installed satisfies ``torch==2.13.0`` too, so it must be replaced.
+GPU_INSTALL = {
+    "torch": "pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130",
+    "keras": "pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]==2.21.*'",
+    "jax": "pip install 'jax[cuda12]==0.10.2'",
+}
+GPU_EXTRA_INSTALL = "pip install 'amp-suite[gpu]'"
+
+
+class DeviceUnavailableError(FrameworkUnavailableError):
+    """The cell cannot run on the device it must use; the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class NvidiaGpu:
+    """One NVIDIA GPU as ``nvidia-smi`` reports it; unknown figures are ``None`` or ``""``."""
+
+    index: int
+    name: str
+    driver: str = ""
+    memory_total_mib: float | None = None
+    compute_capability: str = ""
+    sm_clock_max_mhz: float | None = None
+    memory_clock_max_mhz: float | None = None
+    power_limit_w: float | None = None
+
+    def describe(self) -> str:
+        parts = [f"driver {self.driver}" if self.driver else "",
+                 f"sm {self.compute_capability}" if self.compute_capability else ""]
+        return f"{self.name} ({', '.join(p for p in parts if p)})" if any(parts) else self.name
+
+
+@dataclass(frozen=True)
+class NvidiaInventory:
+    """What this machine has: GPUs from ``nvidia-smi``, else the driver alone, else nothing.
+
+    ``reason`` says how the answer was found, or why there is no GPU.
+    """
+
+    gpus: tuple[NvidiaGpu, ...] = ()
+    driver: str = ""
+    reason: str = ""
+
+    @property
+    def present(self) -> bool:
+        return bool(self.gpus) or bool(self.driver)
+
+    def describe(self) -> str:
+        if self.gpus:
+            return "; ".join(g.describe() for g in self.gpus)
+        if self.driver:
+            return f"an NVIDIA GPU (driver {self.driver}; {self.reason})"
+        return f"no NVIDIA GPU ({self.reason})"
+
+
+def _number(text: str) -> float | None:
+    """``"1590 MHz"``, ``"70.00 W"``, ``"15360 MiB"`` -> the number; ``[N/A]`` and the like -> ``None``."""
+    match = re.match(r"\s*([0-9]+(?:\.[0-9]+)?)", text)
+    return float(match.group(1)) if match else None
+
+
+def parse_smi_csv(text: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[NvidiaGpu, ...]:
+    """GPUs from ``nvidia-smi --query-gpu=FIELDS --format=csv,noheader`` output.
+
+    Defensive: lines with too few columns are skipped, ``[N/A]`` and
+    ``[Not Supported]`` become ``None``, units are dropped.
+    """
+    gpus = []
+    for line in text.strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < len(fields):
+            continue
+        row = dict(zip(fields, parts))
+        index = _number(row.get("index", ""))
+        capability = row.get("compute_cap", "")
+        gpus.append(NvidiaGpu(
+            index=int(index) if index is not None else len(gpus),
+            name=row.get("name", "?"),
+            driver=row.get("driver_version", "") if _number(row.get("driver_version", "")) is not None else "",
+            memory_total_mib=_number(row.get("memory.total", "")),
+            compute_capability=capability if re.fullmatch(r"\d+\.\d+", capability) else "",
+            sm_clock_max_mhz=_number(row.get("clocks.max.sm", "")),
+            memory_clock_max_mhz=_number(row.get("clocks.max.memory", "")),
+            power_limit_w=_number(row.get("power.limit", "")),
+        ))
+    return tuple(gpus)
+
+
+def _query(smi: str, fields: tuple[str, ...]) -> str | None:
+    try:
+        done = subprocess.run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def _driver_from_proc(path: Path | None) -> str:
+    """The kernel driver's version from ``path``; ``""`` when the file is absent."""
+    if path is None:
+        return ""
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    match = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9]+(?:\.[0-9]+)+)", text)
+    return match.group(1) if match else "unknown version"
+
+
+def find_smi() -> str | None:
+    """The ``nvidia-smi`` to ask: :data:`FAKE_SMI_ENV` when set, else the one on ``PATH``."""
+    fake = os.environ.get(FAKE_SMI_ENV)
+    if fake is not None:
+        return None if fake.strip().lower() in ("", "none") else fake
+    return shutil.which("nvidia-smi")
+
+
+def detect_nvidia(smi: str | None = None, driver_file: Path | None = None) -> NvidiaInventory:
+    """This machine's NVIDIA GPUs (see the module doc for the sources and the fake)."""
+    faked = os.environ.get(FAKE_SMI_ENV) is not None
+    smi = smi if smi is not None else find_smi()
+    if driver_file is None and not faked:  # a faked machine has no real driver either
+        driver_file = DRIVER_VERSION_FILE
+    if smi:
+        out = _query(smi, SMI_FIELDS)
+        gpus = parse_smi_csv(out) if out is not None else ()
+        if out is None:  # an older nvidia-smi may not know every field: ask for the basic ones
+            basic = SMI_FIELDS[:4]
+            out = _query(smi, basic)
+            gpus = parse_smi_csv(out, basic) if out is not None else ()
+        if gpus:
+            return NvidiaInventory(gpus, gpus[0].driver, f"{smi} lists {len(gpus)}")
+    driver = _driver_from_proc(driver_file)
+    if driver:
+        return NvidiaInventory((), driver, f"{driver_file} exists" + ("" if smi else "; nvidia-smi not found"))
+    where = f"{smi} lists none" if smi else "nvidia-smi not found"
+    return NvidiaInventory((), "", f"{where}, no {driver_file}" if driver_file else f"{where} ({FAKE_SMI_ENV})")
+
+
+def gpu_install_line(framework: FrameworkInfo) -> str:
+    """The command that gives ``framework`` a CUDA build."""
+    return GPU_INSTALL.get(framework.name, f"install a CUDA build of {framework.display_name} (docs/gpu.md)")
+
+
+def device_problem(requested: str, device: DeviceInfo, framework: FrameworkInfo,
+                   inventory: NvidiaInventory) -> str | None:
+    """Why a cell must not run on ``device``, or ``None`` when it may (the policy in the module doc)."""
+    if requested == "cpu" or device.kind == "gpu":
+        return None
+    name = framework.display_name
+    if requested == "gpu":
+        if not inventory.present:
+            return f"--device gpu: this machine has {inventory.describe()}"
+        return (f"--device gpu: {name} cannot use this machine's {inventory.describe()}; "
+                f"install its CUDA build: {gpu_install_line(framework)}")
+    if inventory.present and "gpu" in framework.precisions:
+        return (f"{name} would fall back to the CPU on a machine with {inventory.describe()}; "
+                f"install its CUDA build: {gpu_install_line(framework)} (or run with --device cpu)")
+    return None
+
+
+def select_checked(run: RunSpec, framework: FrameworkInfo, select: Callable[[RunSpec], DeviceInfo],
+                   inventory: NvidiaInventory | None = None) -> DeviceInfo:
+    """``select(run)`` (the ``select_device`` hook), refused by :func:`device_problem`.
+
+    Raises :class:`DeviceUnavailableError` (status ``unavailable``, which
+    fails the sweep) instead of returning a device the cell must not use.
+    """
+    if inventory is None and run.device == "cpu":
+        inventory = NvidiaInventory(reason="not asked: --device cpu")
+    try:
+        device = select(run)
+    except UnsupportedError as exc:
+        if run.device != "gpu":
+            raise
+        device = DeviceInfo(kind="none", platform="", name=str(exc))
+    problem = device_problem(run.device, device, framework, inventory or detect_nvidia())
+    if problem:
+        raise DeviceUnavailableError(problem)
+    return device
+
+
+def runtime_versions() -> dict[str, Any]:
+    """CUDA runtime and cuDNN versions of the frameworks imported in this process.
+
+    Reads only modules already imported (the worker imported its framework
+    while choosing the device), so it never imports one itself.  Keys are
+    ``cuda_runtime_version`` and ``cudnn_version``; absent when unknown.
+    """
+    found: dict[str, Any] = {}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _put(found, "cuda_runtime_version", lambda: torch.version.cuda)
+        _put(found, "cudnn_version", lambda: version_text(torch.backends.cudnn.version(), "cudnn")
+             if torch.cuda.is_available() else None)
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        build = _safe(lambda: tf.sysconfig.get_build_info()) or {}
+        _put(found, "cuda_runtime_version", lambda: build.get("cuda_version"))
+        _put(found, "cudnn_version", lambda: build.get("cudnn_version"))
+    if "jax" in sys.modules:
+        _put(found, "cuda_runtime_version", lambda: version_text(_jax_cuda("cuda_runtime_get_version"), "cuda"))
+        _put(found, "cudnn_version", lambda: version_text(_jax_cuda("cudnn_get_version"), "cudnn"))
+    return found
+
+
+def _jax_cuda(function: str) -> Any:
+    from jax._src.lib import cuda_versions  # None unless a CUDA plugin is installed
+
+    return getattr(cuda_versions, function)() if cuda_versions is not None else None
+
+
+def version_text(value: Any, kind: str) -> str:
+    """A CUDA (``12090``) or cuDNN (``92000``, ``8902``) version integer as ``12.9`` / ``9.20.0``."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return str(value)
+    if kind == "cuda":
+        return f"{value // 1000}.{value % 1000 // 10}"
+    if value >= 90000:  # cuDNN 9 and newer: major * 10000 + minor * 100 + patch
+        return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
+    return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
+
+
+def _safe(get: Callable[[], Any]) -> Any:
+    try:
+        return get()
+    except Exception:  # a version is a nicety: never let it fail a cell
+        return None
+
+
+def _put(found: dict[str, Any], key: str, get: Callable[[], Any]) -> None:
+    value = _safe(get)
+    if value not in (None, "", "None", 0) and key not in found:
+        found[key] = str(value)

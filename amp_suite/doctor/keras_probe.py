@@ -1,0 +1,191 @@
+"""The doctor's Keras probe: ``python -m amp_suite.doctor.keras_probe cpu|auto``.
+
+Uses TensorFlow's and Keras's own APIs (the TF32 switch, mixed-precision
+dtype policies, ``LossScaleOptimizer``, ``tf.config.experimental`` memory
+statistics) the way the suite's recipe does, never the plugin's internals.
+The doctor sets ``KERAS_BACKEND=tensorflow`` before this module imports Keras.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from amp_suite.doctor import probe_kit as kit
+
+
+def _choose(requested: str) -> str:
+    """``/GPU:0`` or ``/CPU:0``; GPUs get memory growth before anything touches them."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if requested == "cpu" or not gpus:
+        if gpus:
+            tf.config.set_visible_devices([], "GPU")
+        return "/CPU:0"
+    for gpu in gpus:
+        tf.config.experimental.set_memory_growth(gpu, True)
+    return "/GPU:0"
+
+
+def _name(dtype: Any) -> str:
+    """A dtype's name, from a ``tf.DType`` or Keras's string dtypes."""
+    return str(getattr(dtype, "name", dtype))
+
+
+def device_section(where: str) -> dict[str, Any]:
+    build = tf.sysconfig.get_build_info()
+    found: dict[str, Any] = {"kind": "gpu" if "GPU" in where else "cpu", "cuda_build": tf.test.is_built_with_cuda(),
+                             "cuda_runtime": build.get("cuda_version"), "cudnn": build.get("cudnn_version")}
+    if found["kind"] == "gpu":
+        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+        capability = details.get("compute_capability") or (0, 0)
+        found.update(name=details.get("device_name", "GPU:0"), compute_capability=f"{capability[0]}.{capability[1]}")
+    return found
+
+
+def precision_section(where: str) -> dict[str, Any]:
+    k = kit.PROBE_K
+    found: dict[str, Any] = {}
+    modes = [("fp32", False), ("tf32", True)] if "GPU" in where else [("fp32", False)]
+    with tf.device(where):
+        a = tf.ones((k, k)) * 1.0001
+        b = tf.ones((k, k))
+        image = tf.ones((1, 8, 8, k)) * 1.0001
+        kernel = tf.ones((1, 1, k, 1))
+        for name, tf32 in modes:
+            tf.config.experimental.enable_tensor_float_32_execution(tf32)
+            found[f"matmul_{name}"] = float(tf.reduce_mean(tf.linalg.matmul(a, b)))
+            found[f"conv_{name}"] = float(tf.reduce_mean(tf.nn.conv2d(image, kernel, 1, "VALID")))
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    return found
+
+
+def amp_section(where: str, policy: str) -> dict[str, Any]:
+    keras.mixed_precision.set_global_policy(policy)
+    try:
+        with tf.device(where):
+            conv = keras.layers.Conv2D(8, 3)
+            dense = keras.layers.Dense(10)
+            to_float32 = keras.layers.Activation("linear", dtype="float32")
+            x = tf.random.uniform((4, 8, 8, 3))
+            y = tf.constant([0, 1, 2, 3])
+            conv.build(x.shape)
+            dense.build((None, 6 * 6 * 8))
+            variables = conv.trainable_variables + dense.trainable_variables
+            seen: dict[str, Any] = {}
+
+            @tf.function
+            def step(images: Any, labels: Any) -> Any:
+                with tf.GradientTape() as tape:
+                    hidden = conv(images)
+                    seen["conv"] = _name(hidden.dtype)  # dtypes are static: read while tracing
+                    hidden = tf.reshape(tf.nn.relu(hidden), (tf.shape(images)[0], -1))
+                    out = dense(hidden)
+                    seen["matmul"] = _name(out.dtype)
+                    logits = to_float32(out)
+                    seen["logits"] = _name(logits.dtype)
+                    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+                grads = tape.gradient(loss, variables)
+                seen["grads"] = sorted({_name(g.dtype) for g in grads})
+                return loss
+
+            step(x, y)
+            seen["params"] = sorted({_name(v.dtype) for v in variables})
+            return seen
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def _scaled_steps(where: str, initial: float, steps: int) -> tuple[float, bool]:
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    try:
+        with tf.device(where):
+            dense = keras.layers.Dense(4)
+            dense.build((None, 16))
+            variables = dense.trainable_variables
+            before = [v.numpy().copy() for v in variables]
+            optimizer = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1), initial_scale=initial,
+                                                            dynamic_growth_steps=kit.GROWTH_INTERVAL)
+            optimizer.build(variables)
+            x = tf.random.uniform((8, 16), seed=0)
+            for _ in range(steps):
+                with tf.GradientTape() as tape:
+                    loss = tf.reduce_mean(tf.square(tf.cast(dense(x), tf.float32)))
+                    scaled = optimizer.scale_loss(loss)
+                optimizer.apply(tape.gradient(scaled, variables), variables)
+            changed = any(not (b == v.numpy()).all() for b, v in zip(before, variables))
+            return float(optimizer.dynamic_scale.numpy()), changed
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+
+
+def loss_scale_section(where: str) -> dict[str, Any]:
+    after_overflow, overflow_changed = _scaled_steps(where, kit.OVERFLOW_SCALE, 1)
+    grown, finite_changed = _scaled_steps(where, kit.GROWTH_SCALE, kit.GROWTH_INTERVAL)
+    return {"initial": kit.OVERFLOW_SCALE, "after_overflow": after_overflow,
+            "overflow_params_unchanged": not overflow_changed, "growth_initial": kit.GROWTH_SCALE,
+            "growth_interval": kit.GROWTH_INTERVAL, "finite_steps": kit.GROWTH_INTERVAL,
+            "after_finite_steps": grown, "finite_params_changed": finite_changed}
+
+
+def timing_section(where: str) -> dict[str, Any]:
+    with tf.device(where):
+        width = kit.TIMING_WIDTH
+        first = keras.layers.Dense(width, activation="relu")
+        last = keras.layers.Dense(10)
+        first.build((None, width))
+        last.build((None, width))
+        variables = first.trainable_variables + last.trainable_variables
+        optimizer = keras.optimizers.SGD(0.01)
+        optimizer.build(variables)
+        x = tf.random.uniform((kit.TIMING_BATCH, width), seed=0)
+        y = tf.random.uniform((kit.TIMING_BATCH,), maxval=10, dtype=tf.int32, seed=0)
+
+        @tf.function
+        def train(images: Any, labels: Any) -> Any:
+            with tf.GradientTape() as tape:
+                logits = last(first(images))
+                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
+            optimizer.apply(tape.gradient(loss, variables), variables)
+            return loss
+
+        last_loss: list[Any] = [None]
+
+        def step() -> None:
+            last_loss[0] = train(x, y)
+
+        def wait() -> None:
+            float(last_loss[0].numpy())  # copies to the host once the step is done
+
+        return kit.time_steps(step, wait, method="host clock after loss.numpy()")
+
+
+def memory_section(where: str) -> dict[str, Any]:
+    if "GPU" not in where:
+        return {"api": None}
+    tf.config.experimental.reset_memory_stats("GPU:0")
+    with tf.device(where):
+        block = tf.zeros((kit.MEMORY_PROBE_BYTES // 4,), tf.float32)
+        float(tf.reduce_sum(block))
+    peak = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+    return {"api": "tf.config.experimental.get_memory_info", "peak_bytes": peak,
+            "allocated_bytes": kit.MEMORY_PROBE_BYTES}
+
+
+def main(argv: list[str]) -> None:
+    where = _choose(argv[0] if argv else "auto")
+    report: dict[str, Any] = {}
+    kit.section(report, "device", lambda: device_section(where))
+    kit.section(report, "precision", lambda: precision_section(where))
+    kit.section(report, "amp_fp16", lambda: amp_section(where, "mixed_float16"))
+    kit.section(report, "amp_bf16", lambda: amp_section(where, "mixed_bfloat16"))
+    kit.section(report, "loss_scale", lambda: loss_scale_section(where))
+    kit.section(report, "timing", lambda: timing_section(where))
+    kit.section(report, "memory", lambda: memory_section(where))
+    kit.emit(report)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,168 @@
+"""Runs the doctor: machine checks here, one probe process per framework, one table.
+
+No framework is imported in this process.  Each framework's probe runs in a
+fresh interpreter with the plugin's environment variables set before the
+import (JAX's ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` among them); the numbers
+it prints are judged by :mod:`amp_suite.doctor.checks`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from amp_suite import host_measure
+from amp_suite.devices import NvidiaInventory, detect_nvidia, gpu_install_line
+from amp_suite.doctor import checks
+from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED, CheckResult
+from amp_suite.records import FrameworkInfo
+
+# The probe module of each built-in framework.
+PROBES = {
+    "torch": "amp_suite.doctor.torch_probe",
+    "keras": "amp_suite.doctor.keras_probe",
+    "jax": "amp_suite.doctor.jax_probe",
+}
+PROBE_TIMEOUT_S = 600.0
+MACHINE = "machine"
+
+# Runs one framework's probe; returns its report, or raises ProbeError.
+ProbeRunner = Callable[[FrameworkInfo, str, float], dict[str, Any]]
+
+
+class ProbeError(Exception):
+    """A probe process crashed, hung or printed no report."""
+
+
+@dataclass(frozen=True)
+class DoctorPlan:
+    """What the doctor checks: the device the user expects and the frameworks to probe."""
+
+    device: str  # auto | cpu | gpu
+    frameworks: tuple[FrameworkInfo, ...]
+    timeout_s: float = PROBE_TIMEOUT_S
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "gpu"):
+            raise ValueError(f"unknown device {self.device!r}; allowed: auto, cpu, gpu")
+
+
+def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) -> dict[str, Any]:
+    """``python -m PROBE DEVICE`` with the framework's environment; its JSON report."""
+    module = PROBES[framework.name]
+    env = {**os.environ, **framework.env}
+    try:
+        done = subprocess.run([sys.executable, "-m", module, "cpu" if device == "cpu" else "auto"],
+                              capture_output=True, text=True, timeout=timeout_s, env=env,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ProbeError(f"no answer within {timeout_s:g} s") from None
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    try:
+        report = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        report = None
+    if done.returncode != 0 or not isinstance(report, dict):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ProbeError(f"probe exited with code {done.returncode}: {tail[:300]}")
+    return report
+
+
+def machine_checks(plan: DoctorPlan, inventory: NvidiaInventory) -> list[CheckResult]:
+    """Framework-neutral rows: the NVIDIA GPU (or its absence) and the host's peak-RSS figure."""
+    rows = []
+    if inventory.present:
+        rows.append(CheckResult(MACHINE, "NVIDIA GPU", PASSED, inventory.describe()))
+    elif plan.device == "gpu":
+        rows.append(CheckResult(MACHINE, "NVIDIA GPU", FAILED, f"--device gpu, but {inventory.describe()}"))
+    else:
+        rows.append(CheckResult(MACHINE, "NVIDIA GPU", SKIPPED,
+                                f"{inventory.describe()}: GPU checks are skipped, CPU checks run"))
+    reset = host_measure.reset_peak_rss()
+    peak = host_measure.peak_rss_bytes()
+    rows.append(CheckResult(MACHINE, "peak RSS (CPU memory figure)", PASSED if peak > 0 else FAILED,
+                            f"{peak / 2**20:.0f} MiB now; " + ("resettable (VmHWM)" if reset else
+                                                               "not resettable here: peaks count from start")))
+    return rows
+
+
+def _missing(info: FrameworkInfo) -> list[str]:
+    from amp_suite.worker import missing_modules
+
+    return missing_modules(info)
+
+
+def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu: bool,
+                     inventory: NvidiaInventory) -> list[CheckResult]:
+    """Every row of one framework, judged from its probe's report."""
+    name = info.name
+    device = report.get("device") or {}
+    on_gpu = device.get("kind") == "gpu"
+    capability = str(device.get("compute_capability") or "")
+    precision = report.get("precision")
+    rows = [
+        checks.judge_device(name, report.get("device"), expect_gpu=expect_gpu, machine=inventory.describe(),
+                            install_line=gpu_install_line(info)),
+        checks.judge_fp32(name, "matmul", precision),
+        checks.judge_fp32(name, "conv", precision),
+        checks.judge_tf32(name, "matmul", precision, on_gpu=on_gpu, capability=capability),
+        checks.judge_tf32(name, "conv", precision, on_gpu=on_gpu, capability=capability),
+        checks.judge_amp(name, "amp_fp16", "float16", report.get("amp_fp16")),
+        checks.judge_amp(name, "amp_bf16", "bfloat16", report.get("amp_bf16")),
+        checks.judge_loss_scale(name, report.get("loss_scale")),
+        checks.judge_timing(name, report.get("timing"), on_gpu=on_gpu),
+        checks.judge_memory(name, report.get("memory"), on_gpu=on_gpu),
+    ]
+    if "preallocation" in report:
+        rows.append(checks.judge_preallocation(name, report.get("preallocation"), on_gpu=on_gpu))
+    where = "GPU" if on_gpu else "CPU"
+    return [r if r.status == SKIPPED or r is rows[0] else
+            CheckResult(r.scope, r.check, r.status, f"[{where}] {r.detail}") for r in rows]
+
+
+def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
+               probe: ProbeRunner = subprocess_probe,
+               missing: Callable[[FrameworkInfo], list[str]] = _missing,
+               progress: Callable[[str], None] | None = None) -> list[CheckResult]:
+    """Every row of the doctor's table, machine first, then each framework in turn."""
+    inventory = inventory if inventory is not None else (
+        detect_nvidia() if plan.device != "cpu" else NvidiaInventory(reason="not asked: --device cpu"))
+    expect_gpu = plan.device == "gpu" or (plan.device == "auto" and inventory.present)
+    rows = machine_checks(plan, inventory)
+    for info in plan.frameworks:
+        absent = missing(info)
+        if absent:
+            line = gpu_install_line(info) if expect_gpu else info.install_hint()
+            rows.append(CheckResult(info.name, "installed", SKIPPED,
+                                    f"{info.display_name} is not installed (missing {', '.join(absent)}): {line}"))
+            continue
+        if info.name not in PROBES:
+            rows.append(CheckResult(info.name, "installed", SKIPPED, "the doctor has no probe for this framework"))
+            continue
+        if progress:
+            progress(f"probing {info.display_name} ...")
+        try:
+            report = probe(info, plan.device, plan.timeout_s)
+        except ProbeError as exc:
+            rows.append(CheckResult(info.name, "probe ran", FAILED, str(exc)))
+            continue
+        rows.extend(framework_checks(info, report, expect_gpu=expect_gpu, inventory=inventory))
+    return rows
+
+
+def render_table(rows: list[CheckResult]) -> str:
+    """The checks as a plain-text table."""
+    from tabulate import tabulate
+
+    return tabulate([(r.scope, r.check, r.status, r.detail) for r in rows],
+                    headers=("scope", "check", "status", "detail"), tablefmt="simple", disable_numparse=True)
+
+
+def summary_line(rows: list[CheckResult]) -> str:
+    counts = {s: sum(r.status == s for r in rows) for s in (PASSED, FAILED, SKIPPED)}
+    return f"{counts[PASSED]} passed, {counts[FAILED]} failed, {counts[SKIPPED]} skipped"

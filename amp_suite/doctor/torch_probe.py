@@ -1,0 +1,173 @@
+"""The doctor's PyTorch probe: ``python -m amp_suite.doctor.torch_probe cpu|auto``.
+
+Uses PyTorch's own APIs (``torch.autocast``, ``torch.amp.GradScaler``, the
+TF32 switches, CUDA events, ``torch.cuda`` memory statistics) the way the
+suite's recipe does, never the plugin's internals.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import torch
+
+from amp_suite.doctor import probe_kit as kit
+
+
+def _device(requested: str) -> torch.device:
+    return torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
+
+
+def _set_tf32(on: bool) -> None:
+    torch.backends.cuda.matmul.allow_tf32 = on
+    torch.backends.cudnn.allow_tf32 = on
+    torch.set_float32_matmul_precision("high" if on else "highest")
+
+
+def device_section(dev: torch.device) -> dict[str, Any]:
+    found: dict[str, Any] = {"kind": "gpu" if dev.type == "cuda" else "cpu",
+                             "cuda_build": torch.version.cuda is not None, "cuda_runtime": torch.version.cuda}
+    if dev.type == "cuda":
+        props = torch.cuda.get_device_properties(dev)
+        driver = getattr(torch._C, "_cuda_getDriverVersion", lambda: 0)()
+        found.update(name=props.name, compute_capability=f"{props.major}.{props.minor}",
+                     cudnn=str(torch.backends.cudnn.version()),
+                     driver=f"supports CUDA {driver // 1000}.{driver % 1000 // 10}" if driver else "")
+    return found
+
+
+def precision_section(dev: torch.device) -> dict[str, Any]:
+    k = kit.PROBE_K
+    a = torch.ones(k, k, device=dev) * 1.0001
+    b = torch.ones(k, k, device=dev)
+    image = torch.ones(1, k, 8, 8, device=dev) * 1.0001
+    kernel = torch.ones(1, k, 1, 1, device=dev)
+    found: dict[str, Any] = {}
+    modes = [("fp32", False), ("tf32", True)] if dev.type == "cuda" else [("fp32", False)]
+    for name, tf32 in modes:
+        _set_tf32(tf32)
+        found[f"matmul_{name}"] = float((a @ b).mean())
+        found[f"conv_{name}"] = float(torch.nn.functional.conv2d(image, kernel).mean())
+    _set_tf32(False)
+    return found
+
+
+def _model(dev: torch.device) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
+                               torch.nn.Linear(8 * 6 * 6, 10)).to(dev)
+
+
+def amp_section(dev: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    model = _model(dev)
+    seen: dict[str, Any] = {}
+
+    def probe(name: str):
+        def hook(module: Any, inputs: Any, output: Any) -> None:
+            seen[name] = str(output.dtype).replace("torch.", "")
+        return hook
+
+    model[0].register_forward_hook(probe("conv"))
+    model[3].register_forward_hook(probe("matmul"))
+    x = torch.rand(4, 3, 8, 8, device=dev)
+    y = torch.randint(0, 10, (4,), device=dev)
+    with torch.autocast(dev.type, dtype=dtype):  # forward and loss only, as the recipe says
+        logits = model(x).float()
+        loss = torch.nn.functional.cross_entropy(logits, y)
+    loss.backward()
+    seen["logits"] = str(logits.dtype).replace("torch.", "")
+    seen["params"] = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
+    seen["grads"] = sorted({str(p.grad.dtype).replace("torch.", "") for p in model.parameters()})
+    return seen
+
+
+def _scaled_steps(dev: torch.device, initial: float, steps: int) -> tuple[float, bool]:
+    """``steps`` fp16 steps through a GradScaler; the final scale and whether parameters changed."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 4).to(dev)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler(dev.type, init_scale=initial, growth_interval=kit.GROWTH_INTERVAL)
+    x = torch.rand(8, 16, device=dev)
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(dev.type, dtype=torch.float16):
+            loss = model(x).float().square().mean()
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    changed = any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))
+    return float(scaler.get_scale()), changed
+
+
+def loss_scale_section(dev: torch.device) -> dict[str, Any]:
+    after_overflow, overflow_changed = _scaled_steps(dev, kit.OVERFLOW_SCALE, 1)
+    grown, finite_changed = _scaled_steps(dev, kit.GROWTH_SCALE, kit.GROWTH_INTERVAL)
+    return {"initial": kit.OVERFLOW_SCALE, "after_overflow": after_overflow,
+            "overflow_params_unchanged": not overflow_changed, "growth_initial": kit.GROWTH_SCALE,
+            "growth_interval": kit.GROWTH_INTERVAL, "finite_steps": kit.GROWTH_INTERVAL,
+            "after_finite_steps": grown, "finite_params_changed": finite_changed}
+
+
+def timing_section(dev: torch.device) -> dict[str, Any]:
+    torch.manual_seed(0)
+    width = kit.TIMING_WIDTH
+    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 10)).to(dev)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.rand(kit.TIMING_BATCH, width, device=dev)
+    y = torch.randint(0, 10, (kit.TIMING_BATCH,), device=dev)
+    last: list[Any] = [None]
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        last[0] = loss
+
+    def wait() -> None:
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        float(last[0].item())
+
+    def event_timed() -> float:  # how the suite times a CUDA step
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1000.0
+
+    if dev.type == "cuda":
+        return kit.time_steps(step, wait, timed_step=event_timed, method="CUDA events")
+    return kit.time_steps(step, wait, method="host clock after loss.item()")
+
+
+def memory_section(dev: torch.device) -> dict[str, Any]:
+    if dev.type != "cuda":
+        return {"api": None}
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    block = torch.empty(kit.MEMORY_PROBE_BYTES, dtype=torch.uint8, device=dev)
+    torch.cuda.synchronize()
+    peak = int(torch.cuda.max_memory_allocated())
+    del block
+    return {"api": "torch.cuda.max_memory_allocated", "peak_bytes": peak, "allocated_bytes": kit.MEMORY_PROBE_BYTES}
+
+
+def main(argv: list[str]) -> None:
+    dev = _device(argv[0] if argv else "auto")
+    report: dict[str, Any] = {}
+    kit.section(report, "device", lambda: device_section(dev))
+    kit.section(report, "precision", lambda: precision_section(dev))
+    kit.section(report, "amp_fp16", lambda: amp_section(dev, torch.float16))
+    kit.section(report, "amp_bf16", lambda: amp_section(dev, torch.bfloat16))
+    kit.section(report, "loss_scale", lambda: loss_scale_section(dev))
+    kit.section(report, "timing", lambda: timing_section(dev))
+    kit.section(report, "memory", lambda: memory_section(dev))
+    kit.emit(report)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,192 @@
+"""amp-suite doctor: its verdicts on GPU numbers (faked) and a real run on this machine."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from amp_suite.devices import GPU_INSTALL, NvidiaGpu, NvidiaInventory
+from amp_suite.doctor import checks
+from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED
+from amp_suite.doctor.runner import DoctorPlan, ProbeError, render_table, run_checks
+from amp_suite.records import FrameworkInfo
+from conftest import run_cli
+
+A100 = NvidiaInventory((NvidiaGpu(0, "NVIDIA A100", "580.65.06", compute_capability="8.0"),), "580.65.06", "fake")
+NO_GPU = NvidiaInventory(reason="nvidia-smi not found")
+GPU_DEVICE = {"kind": "gpu", "cuda_build": True, "name": "NVIDIA A100", "compute_capability": "8.0",
+              "driver": "580.65.06", "cuda_runtime": "13.0", "cudnn": "9.20.0"}
+GOOD_AMP = {"conv": "float16", "matmul": "float16", "logits": "float32", "params": ["float32"], "grads": ["float32"]}
+GOOD_LOSS_SCALE = {"initial": 2.0 ** 100, "after_overflow": 2.0 ** 99, "overflow_params_unchanged": True,
+                   "growth_initial": 1024.0, "growth_interval": 2, "finite_steps": 2, "after_finite_steps": 2048.0,
+                   "finite_params_changed": True}
+GPU_REPORT = {
+    "device": GPU_DEVICE,
+    "precision": {"matmul_fp32": 1024.1024, "conv_fp32": 1024.1, "matmul_tf32": 1024.0, "conv_tf32": 1024.0},
+    "amp_fp16": GOOD_AMP,
+    "amp_bf16": {**GOOD_AMP, "conv": "bfloat16", "matmul": "bfloat16"},
+    "loss_scale": GOOD_LOSS_SCALE,
+    "timing": {"steps": 10, "per_step_sum_s": 0.101, "wall_s": 0.100, "method": "CUDA events"},
+    "memory": {"api": "torch.cuda.max_memory_allocated", "peak_bytes": 70 * 2**20, "allocated_bytes": 64 * 2**20},
+    "preallocation": {"preallocate_env": "false", "bytes_reserved": 200 * 2**20, "bytes_limit": 40 * 2**30},
+}
+TORCH = FrameworkInfo(name="torch", display_name="PyTorch", modules=("torch",), extra="torch",
+                      precisions={"cpu": ("fp32",), "gpu": ("fp32",)})
+
+
+# --- the pure verdicts, on the numbers a GPU gives ------------------------------------
+
+
+def test_a_cpu_build_on_a_gpu_machine_fails_with_the_install_line():
+    cpu = {"kind": "cpu", "cuda_build": False}
+    result = checks.judge_device("torch", cpu, expect_gpu=True, machine=A100.describe(),
+                                 install_line=GPU_INSTALL["torch"])
+    assert result.status == FAILED and "CPU-only build" in result.detail and GPU_INSTALL["torch"] in result.detail
+    ok = checks.judge_device("torch", GPU_DEVICE, expect_gpu=True, machine="", install_line="")
+    assert ok.status == PASSED
+    for fact in ("NVIDIA A100", "sm 8.0", "driver 580.65.06", "CUDA 13.0", "cuDNN 9.20.0"):
+        assert fact in ok.detail
+    assert checks.judge_device("torch", cpu, expect_gpu=False, machine="no GPU", install_line="").status == PASSED
+
+
+@pytest.mark.parametrize("value,status,hint", [(1024.1024, PASSED, ""), (1024.0, FAILED, "TF32"),
+                                               (1000.0, FAILED, "expected")])
+def test_fp32_is_float32_not_tf32(value, status, hint):
+    result = checks.judge_fp32("jax", "matmul", {"matmul_fp32": value})
+    assert result.status == status and hint in result.detail
+
+
+@pytest.mark.parametrize("value,capability,on_gpu,status,hint", [
+    (1024.0, "8.0", True, PASSED, "TF32 gives"),
+    (1024.1024, "9.0", True, FAILED, "no effect"),
+    (1024.1024, "7.5", True, SKIPPED, "sm 7.5 has no TF32"),
+    (None, "", False, SKIPPED, "only on NVIDIA GPUs"),
+])
+def test_tf32_is_tf32_where_the_gpu_has_it(value, capability, on_gpu, status, hint):
+    result = checks.judge_tf32("keras", "conv", {"conv_tf32": value}, on_gpu=on_gpu, capability=capability)
+    assert result.status == status and hint in result.detail
+
+
+def test_amp_dtypes():
+    assert checks.judge_amp("torch", "amp_fp16", "float16", GOOD_AMP).status == PASSED
+    bad = {**GOOD_AMP, "matmul": "float32", "params": ["float16", "float32"], "logits": "float16"}
+    result = checks.judge_amp("torch", "amp_fp16", "float16", bad)
+    assert result.status == FAILED
+    assert "matmul ran in float32" in result.detail and "params are float16" in result.detail
+    assert "logits are float16" in result.detail
+
+
+def test_loss_scale_must_halve_on_overflow_and_double_after_finite_steps():
+    assert checks.judge_loss_scale("jax", GOOD_LOSS_SCALE).status == PASSED
+    bad = {**GOOD_LOSS_SCALE, "after_overflow": 2.0 ** 100, "overflow_params_unchanged": False,
+           "after_finite_steps": 1024.0}
+    detail = checks.judge_loss_scale("jax", bad).detail
+    assert "not halved" in detail and "changed the parameters" in detail and "not doubled" in detail
+
+
+@pytest.mark.parametrize("total,wall,status,hint", [(0.102, 0.100, PASSED, "+2.0%"),
+                                                    (0.010, 0.100, FAILED, "before the device finished"),
+                                                    (0.120, 0.100, FAILED, "per-step wait costs")])
+def test_step_times_must_cover_the_device_work(total, wall, status, hint):
+    result = checks.judge_timing("torch", {"steps": 10, "per_step_sum_s": total, "wall_s": wall, "method": "x"})
+    assert result.status == status and hint in result.detail
+
+
+def test_a_timing_miss_on_a_busy_cpu_is_inconclusive_but_on_a_gpu_it_fails():
+    section = {"steps": 10, "per_step_sum_s": 0.080, "wall_s": 0.100, "method": "x", "load_per_core": 5.0}
+    assert checks.judge_timing("jax", section).status == SKIPPED
+    assert checks.judge_timing("jax", section, on_gpu=True).status == FAILED
+    assert checks.judge_timing("jax", {**section, "load_per_core": 0.5}).status == FAILED
+    assert checks.judge_timing("jax", {**section, "ratio": 1.01}).status == PASSED  # the paired median decides
+
+
+def test_memory_and_preallocation_on_a_gpu():
+    assert checks.judge_memory("torch", GPU_REPORT["memory"], on_gpu=True).status == PASSED
+    low = {**GPU_REPORT["memory"], "peak_bytes": 2**20}
+    assert checks.judge_memory("torch", low, on_gpu=True).status == FAILED
+    assert checks.judge_memory("torch", {"api": "x", "peak_bytes": None}, on_gpu=True).status == FAILED
+    assert checks.judge_memory("torch", {"api": None}, on_gpu=False).status == SKIPPED
+    assert checks.judge_preallocation("jax", GPU_REPORT["preallocation"], on_gpu=True).status == PASSED
+    grabbed = {**GPU_REPORT["preallocation"], "bytes_reserved": 30 * 2**30}
+    assert "preallocated" in checks.judge_preallocation("jax", grabbed, on_gpu=True).detail
+    unset = {"preallocate_env": None}
+    assert checks.judge_preallocation("jax", unset, on_gpu=False).status == FAILED
+
+
+def test_a_section_that_raised_fails_its_check():
+    result = checks.judge_amp("keras", "amp_bf16", "bfloat16", {"error": "ValueError: nope"})
+    assert result.status == FAILED and "ValueError: nope" in result.detail
+
+
+# --- the runner, with the probe process replaced by canned reports ---------------------
+
+
+def _plan(device: str = "auto", frameworks=(TORCH,)) -> DoctorPlan:
+    return DoctorPlan(device=device, frameworks=tuple(frameworks))
+
+
+def test_a_healthy_gpu_machine_passes_every_check():
+    rows = run_checks(_plan(), inventory=A100, probe=lambda info, device, timeout: GPU_REPORT,
+                      missing=lambda info: [])
+    assert [r.check for r in rows if r.status != PASSED] == []
+    assert any(r.check == "tf32 conv is TF32" and r.detail.startswith("[GPU]") for r in rows)
+    assert "NVIDIA A100" in render_table(rows)
+
+
+def test_a_gpu_machine_whose_framework_sees_only_the_cpu_fails():
+    cpu_report = {**GPU_REPORT, "device": {"kind": "cpu", "cuda_build": False}}
+    rows = run_checks(_plan(), inventory=A100, probe=lambda info, device, timeout: cpu_report,
+                      missing=lambda info: [])
+    device = next(r for r in rows if r.check == "sees the expected device")
+    assert device.status == FAILED and GPU_INSTALL["torch"] in device.detail
+    assert next(r for r in rows if r.check == "tf32 matmul is TF32").status == SKIPPED
+
+
+def test_device_gpu_without_a_gpu_fails_and_missing_frameworks_name_their_install():
+    rows = run_checks(_plan("gpu"), inventory=NO_GPU, probe=lambda *a: pytest.fail("not probed"),
+                      missing=lambda info: ["torch"])
+    assert rows[0].status == FAILED and "--device gpu" in rows[0].detail
+    missing = next(r for r in rows if r.scope == "torch")
+    assert missing.status == SKIPPED and GPU_INSTALL["torch"] in missing.detail
+    rows = run_checks(_plan("auto"), inventory=NO_GPU, probe=lambda *a: pytest.fail("not probed"),
+                      missing=lambda info: ["torch"])
+    assert rows[0].status == SKIPPED and "pip install 'amp-suite[torch]'" in rows[-1].detail
+
+
+def test_a_probe_that_crashed_is_a_failed_row():
+    def crash(*args):
+        raise ProbeError("probe exited with code -9: Killed")
+
+    rows = run_checks(_plan(), inventory=NO_GPU, probe=crash, missing=lambda info: [])
+    assert rows[-1].status == FAILED and "Killed" in rows[-1].detail
+
+
+# --- the command, for real on this machine -------------------------------------------
+
+
+def test_doctor_device_gpu_without_a_gpu_exits_1():
+    out = run_cli("doctor", "--device", "gpu", "-p", "ghostfw", "--frameworks", "ghost",
+                  env={"AMP_SUITE_FAKE_NVIDIA_SMI": "none"})
+    assert out.returncode == 1, out.stderr
+    assert "failed" in out.stdout and "--device gpu, but no NVIDIA GPU" in out.stdout
+
+
+INSTALLED = [name for name, module in (("torch", "torch"), ("keras", "tensorflow"), ("jax", "haiku"))
+             if importlib.util.find_spec(module) is not None]
+
+
+@pytest.mark.skipif(not INSTALLED, reason="no framework installed")
+def test_doctor_on_this_machine_passes_its_cpu_checks_and_skips_gpu_ones():
+    out = run_cli("doctor", "--frameworks", ",".join(INSTALLED), env={"AMP_SUITE_FAKE_NVIDIA_SMI": "none"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].split() == ["scope", "check", "status", "detail"]
+    for name in INSTALLED:
+        rows = [line for line in lines if line.startswith(name)]
+        assert len(rows) >= 10 and not any(" failed " in row for row in rows), rows
+        skipped = [row for row in rows if " skipped " in row]
+        assert sum("TF32" in row or "peak-memory" in row for row in skipped) == 3
+        # the timing row passes, or is skipped as inconclusive on a busy shared machine
+        assert all("TF32" in row or "peak-memory" in row or "busy CPU" in row for row in skipped)
+    assert "GPU checks are skipped" in out.stdout and " 0 failed" in out.stdout

@@ -129,19 +129,28 @@ def worker_env(host) -> dict[str, str]:
 # --- planning ------------------------------------------------------------------
 
 
-def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = ()):
-    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells."""
+def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
+               explicit_steps: int | None = None):
+    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells.
+
+    Steps per epoch: ``--steps`` when given (``explicit_steps``), else the
+    workload's own ``steps``, else ``[defaults] steps``.
+    """
     from amp_suite.runner import Cell
 
     cells = []
     for repeat in range(settings.repeats):
         for workload_name in settings.workloads:
             workload = config.workloads[workload_name]
+            steps = explicit_steps if explicit_steps is not None else (workload.steps or settings.steps)
+            if settings.warmup >= steps:
+                raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
+                                 f"of workload {workload_name!r}: no step would be timed")
             for framework in settings.frameworks:
                 for precision in settings.precisions:
                     run = RunSpec(
                         framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                        steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
+                        steps=steps, epochs=settings.epochs, warmup=settings.warmup,
                         window_steps=settings.window_steps, latency_steps=settings.latency_steps,
                         batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
                         dataset=settings.dataset, train_split=settings.train_split,
@@ -215,7 +224,8 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
     out_dir = prepare_output_dir(settings.out)
-    cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins))
+    cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
+                       explicit_steps=request.overrides.get("steps"))
     with OutputLock(out_dir):
         _fetch_data(settings)
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress)

@@ -152,6 +152,7 @@ class Workload:
     augment: bool = False
     normalize: bool = False
     description: str = ""
+    steps: int | None = None  # steps per epoch this workload trains unless --steps says otherwise
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -56,6 +56,7 @@ WORKLOAD_FIELDS: dict[str, Field] = {
     "beta2": Field(float, minimum=0, maximum=0.999999),
     "epsilon": Field(float, above=0, maximum=1),
     "schedule": Field(str, choices=SCHEDULES),
+    "steps": Field(int, minimum=1, maximum=1_000_000),
     "augment": Field(bool),
     "normalize": Field(bool),
 }
@@ -96,6 +97,7 @@ def workload_from_config(name: str, table: Any) -> Workload:
         augment=values.get("augment", False),
         normalize=values.get("normalize", False),
         description=values.get("description", ""),
+        steps=values.get("steps"),
     )
     layers.walk(workload.layers, workload.input_shape, where=f"[workloads.{name}]")  # an input too small fails here
     return workload

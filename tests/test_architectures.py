@@ -152,3 +152,16 @@ def test_a_worker_host_keeps_only_its_framework_plugin():
 def test_no_framework_hook_asks_which_framework_it_is_called_for():
     for path in (REPO / "plugins" / "amp_suite_plugins").glob("*.py"):
         assert "run.framework" not in path.read_text(), path.name
+
+
+def test_a_workload_may_set_its_own_steps_which_the_command_line_overrides(tmp_path):
+    from amp_suite.api import plan_cells
+    from amp_suite.config import with_overrides
+
+    config = load_config(REPO / "benchmarks.toml")
+    settings = with_overrides(config.settings, workloads=("mnist_resnet8", "mnist_cnn"), frameworks=("jax",),
+                              precisions=("fp32",))
+    steps = {c.run.workload: c.run.steps for c in plan_cells(config, settings)}
+    assert steps == {"mnist_resnet8": 62, "mnist_cnn": config.settings.steps}
+    steps = {c.run.workload: c.run.steps for c in plan_cells(config, settings, explicit_steps=7)}
+    assert steps == {"mnist_resnet8": 7, "mnist_cnn": 7}

@@ -292,7 +292,7 @@ def _run_locked(args, host, config: SuiteConfig, settings, cells, out_dir: Path)
     store = ResultStore(out_dir)
     if args.resume:
         _warn_skipped_lines(store)
-    environment = host_environment()
+    environment = host_environment(host.distributions())
     environment["config_file"] = str(config.path)
     environment["settings"] = asdict(settings)
     try:

@@ -242,7 +242,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     store = ResultStore(out_dir)
     if request.resume:
         warn_skipped_lines(store)
-    environment = host_environment()
+    environment = host_environment(host.distributions())
     environment["config_file"] = str(config.path)
     environment["settings"] = asdict(settings)
     if cost:

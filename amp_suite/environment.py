@@ -97,8 +97,13 @@ def memory_total_bytes() -> int | None:
     return None
 
 
-def host_environment() -> dict[str, Any]:
-    """Everything about this machine a reader needs to trust a figure."""
+def host_environment(distributions: dict[str, str] | None = None) -> dict[str, Any]:
+    """Everything about this machine a reader needs to trust a figure.
+
+    ``distributions`` (name -> version) are added to the fixed package list:
+    the plugin host passes every framework plugin's distributions and every
+    plugin's own distribution (:meth:`amp_suite.plugin_host.PluginHost.distributions`).
+    """
     return {
         "amp_suite_version": __version__,
         "git_commit": git_commit(),
@@ -107,6 +112,6 @@ def host_environment() -> dict[str, Any]:
         **cpu_info(),
         "memory_total_bytes": memory_total_bytes(),
         "gpus": gpu_info(),
-        "packages": {p: v for p in PACKAGES if (v := package_version(p))},
+        "packages": {**{p: v for p in PACKAGES if (v := package_version(p))}, **(distributions or {})},
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }

@@ -4,8 +4,13 @@ The rest of amp-suite never spells ``pm.hook.x(...)``.  Entry points are loaded
 one by one, so a broken third-party plugin is reported (``amp-suite plugins``)
 instead of taking the host down: a plugin that fails to import, fails
 validation or implements a hook that does not exist (a misspelt name) is
-unregistered and listed in :attr:`PluginHost.failures`.  A reporter that
-raises is reported the same way, and the other reporters still write.
+unregistered and listed in :attr:`PluginHost.failures` with a message that
+names the fix (pluggy's whole validation message, the closest hook or argument
+name).  So is a framework plugin whose ``framework_info`` raises or returns
+something other than a ``FrameworkInfo``.  Every other hook's answer is
+checked against its declared return type (:mod:`amp_suite.contracts`) when it
+is called.  A reporter that raises or answers wrongly is reported, and the
+other reporters still write.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import numpy as np
 import pluggy
 
 from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, host_measure, hookspecs
+from amp_suite.contracts import check_return
 from amp_suite.errors import PluginError, one_line
 from amp_suite.records import (
     Batch,
@@ -97,6 +103,8 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.failures: list[PluginLoadFailure] = []
         self._sources: dict[str, tuple[str, str]] = {}
+        # plugin name -> (distribution, version) for plugins loaded from an entry point
+        self._distributions: dict[str, tuple[str, str]] = {}
         blocked = {n.strip() for n in os.environ.get(DISABLE_ENV, "").split(",") if n.strip()}
         if autoload is None:
             autoload = os.environ.get(NO_AUTOLOAD_ENV, "") not in ("1", "true", "yes")
@@ -110,6 +118,7 @@ class PluginHost:
                 continue
             self._load_module(module_name, module_name, source=f"module {module_name}", version="")
         self._drop_plugins_with_unknown_hooks()
+        self._drop_broken_framework_info()
         if framework is not None:
             self._keep_only_framework(framework)
 
@@ -128,6 +137,8 @@ class PluginHost:
                 self.failures.append(PluginLoadFailure(ep.name, source, one_line(exc)))
                 continue
             self._register(plugin, ep.name, source, version)
+            if dist is not None and ep.name in self._sources:
+                self._distributions[ep.name] = (dist.name, version)
 
     def _load_module(self, name: str, module_name: str, *, source: str, version: str) -> None:
         try:
@@ -135,15 +146,35 @@ class PluginHost:
         except Exception as exc:
             self.failures.append(PluginLoadFailure(name, source, one_line(exc)))
             return
+        if self.pm.is_registered(plugin):  # ``-p`` of a module an entry point already loaded
+            return
         self._register(plugin, name, source, version)
 
     def _register(self, plugin: object, name: str, source: str, version: str) -> None:
         try:
             self.pm.register(plugin, name=name)
+        except pluggy.PluginValidationError as exc:
+            self.failures.append(PluginLoadFailure(name, source, _validation_message(exc)))
+            return
         except Exception as exc:
             self.failures.append(PluginLoadFailure(name, source, one_line(exc)))
             return
         self._sources[name] = (source, version)
+
+    def _drop_broken_framework_info(self) -> None:
+        """Unregister (and list as failed) every plugin whose ``framework_info`` raises or answers wrongly."""
+        for impl in list(self.pm.hook.framework_info.get_hookimpls()):
+            try:
+                check_return(impl.plugin_name, "framework_info", impl.function())
+                continue
+            except PluginError as exc:
+                error = str(exc).split(": ", 1)[1]
+            except Exception as exc:
+                error = f"framework_info failed: {one_line(exc)}"
+            source, _ = self._sources.pop(impl.plugin_name, ("registered in process", ""))
+            self._distributions.pop(impl.plugin_name, None)
+            self.pm.unregister(name=impl.plugin_name)
+            self.failures.append(PluginLoadFailure(impl.plugin_name, source, error))
 
     def _keep_only_framework(self, framework: str) -> None:
         for impl in self.pm.hook.framework_info.get_hookimpls():
@@ -151,6 +182,7 @@ class PluginHost:
             if info is None or info.name != framework:
                 self.pm.unregister(name=impl.plugin_name)
                 self._sources.pop(impl.plugin_name, None)
+                self._distributions.pop(impl.plugin_name, None)
 
     def _drop_plugins_with_unknown_hooks(self) -> None:
         """Unregister (and list as failed) every plugin implementing a hook no spec declares."""
@@ -170,6 +202,7 @@ class PluginHost:
                 close = difflib.get_close_matches(hook_name, known, n=1)
                 problems.append(f"{hook_name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
             source, _ = self._sources.pop(plugin_name, ("registered in process", ""))
+            self._distributions.pop(plugin_name, None)
             self.pm.unregister(name=plugin_name)
             self.failures.append(PluginLoadFailure(plugin_name, source,
                                                    "implements unknown hook " + ", ".join(problems)))
@@ -192,6 +225,25 @@ class PluginHost:
         return sorted(out, key=lambda d: d.name)
 
     # --- describing --------------------------------------------------------
+
+    def distributions(self) -> dict[str, str]:
+        """Installed versions of every framework's distributions and of every plugin's own distribution.
+
+        The report header lists these beside amp-suite's fixed package list, so a
+        third-party framework's version is recorded like torch's.
+        """
+        from amp_suite.environment import package_version
+
+        found: dict[str, str] = {}
+        for info in self.frameworks().values():
+            for dist in info.distributions:
+                version = package_version(dist)
+                if version:
+                    found[dist] = version
+        for dist, version in self._distributions.values():
+            if dist != "amp-suite" and version:
+                found[dist] = version
+        return dict(sorted(found.items()))
 
     def frameworks(self) -> dict[str, FrameworkInfo]:
         """Framework name -> description, from every ``framework_info`` answer."""
@@ -259,6 +311,7 @@ class PluginHost:
                 raise PluginError(f"plugin {impl.plugin_name!r}: measure failed: {one_line(exc)}") from exc
             if not answer:
                 continue
+            check_return(impl.plugin_name, "measure", answer)
             for key, value in answer.items():
                 if key in reserved:
                     raise PluginError(
@@ -301,6 +354,10 @@ class PluginHost:
                          "sections": list(sections)}
             try:
                 paths = impl.function(**{a: v for a, v in arguments.items() if a in impl.argnames})
+                check_return(impl.plugin_name, "write_report", paths)
+            except PluginError as exc:
+                failures.append(ReporterFailure(impl.plugin_name, str(exc).split(": ", 1)[1]))
+                continue
             except Exception as exc:  # one broken reporter never costs the others
                 failures.append(ReporterFailure(impl.plugin_name, one_line(exc)))
                 continue
@@ -308,7 +365,31 @@ class PluginHost:
         return ReportOutcome(written, failures)
 
     def _first(self, hook_name: str, **kwargs: Any) -> Any:
-        answer = getattr(self.pm.hook, hook_name)(**kwargs)
-        if answer is None:
-            raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
-        return answer
+        """Call a firstresult hook the way pluggy does (last registered first), checking the answer's type."""
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
+            if impl.hookwrapper or impl.wrapper:
+                continue
+            answer = impl.function(**{name: kwargs[name] for name in impl.argnames})
+            if answer is not None:
+                return check_return(impl.plugin_name, hook_name, answer)
+        raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
+
+
+def _validation_message(exc: pluggy.PluginValidationError) -> str:
+    """pluggy's whole validation message on one line, with the spec's arguments and the closest name."""
+    text = "; ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+    hook_name = text.split("for hook ", 1)[1].split("'")[1] if "for hook '" in text else ""
+    caller = getattr(exc.plugin, hook_name, None) if hook_name else None
+    spec = getattr(hookspecs, hook_name, None)
+    if spec is not None and caller is not None:
+        import inspect
+
+        expected = list(inspect.signature(spec).parameters)
+        given = [name for name in inspect.signature(caller).parameters]
+        hints = []
+        for name in given:
+            if name not in expected:
+                close = difflib.get_close_matches(name, expected, n=1)
+                hints.append(f"rename {name!r} to {close[0]!r}" if close else f"remove {name!r}")
+        text += f"; {hook_name} takes ({', '.join(expected)}) or fewer" + "".join(f"; {h}" for h in hints)
+    return f"{type(exc).__name__}: {text}"

@@ -81,11 +81,15 @@ def fetch_floats(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[boo
     return [float(loss) for loss, _ in outcomes], [bool(applied) for _, applied in outcomes]
 
 
+def no_wait(outcome: tuple[Any, Any]) -> None:
+    """The default wait: the step's work is done when it returns (eager CPU code)."""
+
+
 def timed_window(
     batches: list[Any],
     step: StepFn,
     *,
-    wait: Callable[[tuple[Any, Any]], None] = lambda outcome: None,
+    wait: Callable[[tuple[Any, Any]], None] = no_wait,
     fetch: Callable[[list[tuple[Any, Any]]], tuple[list[float], list[bool]]] = fetch_floats,
     guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     step_times: Callable[[], list[float]] | None = None,

@@ -25,8 +25,10 @@ class FrameworkInfo:
     names the plugin can run there.  ``env`` holds environment variables the
     worker sets *before* the framework is imported (e.g. JAX's
     ``XLA_PYTHON_CLIENT_PREALLOCATE``).  ``extra`` names the ``pip install
-    amp-suite[EXTRA]`` extra that installs the framework; ``distributions``
-    are the package names whose installed version is the framework's version.
+    amp-suite[EXTRA]`` extra that installs the framework (built-in plugins);
+    a third-party plugin leaves it empty and gives ``install_command``
+    instead.  ``distributions`` are the package names whose installed
+    versions are the framework's version (``amp-suite list``, report header).
     """
 
     name: str
@@ -36,9 +38,15 @@ class FrameworkInfo:
     precisions: dict[str, tuple[str, ...]]
     env: dict[str, str] = field(default_factory=dict)
     distributions: tuple[str, ...] = ()
+    install_command: str = ""
 
     def install_hint(self) -> str:
-        return f"pip install 'amp-suite[{self.extra}]'"
+        """The command that installs the framework: ``install_command``, the extra, or the distributions."""
+        if self.install_command:
+            return self.install_command
+        if self.extra:
+            return f"pip install 'amp-suite[{self.extra}]'"
+        return "pip install " + " ".join(self.distributions or self.modules)
 
 
 @dataclass(frozen=True)

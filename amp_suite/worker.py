@@ -29,7 +29,7 @@ import numpy as np
 from amp_suite import devices, host_measure, progress
 from amp_suite.datasets import InputPipeline, input_pipeline, load_dataset
 from amp_suite.environment import cpu_info
-from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError, one_line
+from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
     CellResult,
@@ -113,6 +113,23 @@ def _check_finite(losses: list[float], epoch: int, first_step: int = 0) -> None:
     for step, loss in enumerate(losses, start=first_step):
         if not math.isfinite(loss):
             raise DivergedError(f"loss became {loss} at epoch {epoch} step {step}")
+
+
+def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set[str]) -> dict[str, Any]:
+    """``EpochResult.extra`` promoted to figures of the run: each key with its last epoch's value.
+
+    A key the host computes itself is a :class:`PluginError`, never silently
+    overwritten or dropped.  (The host has already checked that values are
+    plain scalars when ``train_epoch`` answered.)
+    """
+    promoted: dict[str, Any] = {}
+    for epoch in epochs:
+        for key, value in epoch.extra.items():
+            if key in reserved:
+                raise PluginError(f"framework {framework!r}: EpochResult.extra key {key!r} is a figure the host "
+                                  "computes itself; give the figure another name")
+            promoted[key] = value.item() if isinstance(value, np.generic) else value
+    return promoted
 
 
 def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline,
@@ -214,6 +231,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["forward_flops_per_image"] = forward_flops_per_image(workload)
     metrics["train_flops_per_image"] = train_flops_per_image(workload)
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
+    metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics)))
     # Measured before validation, so memory peaks are those of training.
     measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS))
     metrics.update(measured)

@@ -34,3 +34,74 @@ def test_firstresult_hooks_are_marked_in_the_docs():
         spec = getattr(hookspecs, name).amp_suite_spec
         section = text.split(f"`{sig}`", 1)[1].split("\n#", 1)[0]
         assert ("**firstresult.**" in section) == bool(spec.get("firstresult")), name
+
+
+# --- records, plugin_kit and amp_suite.testing: tables and signatures checked against the code ---
+
+import dataclasses  # noqa: E402
+
+from amp_suite import plugin_kit, records, testing  # noqa: E402
+
+
+def signature_text(func) -> str:
+    """``name(a: T, *, b: U = 1) -> R`` as written in the source (string annotations, callables by name)."""
+    sig = inspect.signature(func)
+    parts, star = [], False
+    for p in sig.parameters.values():
+        if p.kind is p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        text = p.name + (f": {p.annotation}" if p.annotation is not p.empty else "")
+        if p.default is not p.empty:
+            text += " = " + (p.default.__name__ if callable(p.default) else repr(p.default))
+        parts.append(text)
+    returns = "" if sig.return_annotation is sig.empty else f" -> {sig.return_annotation}"
+    return f"{func.__name__}({', '.join(parts)}){returns}"
+
+
+def public_functions(module) -> dict[str, str]:
+    return {name: signature_text(func) for name, func in inspect.getmembers(module, inspect.isfunction)
+            if func.__module__ == module.__name__ and not name.startswith("_")}
+
+
+def record_tables() -> dict[str, list[tuple[str, str, str]]]:
+    """Record name -> (field, type, meaning) rows of its table in docs/records.md."""
+    text = (REPO / "docs" / "records.md").read_text()
+    tables = {}
+    for section in re.split(r"^### ", text, flags=re.M)[1:]:
+        name = section.split("\n", 1)[0].strip("` ")
+        rows = []
+        for line in section.splitlines():
+            cells = [c.strip().replace("\\|", "|") for c in re.split(r"(?<!\\)\|", line)[1:-1]]
+            if len(cells) == 3 and cells[0].startswith("`") and cells[0] != "field":
+                rows.append((cells[0].strip("`"), cells[1].strip("`"), cells[2]))
+        tables[name] = rows
+    return tables
+
+
+def test_every_record_field_is_documented_with_its_type_and_meaning():
+    tables = record_tables()
+    classes = {name: cls for name, cls in inspect.getmembers(records, inspect.isclass)
+               if dataclasses.is_dataclass(cls) and cls.__module__ == records.__name__}
+    assert set(classes) == set(tables), f"records.md sections {sorted(tables)} != records.py {sorted(classes)}"
+    for name, cls in classes.items():
+        expected = [(f.name, str(f.type)) for f in dataclasses.fields(cls)]
+        assert [(field, type_) for field, type_, _ in tables[name]] == expected, name
+        assert all(meaning for _, _, meaning in tables[name]), f"{name}: a field without a meaning"
+
+
+def test_every_plugin_kit_and_testing_function_has_a_heading_with_its_signature():
+    headings = set(re.findall(r"^#+ `(.+)`$", (REPO / "docs" / "writing-a-plugin.md").read_text(), flags=re.M))
+    for module in (plugin_kit, testing):
+        missing = [sig for sig in public_functions(module).values() if sig not in headings]
+        assert not missing, f"undocumented or out-of-date {module.__name__} functions in writing-a-plugin.md: {missing}"
+
+
+def test_every_conformance_test_is_in_the_table():
+    from amp_suite.testing.conformance import BackendConformance
+
+    text = (REPO / "docs" / "writing-a-plugin.md").read_text()
+    names = [name for name in dir(BackendConformance) if name.startswith("test_")]
+    assert names and all(f"| `{name}` |" in text for name in names), names
+    fields = [f.name for f in dataclasses.fields(testing.ProbeRequest)]
+    assert "ProbeRequest(" + ", ".join(fields[:1]) in text and all(f in text for f in fields)

@@ -399,7 +399,7 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
 
     figures: dict[str, Any] = {
         "param_count": int(sum(p.numel() for p in model.module.parameters() if p.requires_grad)),
-        "framework_version": package_version("torch") or torch.__version__,
+        "framework_version": f"torch {package_version('torch') or torch.__version__}",
         "torch_num_threads": torch.get_num_threads(),
         "compilation": "torch.compile (inductor)" if model.train_forward is not model.module else "eager",
     }

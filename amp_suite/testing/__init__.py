@@ -1,0 +1,332 @@
+"""A conformance kit for plugin authors: run a backend through the hooks and check the contract.
+
+Importing this package imports no framework and no pytest.  The pieces:
+
+* :func:`run_probe` runs one framework plugin through every per-run hook in a
+  fresh process (one framework per process) and returns a :class:`ProbeResult`;
+* the ``assert_*`` functions check one contract each and raise
+  ``AssertionError`` with the numbers that failed;
+* :mod:`amp_suite.testing.conformance` has :class:`BackendConformance`, a
+  pytest test class that runs every check for a framework: subclass it with
+  ``framework = "NAME"`` and pytest collects the whole suite;
+* :func:`sample_results` and :func:`run_reporter` test a reporter plugin.
+
+``docs/writing-a-plugin.md`` documents every name exported here; a test
+checks the signatures against this module.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from amp_suite.records import CellResult
+
+# Built-in frameworks a backend can be compared with, in order of preference.
+REFERENCE_FRAMEWORKS = ("torch", "jax", "keras")
+
+# Workload tables the checks use (the keys of a ``[workloads.NAME]`` table).
+# ``mnist_cnn`` is benchmarks.toml's; the two small ones keep every layer kind
+# and BatchNorm state while running in seconds on a CPU.
+WORKLOADS: dict[str, dict[str, Any]] = {
+    "mnist_cnn": {"model": "mnist_cnn", "input_size": 28, "channels": 1, "num_classes": 10, "batch_size": 128,
+                  "optimizer": "adam", "learning_rate": 1e-3},
+    # resnet8 at 16x16x3 keeps every stage (16 -> 8 -> 4) and its projection shortcuts
+    "resnet8": {"model": "resnet8", "input_size": 16, "channels": 3, "num_classes": 10, "batch_size": 8,
+                "normalize": True, "augment": True},
+    "deep_cnn": {"model": "deep_cnn", "input_size": 28, "channels": 1, "num_classes": 10, "batch_size": 8},
+}
+OPTIMIZERS: dict[str, dict[str, Any]] = {
+    "sgd": {"optimizer": "sgd", "learning_rate": 0.05, "momentum": 0.9, "weight_decay": 5e-4},
+    # RMSprop's first steps move a weight by about lr * sqrt(10) * sign(g): a near-zero gradient whose
+    # rounding differs flips a whole step, and a BatchNorm offset (64 entries, starting at 0) is all
+    # such steps.  epsilon = 1e-3 damps steps of gradients below ~1e-3, and being far from 0 it also
+    # makes the check sharper on where epsilon goes (outside the square root in every framework).
+    "rmsprop": {"optimizer": "rmsprop", "learning_rate": 1e-3, "weight_decay": 5e-4, "epsilon": 1e-3},
+    "adam": {"optimizer": "adam", "learning_rate": 1e-3},
+}
+# ``framework_version``: "NAME VERSION" pairs joined by ", ", the framework first.
+FRAMEWORK_VERSION_PATTERN = re.compile(r"^[\w.\-]+ [^\s,]+(, [\w.\-]+ [^\s,]+)*$")
+# Seconds one probe may take.
+PROBE_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    """What one probe runs: a framework, a workload table, a precision and a few steps.
+
+    ``table`` is a ``[workloads.NAME]`` table (default: ``WORKLOADS[workload]``);
+    ``options`` is the framework's ``[frameworks.NAME]`` table (e.g.
+    ``initial_loss_scale``); ``inspect`` names a ``module:function`` called as
+    ``function(model, images)`` in the probe process that returns
+    ``{"conv_output": [dtypes], "dense_output": [...], "bn_variable": [...]}``
+    from inside the framework's model; ``cell`` also runs one whole cell
+    through the worker's code path; ``plugin_modules`` are loaded like ``-p``.
+    ``count_syncs`` lists window lengths: for each, one ``train_epoch`` call of
+    that many steps runs inside ``sync_counter`` (a ``module:function`` called
+    as ``function(model)`` that returns a context manager yielding a counter
+    of host synchronizations, ``counter()`` -> int), and the counts are kept.
+    """
+
+    framework: str
+    precision: str = "fp32"
+    workload: str = "mnist_cnn"
+    table: dict[str, Any] | None = None
+    steps: int = 1
+    epochs: int = 1
+    batch_size: int = 16
+    options: dict[str, Any] = field(default_factory=dict)
+    inspect: str | None = None
+    cell: bool = False
+    plugin_modules: tuple[str, ...] = ()
+    count_syncs: tuple[int, ...] = ()
+    sync_counter: str | None = None
+
+    def to_json(self) -> str:
+        data = asdict(self)
+        data["table"] = self.table if self.table is not None else WORKLOADS[self.workload]
+        data["plugin_modules"] = list(self.plugin_modules)
+        data["count_syncs"] = list(self.count_syncs)
+        return json.dumps(data, sort_keys=True)
+
+
+@dataclass
+class ProbeResult:
+    """What a probe saw; arrays are float32 numpy, ``variables`` use the canonical names."""
+
+    request: ProbeRequest
+    logits_before: np.ndarray
+    logits_before_train: np.ndarray
+    logits_after: np.ndarray
+    losses: list[float]
+    skipped: int
+    loss_scale_final: float | None
+    traces: list[Any]
+    param_count: int | None
+    applied: dict[str, Any]
+    measured: dict[str, Any]
+    dtypes: dict[str, list[str]]
+    initial: dict[str, np.ndarray]
+    variables: dict[str, np.ndarray]
+    moved_by_training_predict: list[str]
+    cell: dict[str, Any] | None
+    syncs: list[int] = field(default_factory=list)
+
+
+def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
+              timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
+    """Run ``request`` in a fresh Python process and load what it saw.
+
+    The process inherits the environment (so ``PYTHONPATH`` and installed
+    entry points apply).  A failing probe raises ``AssertionError`` with the
+    end of its stderr.
+    """
+    folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="amp-suite-probe-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "request.json").write_text(request.to_json())
+    done = subprocess.run([sys.executable, "-m", "amp_suite.testing.probe", str(folder / "request.json"),
+                           str(folder)], capture_output=True, text=True, timeout=timeout, cwd=folder)
+    if done.returncode != 0:
+        raise AssertionError(f"probe of {request.framework} {request.precision} failed "
+                             f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
+    meta = json.loads((folder / "probe.json").read_text())
+    with np.load(folder / "probe.npz") as data:
+        arrays = {k: data[k] for k in data.files}
+    param_count = meta["measured"].get("param_count")
+    return ProbeResult(
+        request=request, logits_before=arrays["logits_before"], logits_before_train=arrays["logits_before_train"],
+        logits_after=arrays["logits_after"], losses=[float(x) for x in meta["losses"]], skipped=meta["skipped"],
+        loss_scale_final=meta["loss_scale_final"], traces=meta["traces"],
+        param_count=None if param_count is None else int(param_count), applied=meta["applied"],
+        measured=meta["measured"], dtypes=meta["dtypes"],
+        initial={k[5:]: v for k, v in arrays.items() if k.startswith("init:")},
+        variables={k[4:]: v for k, v in arrays.items() if k.startswith("var:")},
+        moved_by_training_predict=meta["moved_by_training_predict"], cell=meta["cell"],
+        syncs=[int(n) for n in meta.get("syncs", [])],
+    )
+
+
+# --- which frameworks are there -----------------------------------------------
+
+
+def framework_installed(framework: str, plugin_modules: tuple[str, ...] = ()) -> bool:
+    """Whether a plugin provides ``framework`` and every module it needs is installed (nothing imported)."""
+    from amp_suite.plugin_host import PluginHost
+    from amp_suite.worker import missing_modules
+
+    info = PluginHost(extra_modules=plugin_modules).frameworks().get(framework)
+    return info is not None and not missing_modules(info)
+
+
+def reference_framework(exclude: str = "", candidates: tuple[str, ...] = REFERENCE_FRAMEWORKS) -> str | None:
+    """The first installed built-in framework other than ``exclude`` (torch, then jax, then keras)."""
+    for name in candidates:
+        if name != exclude and framework_installed(name):
+            return name
+    return None
+
+
+# --- checks -----------------------------------------------------------------
+
+
+def relative_error(a: np.ndarray, b: np.ndarray) -> float:
+    """Largest absolute difference over the largest magnitude of ``b``."""
+    return float(np.abs(np.asarray(a, np.float64) - b).max() / np.abs(b).max())
+
+
+def relative_l2(a: np.ndarray, b: np.ndarray) -> float:
+    """``|a - b| / |b|`` in the L2 norm."""
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-12))
+
+
+def assert_matches_reference(result: ProbeResult, reference: ProbeResult, *, rtol: float = 1e-4,
+                             param_count: int | None = None) -> None:
+    """fp32 evaluation logits from the canonical weights, parameter count and first-step loss agree."""
+    error = relative_error(result.logits_before, reference.logits_before)
+    assert error <= rtol, f"logits differ from {reference.request.framework}'s by {error:.2e} (allowed {rtol:g})"
+    assert result.param_count == reference.param_count, \
+        f"param_count {result.param_count} != {reference.request.framework}'s {reference.param_count}"
+    if param_count is not None:
+        assert result.param_count == param_count, f"param_count {result.param_count} != {param_count}"
+    loss, ref = result.losses[0], reference.losses[0]
+    assert abs(loss - ref) / abs(ref) <= rtol, \
+        f"first-step loss {loss!r} != {reference.request.framework}'s {ref!r} (allowed {rtol:g} relative)"
+
+
+def assert_trains_like_reference(result: ProbeResult, reference: ProbeResult, *, rtol: float = 1e-4) -> None:
+    """Same logits in both modes, same losses, and every variable equal after the steps (relative L2)."""
+    assert result.param_count == reference.param_count, \
+        f"param_count {result.param_count} != {reference.request.framework}'s {reference.param_count}"
+    for mode in ("logits_before", "logits_before_train"):
+        error = relative_l2(getattr(result, mode), getattr(reference, mode))
+        assert error <= rtol, f"{mode}: relative L2 {error:.2e} > {rtol:g}"
+    np.testing.assert_allclose(result.losses, reference.losses, rtol=rtol)
+    assert set(result.variables) == set(reference.variables), \
+        f"variable names differ: {sorted(set(result.variables) ^ set(reference.variables))}"
+    errors = {name: relative_l2(result.variables[name], reference.variables[name]) for name in reference.variables}
+    worst = sorted(errors.items(), key=lambda kv: -kv[1])[:3]
+    assert max(errors.values()) <= rtol, f"variables differ after training (relative L2): {worst}"
+
+
+def assert_training_predict_changes_nothing(result: ProbeResult) -> None:
+    """``predict(training=True)`` left every variable and running statistic at its canonical value."""
+    assert not result.moved_by_training_predict, \
+        f"a training-mode predict changed (or dropped) {result.moved_by_training_predict[:5]}"
+
+
+def assert_reduced_precision(result: ProbeResult, fp32: ProbeResult, compute_dtype: str) -> None:
+    """Logits rounded like ``compute_dtype`` (not fp32, not garbage), float32 out, and the record says so."""
+    error = relative_error(result.logits_before, fp32.logits_before)
+    assert 1e-4 < error < 0.1, f"logits differ from fp32 by {error:.2e}: expected 1e-4 < error < 0.1"
+    assert result.logits_before.dtype == np.float32, f"logits are {result.logits_before.dtype}, not float32"
+    assert result.applied["compute_dtype"] == compute_dtype, result.applied
+    expected_scaling = "dynamic" if compute_dtype == "float16" else "none"
+    assert result.applied["loss_scaling"] == expected_scaling, result.applied
+
+
+def assert_overflow_skipped(result: ProbeResult, initial_scale: float) -> None:
+    """An overflowing fp16 step changed no parameter, counted as skipped, and halved the loss scale."""
+    assert result.skipped == 1, f"skipped_steps {result.skipped}, expected 1"
+    assert result.loss_scale_final == initial_scale / 2, \
+        f"loss_scale_final {result.loss_scale_final}, expected {initial_scale / 2}"
+    np.testing.assert_array_equal(result.logits_after, result.logits_before, err_msg="parameters moved")
+    assert all(math.isfinite(x) for x in result.losses), f"reported losses {result.losses} must be unscaled"
+
+
+def assert_scale_grows(result: ProbeResult, initial_scale: float, growth_interval: int) -> None:
+    """Finite fp16 steps are applied and the scale doubles every ``growth_interval`` steps."""
+    steps = len(result.losses)
+    assert result.skipped == 0, f"skipped_steps {result.skipped}, expected 0"
+    expected = initial_scale * 2 ** (steps // growth_interval)
+    assert result.loss_scale_final == expected, f"loss_scale_final {result.loss_scale_final}, expected {expected}"
+    assert not np.array_equal(result.logits_after, result.logits_before), "no parameter moved"
+    assert result.applied["loss_scaling"] == "dynamic" and result.applied["initial_loss_scale"] == initial_scale
+
+
+def assert_compiles_once(result: ProbeResult) -> None:
+    """``EpochResult.extra["traces"]`` (times the step was traced so far) is 1 after every epoch."""
+    assert result.traces == [1] * len(result.traces), f"traces per epoch {result.traces}, expected all 1"
+
+
+def assert_one_wait_per_window(result: ProbeResult) -> None:
+    """Host synchronizations of a window do not grow with its steps: none happens between steps."""
+    assert len(result.syncs) >= 2, "probe with count_syncs=(2, 6) and a sync_counter"
+    assert len(set(result.syncs)) == 1, f"synchronizations per window of {result.request.count_syncs} steps: " \
+        f"{result.syncs}"
+    assert 1 <= result.syncs[0] <= 4, f"{result.syncs[0]} synchronizations: expected the one wait and one fetch"
+
+
+def assert_layer_dtypes(result: ProbeResult, compute_dtype: str) -> None:
+    """Convolutions compute in ``compute_dtype``, BatchNorm keeps float32 variables, the record says so."""
+    assert result.dtypes, "the probe had no inspect function"
+    assert result.dtypes["conv_output"] == [compute_dtype], result.dtypes
+    if result.dtypes.get("bn_variable"):
+        assert result.dtypes["bn_variable"] == ["float32"], result.dtypes
+        notes = " ".join(result.applied["notes"])
+        assert "batch_norm=float32" in notes or "compute=float32" in notes, \
+            f"applied.notes {result.applied['notes']} do not say BatchNorm runs in float32"
+    assert result.logits_before.dtype == np.float32
+    assert all(v.dtype == np.float32 for v in result.variables.values()), "get_variables must give float32"
+
+
+def assert_cell_ok(result: ProbeResult, *, check_version_format: bool = True) -> None:
+    """A whole cell ran through the worker: measure keys did not clash, every answer had its type."""
+    assert result.cell is not None, "the probe ran no cell (ProbeRequest(cell=True))"
+    assert result.cell["status"] == "ok", f"cell {result.cell['status']}: {result.cell['error']}"
+    metrics = result.cell["metrics"]
+    assert isinstance(metrics.get("param_count"), int), "measure must give param_count"
+    version = metrics.get("framework_version", "")
+    assert version, "measure must give framework_version"
+    assert not check_version_format or FRAMEWORK_VERSION_PATTERN.match(version), \
+        f"framework_version {version!r} is not 'NAME VERSION[, NAME VERSION ...]'"
+
+
+# --- reporters ----------------------------------------------------------------
+
+
+def sample_results() -> list[CellResult]:
+    """Three cells as a reporter receives them: two ``ok`` (fp32 and amp_bf16) and one ``failed``."""
+    def cell(precision: str, status: str, throughput: float | None, error: str = "") -> CellResult:
+        metrics = {} if throughput is None else {
+            "throughput": throughput, "step_time_median_s": 128 / throughput, "first_step_loss": 2.30,
+            "final_loss": 2.1, "val_accuracy": 0.2, "val_loss": 2.2, "param_count": 824_458,
+            "peak_rss_bytes": 900 * 2 ** 20, "framework_version": "numpy 2.0"}
+        return CellResult(key=f"fake/mnist_cnn/{precision}/r0", framework="fake", workload="mnist_cnn",
+                          precision=precision, repeat=0, status=status, error=error,
+                          config={"batch_size": 128, "steps": 20, "epochs": 1, "warmup": 5, "dataset": "synthetic"},
+                          applied={"compute_dtype": "float32" if precision == "fp32" else "bfloat16",
+                                   "loss_scaling": "none"}, metrics=metrics)
+
+    return [cell("fp32", "ok", 1000.0), cell("amp_bf16", "ok", 1500.0),
+            cell("amp_fp16", "failed", None, "RuntimeError: example failure")]
+
+
+def run_reporter(module: str, out_dir: Path | str, results: list[CellResult] | None = None,
+                 environment: dict[str, Any] | None = None) -> list[Path]:
+    """Load reporter ``module`` (no entry points), call ``write_report`` and check the answer.
+
+    Returns the paths it wrote; raises ``AssertionError`` if the plugin failed
+    to load, raised, returned the wrong type, or named a file that does not exist.
+    """
+    from amp_suite.environment import host_environment
+    from amp_suite.plugin_host import PluginHost
+
+    host = PluginHost(extra_modules=(module,), autoload=False)
+    assert not host.failures, f"{module} failed to load: {host.failures}"
+    out = Path(out_dir)
+    outcome = host.write_report(sample_results() if results is None else results, out,
+                                host_environment() if environment is None else environment)
+    assert not outcome.failures, f"reporter failed: {outcome.failures}"
+    missing = [p for p in outcome.written if not Path(p).is_file()]
+    assert not missing, f"reported paths that do not exist: {missing}"
+    return list(outcome.written)

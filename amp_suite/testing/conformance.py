@@ -1,0 +1,177 @@
+"""``BackendConformance``: the whole contract of a framework backend as one pytest test class.
+
+A plugin's test file::
+
+    from amp_suite.testing.conformance import BackendConformance
+
+
+    class TestMxnetConformance(BackendConformance):
+        framework = "mxnet"
+
+pytest collects every test below for ``mxnet``.  Each probe runs in its own
+process (:func:`amp_suite.testing.run_probe`) and is cached for the session,
+so the reference framework's probes are shared by every class that uses it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from typing import Any, ClassVar
+
+import pytest
+
+from amp_suite.testing import (
+    OPTIMIZERS,
+    WORKLOADS,
+    ProbeRequest,
+    ProbeResult,
+    assert_cell_ok,
+    assert_compiles_once,
+    assert_layer_dtypes,
+    assert_matches_reference,
+    assert_one_wait_per_window,
+    assert_overflow_skipped,
+    assert_reduced_precision,
+    assert_scale_grows,
+    assert_trains_like_reference,
+    assert_training_predict_changes_nothing,
+    framework_installed,
+    reference_framework,
+    run_probe,
+)
+
+# Probe results of this session, by request (shared across test classes).
+_PROBES: dict[str, ProbeResult] = {}
+
+
+class BackendConformance:
+    """Subclass with ``framework = "NAME"``; override the other attributes where your backend differs."""
+
+    #: the framework name the plugin's ``framework_info`` gives
+    framework: ClassVar[str] = ""
+    #: the framework compared against: None picks the first installed of torch, jax, keras; "" compares with none
+    reference: ClassVar[str | None] = None
+    #: extra plugin modules to load (like ``-p``), for a plugin that has no entry point yet
+    plugin_modules: ClassVar[tuple[str, ...]] = ()
+    #: ``module:function`` returning the dtypes inside the model (see ProbeRequest.inspect); None skips that test
+    inspect: ClassVar[str | None] = None
+    #: whether the backend compiles its step and reports ``EpochResult.extra["traces"]``
+    compiles: ClassVar[bool] = True
+    #: the expected mnist_cnn parameter count (None: only equal to the reference's)
+    param_count: ClassVar[int | None] = None
+    #: relative tolerance of every cross-framework comparison
+    rtol: ClassVar[float] = 1e-4
+    #: whether measure's framework_version must read "NAME VERSION[, NAME VERSION ...]"
+    check_version_format: ClassVar[bool] = True
+    #: ``module:function`` returning a counter of host synchronizations (see ProbeRequest); None skips that test
+    sync_counter: ClassVar[str | None] = None
+
+    # --- plumbing -----------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _framework_is_installed(self) -> None:
+        if not self.framework:
+            pytest.fail(f"{type(self).__name__} sets no framework")
+        if not framework_installed(self.framework, self.plugin_modules):
+            pytest.skip(f"{self.framework} (or its plugin) is not installed")
+
+    @pytest.fixture
+    def probe(self, tmp_path_factory: pytest.TempPathFactory) -> Any:
+        """``probe(framework=None, **ProbeRequest fields) -> ProbeResult``, cached for the session."""
+
+        def get(framework: str | None = None, **fields: Any) -> ProbeResult:
+            name = framework or self.framework
+            request = ProbeRequest(framework=name, plugin_modules=self.plugin_modules if name == self.framework
+                                   else (), **fields)
+            key = request.to_json()
+            if key not in _PROBES:
+                folder = tmp_path_factory.mktemp(f"probe-{name}-{request.precision}")
+                _PROBES[key] = run_probe(request, folder)
+            return _PROBES[key]
+
+        return get
+
+    def _reference(self) -> str:
+        name = reference_framework(exclude=self.framework) if self.reference is None else self.reference
+        if not name:
+            pytest.skip(f"no reference framework for {self.framework}")
+        if not framework_installed(name):
+            pytest.skip(f"reference framework {name} is not installed")
+        return name
+
+    # --- the contract -------------------------------------------------------
+
+    def test_plugin_imports_no_framework_when_loaded(self) -> None:
+        """``amp-suite list`` loads every plugin: the framework must be imported inside the hooks only."""
+        code = ("import sys; from amp_suite.plugin_host import PluginHost\n"
+                f"info = PluginHost(extra_modules={self.plugin_modules!r}).frameworks()[{self.framework!r}]\n"
+                "print(','.join(m for m in info.modules if m != 'numpy' and m in sys.modules))")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.strip() == "", f"loading the plugin imported {done.stdout.strip()}"
+
+    def test_fp32_matches_the_reference_from_the_canonical_weights(self, probe: Any) -> None:
+        reference = self._reference()
+        assert_matches_reference(probe(), probe(reference), rtol=self.rtol, param_count=self.param_count)
+
+    @pytest.mark.parametrize("optimizer", ["sgd", "rmsprop"])
+    @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
+    def test_stateful_architectures_train_like_the_reference(self, probe: Any, model: str, optimizer: str) -> None:
+        reference = self._reference()
+        fields = {"workload": model, "table": {**WORKLOADS[model], **OPTIMIZERS[optimizer]}, "steps": 3,
+                  "batch_size": 8}
+        ours, theirs = probe(**fields), probe(reference, **fields)
+        assert_trains_like_reference(ours, theirs, rtol=self.rtol)
+        assert_training_predict_changes_nothing(ours)
+        if model == "resnet8":  # the running statistics really moved
+            import numpy as np
+
+            assert not np.allclose(ours.variables["bn1/mean"], 0) and not np.allclose(ours.variables["bn1/var"], 1)
+
+    def test_amp_bf16_really_computes_in_bfloat16(self, probe: Any) -> None:
+        assert_reduced_precision(probe(precision="amp_bf16"), probe(), "bfloat16")
+
+    def test_amp_fp16_overflowing_step_is_skipped_and_the_scale_halves(self, probe: Any) -> None:
+        # A loss scale of 2**100 makes the float16 gradients overflow on the first step.
+        result = probe(precision="amp_fp16", options={"initial_loss_scale": 2.0 ** 100})
+        assert_overflow_skipped(result, 2.0 ** 100)
+
+    def test_amp_fp16_finite_steps_apply_and_the_scale_grows(self, probe: Any) -> None:
+        result = probe(precision="amp_fp16", steps=4,
+                       options={"initial_loss_scale": 2.0 ** 10, "loss_scale_growth_interval": 2})
+        assert_scale_grows(result, 2.0 ** 10, 2)  # doubled after steps 2 and 4
+
+    @pytest.mark.parametrize("precision", ["fp32", "amp_fp16"])
+    def test_train_step_compiles_once_across_epochs(self, probe: Any, precision: str) -> None:
+        if not self.compiles:
+            pytest.skip(f"{self.framework} does not compile its step")
+        # amp_fp16 carries a loss-scale state through every step: it must not retrace either
+        assert_compiles_once(probe(precision=precision, steps=3, epochs=2))
+
+    def test_a_step_carrying_batch_norm_state_compiles_once(self, probe: Any) -> None:
+        if not self.compiles:
+            pytest.skip(f"{self.framework} does not compile its step")
+        # resnet8 threads its running statistics (and augmented batches) through every step
+        assert_compiles_once(probe(workload="resnet8", table={**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]},
+                                   steps=3, epochs=2, batch_size=8))
+
+    @pytest.mark.parametrize("precision", ["fp32", "amp_bf16"])
+    def test_a_window_waits_once_however_many_steps_it_holds(self, probe: Any, precision: str) -> None:
+        if not self.sync_counter:
+            pytest.skip("no sync counter (set sync_counter = 'module:function')")
+        result = probe(precision=precision, steps=2, batch_size=8, count_syncs=(2, 6),
+                       sync_counter=self.sync_counter)
+        assert_one_wait_per_window(result)
+
+    @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
+    def test_precision_applied_is_the_one_reported(self, probe: Any, precision: str) -> None:
+        if not self.inspect:
+            pytest.skip("no inspect function (set inspect = 'module:function')")
+        result = probe(precision=precision, workload="resnet8",
+                       table={**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]}, steps=3, batch_size=8,
+                       inspect=self.inspect)
+        assert_layer_dtypes(result, "bfloat16" if precision == "amp_bf16" else "float16")
+
+    def test_a_whole_cell_runs_and_its_measure_keys_do_not_clash(self, probe: Any) -> None:
+        assert_cell_ok(probe(steps=2, batch_size=8, cell=True), check_version_format=self.check_version_format)

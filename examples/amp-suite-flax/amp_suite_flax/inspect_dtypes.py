@@ -1,0 +1,39 @@
+"""The dtypes inside a Flax model, for amp_suite.testing's precision check (``inspect``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def layer_dtypes(model: Any, images: np.ndarray) -> dict[str, list[str]]:
+    """Dtypes convolutions and dense layers compute in, and BatchNorm variables are kept in."""
+    import jax
+    from flax import nnx
+
+    from amp_suite_flax.plugin import run_layers
+
+    out: dict[str, set[str]] = {"conv_output": set(), "dense_output": set(), "bn_variable": set()}
+
+    def record(kind: str, value: Any) -> None:
+        out["conv_output" if kind == "conv2d" else "dense_output"].add(str(value.dtype))
+
+    def forward(p: Any, s: Any, x: Any) -> Any:
+        return run_layers(nnx.merge(model.graphdef, p), model.layers, x.astype(model.compute_dtype), False, s,
+                          record)[0]
+
+    jax.eval_shape(forward, model.params, model.stats, images)
+    bn_layers = {spec.name for spec in _named(model.layers) if spec.kind == "batch_norm"}
+    for path, variable in nnx.to_flat_state(model.params):
+        if str(path[0]) in bn_layers:
+            out["bn_variable"].add(str(variable.dtype))
+    for leaves in model.stats.values():
+        out["bn_variable"].update(str(value.dtype) for value in leaves.values())
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def _named(layers: Any) -> Any:
+    from amp_suite.layers import iter_layers
+
+    return [spec for spec in iter_layers(layers) if spec.name]

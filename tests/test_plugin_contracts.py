@@ -1,0 +1,214 @@
+"""Plugins that break a hook's contract get one line that names the fix, and the rest of the suite works.
+
+Wrong argument names, wrong return types, ``EpochResult.extra``, install
+hints of third-party frameworks, their versions in the report header, and
+``-p`` of a plugin that is already installed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fakefw
+from amp_suite import hookimpl
+from amp_suite.cli import main
+from amp_suite.config import load_config
+from amp_suite.contracts import check_return, conforms
+from amp_suite.errors import PluginError
+from amp_suite.plugin_host import PluginHost
+from amp_suite.records import CellResult, DeviceInfo, EpochResult, FrameworkInfo, RunSpec
+from amp_suite.worker import epoch_extra_metrics, execute
+
+WRONG_ARGUMENT = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def write_report(results, outdir):
+    return []
+'''
+STRING_REPORT = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def write_report(results, out_dir):
+    return "report.md"
+'''
+DICT_FRAMEWORK_INFO = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def framework_info():
+    return {"name": "dicty", "modules": ["numpy"]}
+'''
+THIRD_PARTY = '''
+from amp_suite import hookimpl
+from amp_suite.records import FrameworkInfo
+
+@hookimpl
+def framework_info():
+    return FrameworkInfo(name="thirdparty", display_name="Third party", modules=("amp_suite_no_such_module",),
+                         extra="", precisions={"cpu": ("fp32",)}, distributions=("thirdparty-core",))
+'''
+RUN = RunSpec(framework="fake", workload="tiny", precision="fp32")
+CPU = DeviceInfo(kind="cpu", platform="cpu", name="cpu")
+
+
+@pytest.fixture
+def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    for name, text in (("wrong_argument", WRONG_ARGUMENT), ("string_report", STRING_REPORT),
+                       ("dict_framework_info", DICT_FRAMEWORK_INFO), ("third_party", THIRD_PARTY)):
+        (tmp_path / f"{name}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_a_wrong_argument_name_keeps_pluggys_whole_message_and_names_the_fix(plugin_dir):
+    host = PluginHost(extra_modules=("wrong_argument", "fakefw"), autoload=False)
+    [failure] = host.failures
+    assert failure.name == "wrong_argument"
+    assert failure.error.startswith("PluginValidationError: Plugin 'wrong_argument' for hook 'write_report'; "
+                                    "hookimpl definition: write_report(results, outdir); Argument(s) {'outdir'} "
+                                    "are declared in the hookimpl but can not be found in the hookspec")
+    assert failure.error.endswith("write_report takes (results, out_dir, environment, sections) or fewer; "
+                                  "rename 'outdir' to 'out_dir'")
+    assert "fake" in host.frameworks()
+
+
+def test_a_framework_info_of_the_wrong_type_is_listed_as_failed(plugin_dir):
+    host = PluginHost(extra_modules=("dict_framework_info", "fakefw"), autoload=False)
+    [failure] = host.failures
+    assert failure.name == "dict_framework_info"
+    assert failure.error.startswith("framework_info returned dict of str: ")
+    assert failure.error.endswith("it must return FrameworkInfo")
+    assert list(host.frameworks()) == ["fake"]
+
+
+@pytest.mark.parametrize("module,needle", [
+    ("wrong_argument", "rename 'outdir' to 'out_dir'"),
+    ("dict_framework_info", "it must return FrameworkInfo"),
+])
+@pytest.mark.parametrize("command", [["plugins"], ["list"]])
+def test_plugins_lists_broken_plugins_and_list_still_works(plugin_dir, capsys, command, module, needle):
+    assert main([*command, "-p", module, "-p", "fakefw"]) == 0
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    if command == ["plugins"]:
+        assert f"{module}  FAILED TO LOAD" in out and needle in out
+    else:
+        assert "fake" in out and needle in err
+
+
+def test_a_reporter_returning_a_string_is_one_line_and_the_others_write(plugin_dir, tmp_path, capsys):
+    from amp_suite.results import ResultStore
+
+    out = tmp_path / "out"
+    ResultStore(out).append(CellResult(key="fake/tiny/fp32/r0", framework="fake", workload="tiny",
+                                       precision="fp32", repeat=0, status="ok"))
+    assert main(["report", str(out), "-p", "string_report"]) == 2
+    stdout, err = capsys.readouterr()
+    assert "report.md" in stdout and "\nr\ne\np" not in stdout  # never printed one character per line
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert errors == ["amp-suite: error: reporter 'string_report' failed: write_report returned str 'report.md'; "
+                      "it must return list[Path] | None"]
+
+
+class _DictDevice:
+    @hookimpl
+    def select_device(self, run):
+        return {"kind": "cpu"}
+
+
+class _ListOfStrings:
+    @hookimpl
+    def get_variables(self, run, model):
+        return {"conv1/w": [1.0, 2.0]}
+
+
+class _BadExtra:
+    @hookimpl
+    def train_epoch(self, run, model, staged, epoch):
+        return EpochResult([0.1], [1.0], 8, 0.1, extra={"traces": {"step": 1}})
+
+
+@pytest.mark.parametrize("plugin,call,message", [
+    (_DictDevice(), lambda h: h.select_device(RUN),
+     "plugin 'bad': select_device returned dict of str: str; it must return DeviceInfo | None"),
+    (_ListOfStrings(), lambda h: h.get_variables(RUN, None),
+     "plugin 'bad': get_variables returned dict of str: list; it must return dict[str, np.ndarray] | None"),
+    (_BadExtra(), lambda h: h.train_epoch(RUN, None, [], 0),
+     "plugin 'bad': train_epoch returned EpochResult.extra['traces'] = dict; extra values become figures of "
+     "the run and must be numbers, strings, booleans or None"),
+])
+def test_every_hooks_answer_is_checked_against_its_declared_type(plugin, call, message):
+    host = PluginHost(autoload=False)
+    host.register(plugin, name="bad")
+    with pytest.raises(PluginError) as info:
+        call(host)
+    assert str(info.value) == message
+
+
+def test_the_type_checker_reads_unions_and_containers():
+    assert conforms([Path("a")], list[Path] | None) and conforms(None, list[Path] | None)
+    assert not conforms("a", list[Path] | None) and not conforms([1], list[Path])
+    assert conforms({"a": np.zeros(1)}, dict[str, np.ndarray]) and not conforms({1: np.zeros(1)}, dict[str, np.ndarray])
+    assert check_return("p", "measure", {"watts": 1}) == {"watts": 1}
+    with pytest.raises(PluginError, match="write_report returned list holding str"):
+        check_return("p", "write_report", ["report.md"])
+
+
+class _Traces:
+    """Wraps the fake framework's train_epoch and reports a figure in ``extra``."""
+
+    @hookimpl
+    def train_epoch(self, run, model, staged, epoch):
+        result = fakefw.train_epoch(run=run, model=model, staged=staged, epoch=epoch)
+        result.extra["traces"] = np.int64(epoch + 1)
+        return result
+
+
+def test_epoch_extra_becomes_a_figure_of_the_run(tiny_config):
+    workload = load_config(tiny_config).workloads["tiny"]
+    run = RunSpec(framework="fake", workload="tiny", precision="fp32", steps=3, epochs=2, warmup=1, batch_size=8)
+    host = PluginHost(autoload=False, extra_modules=("fakefw",), framework="fake")
+    host.register(_Traces(), name="traces")
+    result = execute(run, workload, host)
+    assert result.status == "ok", result.error
+    assert result.metrics["traces"] == 2 and type(result.metrics["traces"]) is int  # the last epoch's value
+
+
+def test_an_epoch_extra_key_the_host_computes_is_refused():
+    epochs = [EpochResult([0.1], [1.0], 8, 0.1, extra={"throughput": 3.0})]
+    with pytest.raises(PluginError, match="framework 'fake': EpochResult.extra key 'throughput' is a figure the "
+                                          "host computes itself"):
+        epoch_extra_metrics("fake", epochs, reserved={"throughput"})
+
+
+def test_a_third_party_framework_gets_an_install_hint_without_an_extra(plugin_dir, capsys):
+    info = PluginHost(autoload=False, extra_modules=("third_party",)).frameworks()["thirdparty"]
+    assert info.install_hint() == "pip install thirdparty-core"
+    assert FrameworkInfo("x", "X", ("x",), "", {}, install_command="pip install amp-suite-x").install_hint() == \
+        "pip install amp-suite-x"
+    assert FrameworkInfo("x", "X", ("x",), "x", {}).install_hint() == "pip install 'amp-suite[x]'"
+    assert main(["list", "-p", "third_party"]) == 0
+    assert "not installed (pip install thirdparty-core)" in capsys.readouterr().out
+
+
+def test_framework_distributions_reach_the_report_header():
+    from amp_suite.environment import host_environment
+
+    host = PluginHost(autoload=False, extra_modules=("fakefw",))
+    assert host.distributions() == {"numpy": np.__version__}
+    environment = host_environment({"amp-suite-flax": "0.1.0"})
+    assert environment["packages"]["amp-suite-flax"] == "0.1.0" and environment["packages"]["numpy"]
+
+
+def test_p_of_an_installed_plugin_loads_it_once_without_a_warning(capsys):
+    host = PluginHost(extra_modules=("amp_suite_plugins.reporters",))
+    assert host.failures == []
+    assert [d.name for d in host.describe()].count("reporters") == 1
+    assert "amp_suite_plugins.reporters" not in {d.name for d in host.describe()}
+    assert main(["plugins", "-p", "amp_suite_plugins.reporters"]) == 0
+    assert "warning" not in capsys.readouterr().err

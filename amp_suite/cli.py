@@ -7,6 +7,7 @@ imported only inside the worker process that runs a cell.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -21,6 +22,7 @@ from pathlib import Path
 from amp_suite import __version__
 from amp_suite.config import (
     SuiteConfig,
+    check_batch_split,
     check_framework_tables,
     check_names,
     find_config,
@@ -71,6 +73,14 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _devices(text: str | None) -> tuple[int | str, ...] | None:
+    """``--devices 1,2`` -> (1, 2); words stay words for the schema to judge."""
+    parts = _csv(text)
+    if parts is None:
+        return None
+    return tuple(int(p) if p.isdigit() else p for p in parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="amp-suite", description=(
         "Measure what automatic mixed precision buys in PyTorch, Keras and JAX on identical "
@@ -103,6 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="seconds per cell before its worker is killed")
     run.add_argument("--seed", type=int, help="seed of initial weights, data and batch order")
     run.add_argument("--device", help="auto, cpu or gpu")
+    run.add_argument("--devices", help="comma-separated device counts per cell, e.g. 1,2 (data parallel; "
+                     "the global batch is split over them); all = every device the framework sees")
+    run.add_argument("--sync-batch-norm", action="store_true", default=None,
+                     help="BatchNorm statistics over all replicas where the framework has it (default: per replica)")
+    run.add_argument("--nnodes", type=int, help="machines each cell runs on (start amp-suite once per machine)")
+    run.add_argument("--node-rank", type=int, help="this machine's rank among --nnodes (0 is the coordinator)")
+    run.add_argument("--coordinator", help="HOST:PORT of node 0, where a cell's processes meet")
     run.add_argument("--out", help="output directory")
     run.add_argument("--resume", action="store_true", help="skip cells already ok in OUT/results.jsonl")
     run.add_argument("--inline", action="store_true",
@@ -159,36 +176,58 @@ def _host(modules: list[str]):
     return host
 
 
-def plan_cells(config: SuiteConfig, settings, plugin_modules: tuple[str, ...] = ()):
-    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells."""
+def device_counts(settings) -> tuple[int, ...]:
+    """The sweep's device counts, ``all`` resolved (see :func:`amp_suite.launchers.visible_devices`)."""
+    counts: list[int] = []
+    for count in settings.devices:
+        if count == "all":
+            from amp_suite.launchers import visible_devices
+
+            count = visible_devices(settings.device)
+        if count not in counts:
+            counts.append(count)
+    return tuple(counts)
+
+
+def plan_cells(config: SuiteConfig, settings, plugin_modules: tuple[str, ...] = (),
+               launchers: dict[str, str] | None = None):
+    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells.
+
+    ``launchers`` maps a framework to its :attr:`FrameworkInfo.launcher`
+    (how its data-parallel cells start); one-device cells always run in one process.
+    """
     from amp_suite.runner import Cell
 
     cells = []
     for repeat in range(settings.repeats):
         for workload_name in settings.workloads:
             workload = config.workloads[workload_name]
-            for framework in settings.frameworks:
-                for precision in settings.precisions:
-                    run = RunSpec(
-                        framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                        steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
-                        window_steps=settings.window_steps, latency_steps=settings.latency_steps,
-                        batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
-                        dataset=settings.dataset, train_split=settings.train_split,
-                        val_split=settings.val_split,
-                        data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
-                        download=settings.download, synthetic_fallback=settings.synthetic_fallback,
-                        device=settings.device, timeout_s=settings.timeout,
-                        options=dict(config.framework_options.get(framework, {})),
-                        plugin_modules=plugin_modules,
-                    )
-                    cells.append(Cell(run, workload))
+            for framework, devices, precision in itertools.product(
+                    settings.frameworks, device_counts(settings), settings.precisions):
+                run = RunSpec(
+                    framework=framework, workload=workload_name, precision=precision, repeat=repeat,
+                    steps=settings.steps, epochs=settings.epochs, warmup=settings.warmup,
+                    window_steps=settings.window_steps, latency_steps=settings.latency_steps,
+                    batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
+                    dataset=settings.dataset, train_split=settings.train_split,
+                    val_split=settings.val_split,
+                    data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
+                    download=settings.download, synthetic_fallback=settings.synthetic_fallback,
+                    device=settings.device, timeout_s=settings.timeout,
+                    options=dict(config.framework_options.get(framework, {})),
+                    plugin_modules=plugin_modules,
+                    devices=devices, sync_batch_norm=settings.sync_batch_norm, nnodes=settings.nnodes,
+                    node_rank=settings.node_rank, coordinator=settings.coordinator or "",
+                    launcher=(launchers or {}).get(framework, "process") if devices > 1 else "process",
+                )
+                cells.append(Cell(run, workload))
     return cells
 
 
 def _progress(index: int, total: int, cell, result: CellResult | None) -> None:
     run = cell.run
-    label = f"[{index}/{total}] {run.workload} {run.framework} {run.precision} r{run.repeat}"
+    devices = f" x{run.devices}" if run.devices != 1 else ""
+    label = f"[{index}/{total}] {run.workload} {run.framework} {run.precision}{devices} r{run.repeat}"
     if result is None:
         print(f"{label} ...", file=sys.stderr, flush=True)
         return
@@ -213,7 +252,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         steps=args.steps, epochs=args.epochs, warmup=args.warmup,
         window_steps=args.window_steps, latency_steps=args.latency_steps,
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
-        device=args.device, out=args.out,
+        device=args.device, out=args.out, devices=_devices(args.devices), sync_batch_norm=args.sync_batch_norm,
+        nnodes=args.nnodes, node_rank=args.node_rank, coordinator=args.coordinator,
     )
     settings.check()
     if args.inline and args.timeout is not None:
@@ -232,10 +272,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         workload = config.workloads[name]
         check_request(settings.dataset, workload, settings.train_split, settings.val_split,
                       batch_size=settings.batch_size or workload.batch_size)
+        for count in device_counts(settings):
+            check_batch_split(name, settings.batch_size or workload.batch_size, count)
     if args.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
     out_dir = prepare_output_dir(settings.out)
-    cells = plan_cells(config, settings, _worker_plugin_modules(host, args.plugin))
+    cells = plan_cells(config, settings, _worker_plugin_modules(host, args.plugin),
+                       {name: info.launcher for name, info in host.frameworks().items()})
     with OutputLock(out_dir):
         _fetch_data(settings)
         return _run_locked(args, host, config, settings, cells, out_dir)

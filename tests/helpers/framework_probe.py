@@ -6,6 +6,11 @@ canonical variables, takes eval- and train-mode logits on the first batch,
 trains ``steps`` steps and saves logits, losses and every variable again.
 Tests compare these files across frameworks, so no two frameworks ever share
 a process.
+
+``devices`` > 1 runs the framework's data-parallel engine (for PyTorch, start
+the probe under torchrun: local rank 0 saves); ``shard: [i, n]`` trains one
+device on the contiguous slice i of n of every batch, the computation one
+replica of a data-parallel step does.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import numpy as np
 from amp_suite.config import load_config
 from amp_suite.datasets import input_pipeline, load_dataset
 from amp_suite.plugin_host import PluginHost
-from amp_suite.records import RunSpec
+from amp_suite.records import Batch, RunSpec
 from amp_suite.workloads import init_variables, workload_from_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -140,9 +145,20 @@ def main(request_path: str, out_path: str) -> None:
         workload = workload_from_config(req.get("workload", "probe"), req["table"])
     else:
         workload = load_config(REPO / "benchmarks.toml").workloads[req.get("workload", "mnist_cnn")]
+    devices = req.get("devices", 1)
     run = RunSpec(framework=req["framework"], workload=workload.name, precision=req["precision"],
                   steps=req["steps"], epochs=req.get("epochs", 1), warmup=0, batch_size=req["batch_size"],
-                  options=req.get("options", {}))
+                  options=req.get("options", {}), devices=devices, sync_batch_norm=req.get("sync_batch_norm", False),
+                  launcher=host.frameworks()[req["framework"]].launcher if devices > 1 else "process")
+    shard = req.get("shard")
+
+    def batches_of(epoch: int) -> list:
+        batches = pipeline.epoch(epoch)
+        if shard is None:
+            return batches
+        size = run.batch_size // shard[1]
+        rows = slice(shard[0] * size, (shard[0] + 1) * size)
+        return [Batch(b.images[rows], b.labels[rows]) for b in batches]
     data = load_dataset("synthetic", workload, steps=run.steps, batch_size=run.batch_size, seed=0)
     pipeline = input_pipeline(workload, data, batch_size=run.batch_size, steps=run.steps, seed=0)
     weights, state = init_variables(workload, 0)
@@ -155,7 +171,7 @@ def main(request_path: str, out_path: str) -> None:
     unchanged = host.get_variables(run, model)  # a training-mode predict must not move anything
     losses, skipped, scale, traces = [], 0, np.nan, []
     for epoch in range(run.epochs):
-        result = host.train_epoch(run, model, host.stage_batches(run, model, pipeline.epoch(epoch)), epoch)
+        result = host.train_epoch(run, model, host.stage_batches(run, model, batches_of(epoch)), epoch)
         losses += result.step_losses
         skipped += result.skipped_steps
         scale = np.nan if result.loss_scale_final is None else result.loss_scale_final
@@ -166,6 +182,10 @@ def main(request_path: str, out_path: str) -> None:
     dtypes = layer_dtypes(req["framework"], model, probe) if req.get("dtypes") else {}
     syncs = [count_syncs(req["framework"], run, host, model, pipeline.batches(0, 0, n))
              for n in req.get("count_syncs", [])]
+    from amp_suite.launchers import this_process
+
+    if not this_process(run).writes_result:
+        return
     np.savez(out_path, logits_before=before_eval, logits_before_train=before_train, logits_after=after,
              losses=np.asarray(losses), skipped=skipped, loss_scale_final=scale, traces=np.asarray(traces),
              param_count=measured["param_count"], applied=json.dumps(applied.__dict__),

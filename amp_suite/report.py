@@ -1,9 +1,12 @@
 """Normalizes every run into one comparison: pandas frames and a markdown report.
 
 Each figure is put beside the same framework's ``fp32`` figure on the same
-workload, so a reader sees what AMP buys *in that framework*: throughput
-speed-up, peak-memory ratio and the accuracy difference.  Repeats are folded
-by their median; failed cells keep their status and are never dropped.
+workload and device count, so a reader sees what AMP buys *in that
+framework*: throughput speed-up, peak-memory ratio and the accuracy
+difference.  Data-parallel cells add a scaling table: the speed-up over the
+same framework, precision and workload on one device, and the scaling
+efficiency ``throughput(N) / (N * throughput(1))``.  Repeats are folded by
+their median; failed cells keep their status and are never dropped.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ MIB = 1024 * 1024
 
 # Columns of the per-cell frame (results.csv), in order.
 CELL_COLUMNS = [
-    "workload", "framework", "precision", "repeat", "status", "error",
+    "workload", "framework", "precision", "devices", "repeat", "status", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
@@ -32,9 +35,14 @@ CELL_COLUMNS = [
 
 
 def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
-    """Device allocator peak where the framework gives one, else the worker's peak RSS."""
+    """Device allocator peak where the framework gives one (the largest device's), else peak RSS.
+
+    A cell of one process per device (torchrun) gives the largest rank's RSS.
+    """
     if metrics.get("device_peak_memory_bytes") is not None:
         return metrics["device_peak_memory_bytes"] / MIB, "device allocator"
+    if metrics.get("peak_rss_bytes_max_rank") is not None:
+        return metrics["peak_rss_bytes_max_rank"] / MIB, "process RSS (largest rank)"
     if metrics.get("peak_rss_bytes") is not None:
         return metrics["peak_rss_bytes"] / MIB, "process RSS"
     return None, ""
@@ -75,6 +83,7 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
             "workload": r.workload,
             "framework": r.framework,
             "precision": r.precision,
+            "devices": _devices(r),
             "repeat": r.repeat,
             "status": r.status,
             "error": r.error,
@@ -112,6 +121,12 @@ def results_frame(results: list[CellResult]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CELL_COLUMNS)
 
 
+def _devices(result: CellResult) -> int:
+    """The cell's device count (results stored before data parallelism ran on one)."""
+    value = (result.config or {}).get("devices", 1)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
 def _giga(value: Any) -> float | None:
     number = _num(value)
     return None if number is None else number / 1e9
@@ -130,16 +145,16 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
     """
     cells = results_frame(results)
     if cells.empty:
-        return pd.DataFrame(columns=["workload", "framework", "precision", "status", "ok_repeats",
+        return pd.DataFrame(columns=["workload", "framework", "precision", "devices", "status", "ok_repeats",
                                      "throughput", "speedup", "peak_memory_mib", "memory_ratio",
                                      "final_loss", "val_accuracy", "accuracy_delta", "achieved_tflops",
                                      "train_gflop_per_image", "error"])
     rows = []
-    for (workload, framework, precision), group in cells.groupby(
-            ["workload", "framework", "precision"], sort=False):
+    for (workload, framework, precision, devices), group in cells.groupby(
+            ["workload", "framework", "precision", "devices"], sort=False):
         ok = group[group["status"] == "ok"]
         rows.append({
-            "workload": workload, "framework": framework, "precision": precision,
+            "workload": workload, "framework": framework, "precision": precision, "devices": int(devices),
             "status": "ok" if len(ok) else group["status"].iloc[-1],
             "ok_repeats": len(ok), "repeats": len(group),
             "throughput": ok["throughput"].median() if len(ok) else math.nan,
@@ -152,8 +167,8 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
             "error": "" if len(ok) else group["error"].iloc[-1],
         })
     summary = pd.DataFrame(rows)
-    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework"])
-    keys = list(zip(summary["workload"], summary["framework"]))
+    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "devices"])
+    keys = list(zip(summary["workload"], summary["framework"], summary["devices"]))
 
     def relative(column: str, how: str) -> list[float]:
         out = []
@@ -168,6 +183,16 @@ def summary_frame(results: list[CellResult]) -> pd.DataFrame:
     summary["speedup"] = relative("throughput", "ratio")
     summary["memory_ratio"] = relative("peak_memory_mib", "ratio")
     summary["accuracy_delta"] = relative("val_accuracy", "difference")
+    one = summary[summary["devices"] == 1].set_index(["workload", "framework", "precision"])
+    scaling, efficiency = [], []
+    for _, row in summary.iterrows():
+        key = (row["workload"], row["framework"], row["precision"])
+        ref = one["throughput"].get(key, math.nan) if key in one.index else math.nan
+        ratio = row["throughput"] / ref if ref and not math.isnan(ref) else math.nan
+        scaling.append(ratio)
+        efficiency.append(ratio / row["devices"])
+    summary["scaling_speedup"] = scaling
+    summary["scaling_efficiency"] = efficiency
     return summary
 
 
@@ -177,16 +202,51 @@ def _precision_order(precisions: list[str]) -> list[str]:
 
 
 def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
-    """Rows workload x framework, a column per precision, each cell rendered by ``render(row)``."""
+    """Rows workload x framework (x devices, when a cell ran on several), a column per precision.
+
+    Each cell is rendered by ``render(row)``.
+    """
     precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
-    table: dict[tuple[str, str], dict[str, str]] = {}
+    with_devices = bool((summary["devices"] != 1).any())
+    table: dict[tuple[str, str, int], dict[str, str]] = {}
     for _, row in summary.iterrows():
         cell = render(row) if row["status"] == "ok" else str(row["status"])
-        table.setdefault((row["workload"], row["framework"]), {})[row["precision"]] = cell
-    records = [{"workload": table_text(w), "framework": table_text(f),
+        table.setdefault((row["workload"], row["framework"], int(row["devices"])), {})[row["precision"]] = cell
+    records = [{"workload": table_text(w), "framework": table_text(f), **({"devices": str(d)} if with_devices else {}),
                 **{table_text(p): table_text(cells.get(p, "not run")) for p in precisions}}
-               for (w, f), cells in table.items()]
-    return pd.DataFrame(records, columns=["workload", "framework", *(table_text(p) for p in precisions)])
+               for (w, f, d), cells in table.items()]
+    return pd.DataFrame(records, columns=["workload", "framework", *(["devices"] if with_devices else []),
+                                          *(table_text(p) for p in precisions)])
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows workload x framework x precision, a column per device count.
+
+    Each cell: throughput, then the speed-up over the same workload,
+    framework and precision on one device and the scaling efficiency
+    ``throughput(N) / (N * throughput(1))``.  Empty when no cell ran on
+    more than one device.
+    """
+    if summary.empty or not (summary["devices"] != 1).any():
+        return pd.DataFrame()
+    counts = sorted({int(d) for d in summary["devices"]})
+    precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
+    table: dict[tuple[str, str, str], dict[int, str]] = {}
+    for _, row in summary.iterrows():
+        if row["status"] != "ok":
+            cell = str(row["status"])
+        else:
+            cell = _fmt(row["throughput"], "{:,.0f}")
+            if row["devices"] != 1 and not math.isnan(row["scaling_speedup"]):
+                cell += f" ({row['scaling_speedup']:.2f}x, eff {row['scaling_efficiency'] * 100:.0f}%)"
+        table.setdefault((row["workload"], row["framework"], row["precision"]), {})[int(row["devices"])] = cell
+    order = sorted(table, key=lambda k: (list(dict.fromkeys(summary["workload"])).index(k[0]),
+                                         list(dict.fromkeys(summary["framework"])).index(k[1]),
+                                         precisions.index(k[2])))
+    records = [{"workload": table_text(w), "framework": table_text(f), "precision": table_text(p),
+                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, p)].get(n, "not run"))
+                   for n in counts}} for (w, f, p) in order]
+    return pd.DataFrame(records)
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -253,7 +313,7 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
 
 # Columns of the per-run table and how each is printed.
 DETAIL_FORMATS = {
-    "workload": "{}", "framework": "{}", "precision": "{}", "repeat": "{:d}", "status": "{}",
+    "workload": "{}", "framework": "{}", "precision": "{}", "devices": "{:d}", "repeat": "{:d}", "status": "{}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
@@ -307,11 +367,21 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any]) -> s
     ]
     for title, table in comparison_tables(summary).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+    scaling = scaling_table(summary)
+    if not scaling.empty:
+        out += ["## Scaling over devices, images/s (speed-up over 1 device, efficiency)", "",
+                "Data parallel: the workload's batch is the global batch, split evenly over the devices. "
+                "Throughput is global samples over the slowest process's window time; efficiency is "
+                "throughput(N) / (N x throughput(1)) for the same workload, framework and precision. "
+                "Devices that share a machine's cores (logical CPU devices, one process per core) "
+                "compete for them: read the efficiency as measured, not as a property of the framework.", "",
+                scaling.to_markdown(index=False, disable_numparse=True), ""]
     out += ["## Every run", "", _detail_table(cells), ""]
     failed = cells[~cells["status"].isin(["ok"])]
     if not failed.empty:
         out += ["## Runs without figures", ""]
-        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision} / repeat {r.repeat}: **{r.status}**"
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "") + f" / repeat {r.repeat}: **{r.status}**"
                           f" — {r.error or 'no message'}") for r in failed.itertuples()]
         out.append("")
     return "\n".join(out)

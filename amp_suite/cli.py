@@ -256,6 +256,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         nnodes=args.nnodes, node_rank=args.node_rank, coordinator=args.coordinator,
     )
     settings.check()
+    if args.inline and any(count != 1 for count in settings.devices):
+        raise UsageError("--inline runs cells in this process, which cannot be several data-parallel processes "
+                         "or split into devices; drop --inline or use --devices 1")
     if args.inline and args.timeout is not None:
         raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
                          "drop one of the two")

@@ -7,32 +7,19 @@ imported only inside the worker process that runs a cell.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict
 from pathlib import Path
 
 from amp_suite import __version__
-from amp_suite.config import (
-    SuiteConfig,
-    check_framework_tables,
-    check_names,
-    find_config,
-    load_config,
-    with_overrides,
-)
-from amp_suite.errors import PluginError, StorageError, SweepInterrupted, UsageError
+from amp_suite.config import check_names, find_config, load_config
+from amp_suite.errors import PluginError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
-from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 
 EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-ENVIRONMENT_FILE = "environment.json"
 # Signals that stop a sweep the way Ctrl-C does.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 

@@ -18,6 +18,7 @@ message the command line prints.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from amp_suite.config import (
     SweepSettings,
     SuiteConfig,
+    check_batch_split,
     check_framework_tables,
     check_names,
     find_config,
@@ -129,12 +131,27 @@ def worker_env(host) -> dict[str, str]:
 # --- planning ------------------------------------------------------------------
 
 
+def device_counts(settings: SweepSettings) -> tuple[int, ...]:
+    """The sweep's device counts, ``all`` resolved (see :func:`amp_suite.launchers.visible_devices`)."""
+    counts: list[int] = []
+    for count in settings.devices:
+        if count == "all":
+            from amp_suite.launchers import visible_devices
+
+            count = visible_devices(settings.device)
+        if count not in counts:
+            counts.append(count)
+    return tuple(counts)
+
+
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
-               explicit_steps: int | None = None):
+               explicit_steps: int | None = None, launchers: dict[str, str] | None = None):
     """Every cell of the sweep, repeats outermost so slow drifts spread over all cells.
 
     Steps per epoch: ``--steps`` when given (``explicit_steps``), else the
-    workload's own ``steps``, else ``[defaults] steps``.
+    workload's own ``steps``, else ``[defaults] steps``.  ``launchers`` maps
+    a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
+    cells start); one-device cells always run in one process.
     """
     from amp_suite.runner import Cell
 
@@ -146,22 +163,25 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
             if settings.warmup >= steps:
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
-            for framework in settings.frameworks:
-                for precision in settings.precisions:
-                    run = RunSpec(
-                        framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                        steps=steps, epochs=settings.epochs, warmup=settings.warmup,
-                        window_steps=settings.window_steps, latency_steps=settings.latency_steps,
-                        batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
-                        dataset=settings.dataset, train_split=settings.train_split,
-                        val_split=settings.val_split,
-                        data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
-                        download=settings.download, synthetic_fallback=settings.synthetic_fallback,
-                        device=settings.device, timeout_s=settings.timeout,
-                        options=dict(config.framework_options.get(framework, {})),
-                        plugin_modules=plugin_modules,
-                    )
-                    cells.append(Cell(run, workload))
+            for framework, devices, precision in itertools.product(
+                    settings.frameworks, device_counts(settings), settings.precisions):
+                run = RunSpec(
+                    framework=framework, workload=workload_name, precision=precision, repeat=repeat,
+                    steps=steps, epochs=settings.epochs, warmup=settings.warmup,
+                    window_steps=settings.window_steps, latency_steps=settings.latency_steps,
+                    batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
+                    dataset=settings.dataset, train_split=settings.train_split,
+                    val_split=settings.val_split,
+                    data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
+                    download=settings.download, synthetic_fallback=settings.synthetic_fallback,
+                    device=settings.device, timeout_s=settings.timeout,
+                    options=dict(config.framework_options.get(framework, {})),
+                    plugin_modules=plugin_modules,
+                    devices=devices, sync_batch_norm=settings.sync_batch_norm, nnodes=settings.nnodes,
+                    node_rank=settings.node_rank, coordinator=settings.coordinator or "",
+                    launcher=(launchers or {}).get(framework, "process") if devices > 1 else "process",
+                )
+                cells.append(Cell(run, workload))
     return cells
 
 
@@ -221,11 +241,14 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         workload = config.workloads[name]
         check_request(settings.dataset, workload, settings.train_split, settings.val_split,
                       batch_size=settings.batch_size or workload.batch_size)
+        for count in device_counts(settings):
+            check_batch_split(name, settings.batch_size or workload.batch_size, count)
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
     out_dir = prepare_output_dir(settings.out)
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
-                       explicit_steps=request.overrides.get("steps"))
+                       explicit_steps=request.overrides.get("steps"),
+                       launchers={name: info.launcher for name, info in host.frameworks().items()})
     with OutputLock(out_dir):
         _fetch_data(settings)
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress)

@@ -58,6 +58,14 @@ def _csv(text: str | None) -> tuple[str, ...] | None:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
 
+def _devices(text: str | None) -> tuple[int | str, ...] | None:
+    """``--devices 1,2`` -> (1, 2); words stay words for the schema to judge."""
+    parts = _csv(text)
+    if parts is None:
+        return None
+    return tuple(int(p) if p.isdigit() else p for p in parts)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="amp-suite", description=(
         "Measure what automatic mixed precision buys in PyTorch, Keras and JAX on identical "
@@ -90,6 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, help="seconds per cell before its worker is killed")
     run.add_argument("--seed", type=int, help="seed of initial weights, data and batch order")
     run.add_argument("--device", help="auto, cpu or gpu")
+    run.add_argument("--devices", help="comma-separated device counts per cell, e.g. 1,2 (data parallel; "
+                     "the global batch is split over them); all = every device the framework sees")
+    run.add_argument("--sync-batch-norm", action="store_true", default=None,
+                     help="BatchNorm statistics over all replicas where the framework has it (default: per replica)")
+    run.add_argument("--nnodes", type=int, help="machines each cell runs on (start amp-suite once per machine)")
+    run.add_argument("--node-rank", type=int, help="this machine's rank among --nnodes (0 is the coordinator)")
+    run.add_argument("--coordinator", help="HOST:PORT of node 0, where a cell's processes meet")
     run.add_argument("--out", help="output directory")
     run.add_argument("--resume", action="store_true", help="skip cells already ok in OUT/results.jsonl")
     run.add_argument("--inline", action="store_true",
@@ -195,7 +210,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         steps=args.steps, epochs=args.epochs, warmup=args.warmup,
         window_steps=args.window_steps, latency_steps=args.latency_steps,
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
-        device=args.device, out=args.out,
+        device=args.device, out=args.out, devices=_devices(args.devices), sync_batch_norm=args.sync_batch_norm,
+        nnodes=args.nnodes, node_rank=args.node_rank, coordinator=args.coordinator,
     )
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
                            resume=args.resume, inline=args.inline, quiet=args.quiet,

@@ -53,6 +53,11 @@ class SweepSettings:
     seed: int = 0
     device: str = "auto"
     out: str = "amp-suite-results"
+    devices: tuple[int | str, ...] = (1,)  # data-parallel replicas per cell; "all": every device seen
+    sync_batch_norm: bool = False  # BatchNorm statistics over all replicas, where the framework has it
+    nnodes: int = 1  # machines one cell runs on (one amp-suite run per machine)
+    node_rank: int = 0  # this machine's rank among them
+    coordinator: str | None = None  # HOST:PORT of node 0, where the cell's processes meet
 
     def check(self) -> None:
         """Reject values that cannot make a meaningful sweep (exit 2)."""
@@ -66,6 +71,31 @@ class SweepSettings:
         if self.device not in ("auto", "cpu", "gpu"):
             raise UsageError(f"unknown device {shown(self.device)}; allowed: auto, cpu, gpu")
         check_names("precision", self.precisions, PRECISIONS)
+        if self.node_rank >= self.nnodes:
+            raise UsageError(f"node_rank ({self.node_rank}) must be smaller than nnodes ({self.nnodes})")
+        if self.nnodes > 1:
+            if not self.coordinator:
+                raise UsageError(f"nnodes = {self.nnodes} needs a coordinator HOST:PORT (node 0's address)")
+            check_coordinator(self.coordinator)
+            for count in self.devices:
+                if count == "all" or count % self.nnodes:
+                    raise UsageError(f"devices {count} do not split evenly over {self.nnodes} nodes; on several "
+                                     "nodes give device counts that are multiples of nnodes")
+
+
+def check_coordinator(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` split and checked (one-line error)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"coordinator must be HOST:PORT with a port from 1 to 65535, got {shown(text)}")
+    return host, int(port)
+
+
+def check_batch_split(workload: str, batch_size: int, devices: int) -> None:
+    """The global batch must split evenly over the devices (one-line error)."""
+    if batch_size % devices:
+        raise UsageError(f"batch size {batch_size} of workload {workload!r} does not split evenly over "
+                         f"{devices} devices; choose a --batch-size divisible by {devices}")
 
 
 # The type and range of every sweep setting, in [defaults] and on the command line.
@@ -90,6 +120,11 @@ SETTINGS_FIELDS: dict[str, Field] = {
     "seed": Field(int, minimum=0, maximum=2**32 - 1),
     "device": Field(str),
     "out": Field(str),
+    "devices": Field(tuple, items=int, minimum=1, maximum=4096, choices=("all",)),
+    "sync_batch_norm": Field(bool),
+    "nnodes": Field(int, minimum=1, maximum=4096),
+    "node_rank": Field(int, minimum=0, maximum=4095),
+    "coordinator": Field(str, optional=True),
 }
 
 # Options every framework plugin reads (amp_suite.plugin_kit: loss scaling of amp_fp16).

@@ -200,7 +200,8 @@ class SweepProgress:
     # the runner's callback
     def __call__(self, index: int, total: int, cell, result) -> None:
         run = cell.run
-        label = f"[{index}/{total}] {run.workload} {run.framework} {run.precision} r{run.repeat}"
+        devices = f" x{run.devices}" if run.devices != 1 else ""
+        label = f"[{index}/{total}] {run.workload} {run.framework} {run.precision}{devices} r{run.repeat}"
         with self.lock:
             self._clear()
             if result is None:

@@ -29,6 +29,9 @@ class FrameworkInfo:
     a third-party plugin leaves it empty and gives ``install_command``
     instead.  ``distributions`` are the package names whose installed
     versions are the framework's version (``amp-suite list``, report header).
+    ``launcher`` says how a data-parallel cell is started (see
+    :mod:`amp_suite.launchers`): ``"process"``, one worker per node driving
+    every device of the node, or ``"torchrun"``, one worker per device.
     """
 
     name: str
@@ -39,6 +42,7 @@ class FrameworkInfo:
     env: dict[str, str] = field(default_factory=dict)
     distributions: tuple[str, ...] = ()
     install_command: str = ""
+    launcher: str = "process"
 
     def install_hint(self) -> str:
         """The command that installs the framework: ``install_command``, the extra, or the distributions."""
@@ -170,7 +174,17 @@ class Workload:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One cell of a sweep: framework x workload x precision x repeat."""
+    """One cell of a sweep: framework x workload x precision x devices x repeat.
+
+    ``devices`` is the number of data-parallel replicas of the cell, on all
+    its nodes together; the workload's global batch (``batch_size``) is split
+    evenly over them.  ``sync_batch_norm`` asks for BatchNorm statistics
+    synchronized over the replicas where the framework has them.  ``nnodes``,
+    ``node_rank`` and ``coordinator`` (``HOST:PORT`` of node 0; empty on one
+    node) describe a cell run as cooperating processes on several machines
+    (see ``docs/distributed.md``); ``launcher`` is the framework's
+    :attr:`FrameworkInfo.launcher`.
+    """
 
     framework: str
     workload: str
@@ -193,11 +207,37 @@ class RunSpec:
     timeout_s: float = 900.0
     options: dict[str, Any] = field(default_factory=dict)
     plugin_modules: tuple[str, ...] = ()
+    devices: int = 1
+    sync_batch_norm: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    coordinator: str = ""
+    launcher: str = "process"
 
     @property
     def key(self) -> str:
-        """Identifies the cell in ``results.jsonl`` (used by ``--resume``)."""
-        return f"{self.framework}/{self.workload}/{self.precision}/r{self.repeat}"
+        """Identifies the cell in ``results.jsonl`` (used by ``--resume``).
+
+        One-device cells keep the key they always had; a data-parallel cell
+        adds its device count (``torch/mnist_cnn/fp32/d2/r0``).
+        """
+        devices = f"d{self.devices}/" if self.devices != 1 else ""
+        return f"{self.framework}/{self.workload}/{self.precision}/{devices}r{self.repeat}"
+
+    @property
+    def distributed(self) -> bool:
+        """True for a data-parallel cell (more than one replica)."""
+        return self.devices > 1
+
+    @property
+    def local_devices(self) -> int:
+        """Replicas on this node."""
+        return self.devices // self.nnodes
+
+    @property
+    def shard_size(self) -> int:
+        """Examples of each global batch one replica trains on."""
+        return self.batch_size // self.devices
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,12 @@ _OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
+# Run fields whose default value is the meaning of a line stored without them.
+DISTRIBUTED_DEFAULTS: dict[str, Any] = {"devices": 1, "sync_batch_norm": False, "nnodes": 1, "node_rank": 0,
+                                        "coordinator": "",
+                                        "launcher": "process"}
+
+
 def to_plain(value: Any) -> Any:
     """JSON-safe copy: numpy scalars become numbers, non-finite floats stay readable."""
     if isinstance(value, dict):
@@ -58,6 +64,11 @@ def plain_config(config: dict[str, Any]) -> dict[str, Any]:
     """A run configuration as stored, without settings that do not change figures."""
     out = to_plain(config)
     out.pop("timeout_s", None)
+    # Fields added with data parallelism: at their defaults they describe what
+    # every older one-device result did, so older lines still resume.
+    for name, default in DISTRIBUTED_DEFAULTS.items():
+        if out.get(name, default) == default:
+            out.pop(name, None)
     return out
 
 

@@ -28,6 +28,7 @@ from typing import Any
 import amp_suite
 from amp_suite import progress as progress_channel
 from amp_suite import worker
+from amp_suite.launchers import single, torchrun
 from amp_suite.errors import StorageError, one_line
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
@@ -38,12 +39,8 @@ LOG_TAIL_LINES = 25
 RESULT_BYTES = 64 * 2**20
 # Seconds to wait for the result pipe to close after the worker exited.
 RESULT_DRAIN_S = 10.0
-# The worker's entry: the import path is set before anything else is imported,
-# so a module in the current directory never shadows one the worker needs.
-WORKER_BOOTSTRAP = (
-    "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
-    "from amp_suite.worker import main; sys.exit(main(sys.argv[2:]))"
-)
+# The worker's entry (kept here under its old name for callers of the runner).
+WORKER_BOOTSTRAP = single.WORKER_BOOTSTRAP
 
 
 @dataclass(frozen=True)
@@ -162,11 +159,18 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     if progress_w is not None:
         child_env[progress_channel.PROGRESS_FD_ENV] = str(progress_w)
     received: list[bytes] = []
+    # A torchrun cell's workers cannot inherit the pipe: local rank 0 writes a file beside the log.
+    result_file = log_path.with_name(log_path.name + ".result") if run.launcher == "torchrun" else None
+    if result_file is not None:
+        command = torchrun.command(run, str(result_file))
+        _remove(result_file)
+        Path(str(result_file) + ".request").write_bytes(request)
+    else:
+        command = single.worker_command(f"--result-fd {result_w}")
     with log:
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", "--result-fd", str(result_w)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
                 pass_fds=(result_w,) if progress_w is None else (result_w, progress_w),
                 env=child_env, start_new_session=True,
             )
@@ -200,8 +204,11 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
             raise
         finally:
             reader.join(RESULT_DRAIN_S)
+            if result_file is not None:
+                _kill_group(proc)  # torchrun's group; its workers end with it
+                received.append(_read_and_remove(result_file))
     answer = parse_lines(b"".join(received)).results
-    if proc.returncode == 0 and answer:
+    if answer and (proc.returncode == 0 or answer[-1].status != "ok"):
         return answer[-1]
     code = proc.returncode
     if code is not None and code < 0:
@@ -211,6 +218,24 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
             return _failure(cell, "oom", "worker killed by the kernel's OOM killer", started, log_path)
         return _failure(cell, "failed", f"worker killed by {sig}", started, log_path)
     return _failure(cell, "failed", f"worker exited with code {code} and no result", started, log_path)
+
+
+def _remove(path: Path) -> None:
+    for leftover in (path, Path(str(path) + ".request"), Path(str(path) + ".tmp")):
+        try:
+            leftover.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _read_and_remove(path: Path) -> bytes:
+    """A torchrun cell's result file (empty without one); the file and its request are removed."""
+    try:
+        data = path.read_bytes()[:RESULT_BYTES]
+    except OSError:
+        data = b""
+    _remove(path)
+    return data
 
 
 def _failure(cell: Cell, status: str, error: str, started: float, log_path: Path) -> CellResult:

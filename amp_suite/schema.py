@@ -40,7 +40,9 @@ class Field:
     ``kind`` is ``bool``, ``int``, ``float`` (an integer is accepted and made
     a float), ``str`` or ``tuple`` (a list of strings, returned as a tuple).
     ``minimum``/``maximum`` bound numbers inclusively, ``above`` exclusively;
-    floats must be finite.  ``choices`` lists the allowed strings.  With
+    floats must be finite.  ``choices`` lists the allowed strings.  A
+    ``tuple`` field with ``items=int`` holds integers within the bounds (or a
+    string of ``choices``); a single value is taken as a list of one.  With
     ``names``, every string must be a valid name (:func:`check_name`); lists
     must then be non-empty and without duplicates.  Strings must not be
     empty unless ``empty`` allows it.
@@ -54,6 +56,7 @@ class Field:
     optional: bool = False
     names: bool = False
     empty: bool = False
+    items: type = str
 
 
 def shown(value: Any) -> str:
@@ -135,6 +138,8 @@ def check_value(name: str, value: Any, field: Field) -> Any:
         return _check_number(name, value, field)
     if field.kind is str:
         return _check_text(name, value, field)
+    if field.kind is tuple and field.items is int:
+        return _check_int_list(name, value, field)
     if field.kind is tuple:
         if not isinstance(value, (list, tuple)):
             raise UsageError(f"{name} must be a list of strings, got {shown(value)}")
@@ -146,6 +151,25 @@ def check_value(name: str, value: Any, field: Field) -> Any:
             raise UsageError(f"{name} lists {shown(twice[0])} more than once")
         return items
     raise TypeError(f"no check for fields of kind {field.kind!r}")
+
+
+def _check_int_list(name: str, value: Any, field: Field) -> tuple[Any, ...]:
+    values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if not values:
+        raise UsageError(f"{name} must name at least one")
+    allowed = " or ".join(["integers", *(repr(c) for c in field.choices)])
+    out: list[Any] = []
+    for item in values:
+        if isinstance(item, str) and item in field.choices:
+            out.append(item)
+            continue
+        if not isinstance(item, int) or isinstance(item, bool):
+            raise UsageError(f"{name} must be {allowed}, got {shown(item)}")
+        out.append(_check_number(name, item, Field(int, minimum=field.minimum, maximum=field.maximum)))
+    twice = sorted({str(item) for item in out if out.count(item) > 1})
+    if twice:
+        raise UsageError(f"{name} lists {twice[0]} more than once")
+    return tuple(out)
 
 
 def check_table(table: Any, fields: Mapping[str, Field], where: str) -> dict[str, Any]:

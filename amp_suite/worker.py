@@ -243,9 +243,13 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),
         **{k: v for k, v in measured.items() if k.endswith("_version")},
     }
+    if run.distributed:
+        from amp_suite.launchers import this_process
+
+        result.environment["process"] = asdict(this_process(run))
 
 
-def _die_with_host(host_pid: int) -> None:
+def die_with_host(host_pid: int) -> None:
     """End this worker (and its process group) as soon as the host process is gone.
 
     On Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``);
@@ -293,24 +297,37 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     host_pid = os.environ.pop(HOST_PID_ENV, "")
     if host_pid.isdigit():
-        _die_with_host(int(host_pid))
+        die_with_host(int(host_pid))
+    result_fd = result_file = None
     if args[:1] == ["--result-fd"]:
         result_fd = int(args[1])
         os.set_inheritable(result_fd, False)  # processes the framework starts must not hold it open
         request = json.loads(sys.stdin.buffer.read())
+    elif args[:1] == ["--result-file"]:  # a torchrun worker: the request is beside the result file
+        result_file = args[1]
+        request = json.loads(Path(result_file + ".request").read_text())
     else:
-        result_fd = None
         request = json.loads(Path(args[0]).read_text())
+        result_file = args[1]
     run = run_from_dict(request["run"])
     workload = workload_from_dict(request["workload"])
     result = execute(run, workload)
+    from amp_suite.launchers import this_process
+
+    if not this_process(run).writes_result:
+        if result.status == "ok":
+            return 0
+        # A failing rank must fail: torchrun then ends the others instead of leaving them waiting.
+        print(f"amp-suite worker: {result.status}: {result.error}\n{result.metrics.get('traceback', '')}",
+              file=sys.stderr, flush=True)
+        return 1
     if result_fd is not None:
         with os.fdopen(result_fd, "wb") as out:
             out.write(_result_line(result))
         return 0
-    tmp = Path(args[1] + ".tmp")
+    tmp = Path(str(result_file) + ".tmp")
     tmp.write_bytes(_result_line(result))
-    os.replace(tmp, args[1])
+    os.replace(tmp, str(result_file))
     return 0
 
 

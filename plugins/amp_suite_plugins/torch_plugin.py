@@ -11,11 +11,23 @@ Parameters and BatchNorm running statistics stay float32: autocast casts
 the inputs of convolutions and matmuls, and ``batch_norm`` runs on the
 reduced-precision activations with float32 weights, statistics and
 accumulation.
+
+Data parallel (``--devices N``): ``DistributedDataParallel`` with one process
+per device, started by torchrun (``FrameworkInfo.launcher``); gloo on CPUs,
+NCCL on GPUs (PyTorch docs, "Distributed communication package").  Every
+process loads the canonical weights (DDP also broadcasts rank 0's at
+construction), takes the contiguous slice ``[rank * B/N, (rank + 1) * B/N)``
+of each of the host's global batches, and DDP averages the gradients in
+backward, so a step's update is the one of the mean loss over the global
+batch.  BatchNorm statistics are per replica (DDP's default, with rank 0's
+buffers broadcast before each forward) unless ``sync_batch_norm`` asks for
+``SyncBatchNorm``, which PyTorch implements on GPUs only.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +71,7 @@ def framework_info() -> FrameworkInfo:
         extra="torch",
         precisions=STANDARD_PRECISIONS,
         distributions=("torch",),
+        launcher="torchrun",
     )
 
 
@@ -75,7 +88,8 @@ class TorchModel:
     autocast_dtype: Any
     memory_format: Any
     flattened: dict[str, tuple[int, int, int]]
-    train_forward: Any  # the module, or torch.compile's wrapper of it
+    train_forward: Any  # the module, its DistributedDataParallel wrapper, or torch.compile's wrapper
+    process: Any = None  # the DistributedSpec of a data-parallel cell, else None
 
 
 @hookimpl
@@ -83,14 +97,16 @@ def select_device(run: RunSpec) -> DeviceInfo:
     import torch
 
     if require_device_kind(run, torch.cuda.is_available(), "PyTorch") == "cpu":
-        return cpu_device()
+        return dataclasses.replace(cpu_device(), count=run.devices)
+    if run.distributed:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     index = torch.cuda.current_device()
     props = torch.cuda.get_device_properties(index)
     return DeviceInfo(
         kind="gpu",
         platform="rocm" if getattr(torch.version, "hip", None) else "cuda",
         name=props.name,
-        count=torch.cuda.device_count(),
+        count=run.devices if run.distributed else torch.cuda.device_count(),
         driver=f"CUDA runtime {torch.version.cuda}" if torch.version.cuda else "",
         compute_capability=f"{props.major}.{props.minor}",
         memory_total_bytes=int(props.total_memory),
@@ -117,7 +133,28 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         notes.append("torch.compile=inductor (compiled in the warm-up steps)")
     if applied.compute_dtype != "float32":
         notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
+    if run.distributed:
+        notes += _data_parallel_notes(run, device)
     return dataclasses.replace(applied, notes=tuple(notes))
+
+
+def _sync_batch_norm(run: RunSpec, device: DeviceInfo) -> bool:
+    """SyncBatchNorm only where PyTorch has it (CUDA)."""
+    return run.sync_batch_norm and device.kind == "gpu"
+
+
+def _data_parallel_notes(run: RunSpec, device: DeviceInfo) -> list[str]:
+    backend = "nccl" if device.kind == "gpu" else "gloo"
+    notes = [f"data_parallel=DistributedDataParallel over {run.devices} processes (torchrun, {backend}), "
+             "gradients averaged", f"sharding=contiguous slice of {run.shard_size} per rank of each global batch"]
+    if _sync_batch_norm(run, device):
+        notes.append("batch_norm_statistics=synchronized (SyncBatchNorm)")
+    elif run.sync_batch_norm:
+        notes.append("batch_norm_statistics=per replica (sync_batch_norm asked, but SyncBatchNorm runs on "
+                     "GPUs only); running statistics of rank 0")
+    else:
+        notes.append("batch_norm_statistics=per replica; running statistics of rank 0 (DDP broadcast_buffers)")
+    return notes
 
 
 def _spec_net(torch: Any, workload: Workload) -> Any:
@@ -243,12 +280,36 @@ def build_model(
         scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale,
                                       growth_factor=2.0, backoff_factor=0.5,
                                       growth_interval=loss_scale_growth_interval(run))
+    train_forward, process = net, None
+    if run.distributed:
+        train_forward, process = _data_parallel(torch, run, net, device)
+        dev = next(net.parameters()).device
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    train_forward = torch.compile(net) if run.options.get("compile", False) else net
+    if run.options.get("compile", False):
+        train_forward = torch.compile(train_forward)
     return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
-                      train_forward)
+                      train_forward, process)
+
+
+def _data_parallel(torch: Any, run: RunSpec, net: Any, device: DeviceInfo) -> tuple[Any, Any]:
+    """Join the cell's process group and wrap ``net`` in DistributedDataParallel."""
+    import datetime
+
+    import torch.distributed as dist
+
+    from amp_suite.launchers import this_process
+
+    process = this_process(run)
+    if not dist.is_initialized():  # torchrun's environment (env://) says where the others are
+        dist.init_process_group("nccl" if device.kind == "gpu" else "gloo",
+                                timeout=datetime.timedelta(seconds=max(60.0, run.timeout_s)))
+    if _sync_batch_norm(run, device):
+        # The converted modules keep the same names and variables (weight, bias, running_*).
+        net.named = torch.nn.SyncBatchNorm.convert_sync_batchnorm(net.named)
+    device_ids = [torch.cuda.current_device()] if device.kind == "gpu" else None
+    return torch.nn.parallel.DistributedDataParallel(net, device_ids=device_ids), process
 
 
 def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
@@ -261,6 +322,10 @@ def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
 def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import torch
 
+    if model.process is not None:  # this rank's contiguous slice of every global batch
+        size = run.shard_size
+        first = model.process.first_replica * size
+        batches = [Batch(b.images[first:first + size], b.labels[first:first + size]) for b in batches]
     staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int64)).to(model.device))
               for b in batches]
     if model.device_type == "cuda":
@@ -348,7 +413,28 @@ def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], 
         step_times=(lambda: [s.elapsed_time(e) / 1000.0 for s, e in events]) if model.device_type == "cuda" else None,
     )
     result.loss_scale_final = float(model.scaler.get_scale()) if model.scaler is not None else None
+    if model.process is not None:
+        _across_ranks(torch, model, result)
     return result
+
+
+def _across_ranks(torch: Any, model: TorchModel, result: EpochResult) -> None:
+    """The window as the cell saw it: the slowest rank's time, global samples, the global batch's mean loss.
+
+    One all-reduce of a few numbers after the window's clock stopped.
+    """
+    import torch.distributed as dist
+
+    world = dist.get_world_size()
+    losses = torch.tensor(result.step_losses, dtype=torch.float64, device=model.device)
+    clock = torch.tensor([result.window_time_s], dtype=torch.float64, device=model.device)
+    dist.all_reduce(losses, op=dist.ReduceOp.SUM)
+    dist.all_reduce(clock, op=dist.ReduceOp.MAX)
+    result.extra["rank_window_time_s"] = result.window_time_s
+    result.window_time_s = float(clock.item())
+    result.step_losses = [v / world for v in losses.cpu().tolist()]
+    result.samples *= world
+    result.step_times_s = []  # per-rank device events do not describe the cell
 
 
 @hookimpl
@@ -407,4 +493,23 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
         torch.cuda.synchronize()
         figures["device_peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
         figures["device_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
+    if model.process is not None:
+        figures.update(_per_rank_memory(torch, figures))
     return figures
+
+
+def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:
+    """Every rank's peaks, gathered over the process group: per rank, and the largest."""
+    import torch.distributed as dist
+
+    from amp_suite.host_measure import peak_rss_bytes
+
+    mine = {"rss": peak_rss_bytes(), "device": figures.get("device_peak_memory_bytes")}
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    out: dict[str, Any] = {"peak_rss_bytes_per_rank": [int(r["rss"]) for r in everyone],
+                           "peak_rss_bytes_max_rank": max(int(r["rss"]) for r in everyone)}
+    if mine["device"] is not None:
+        out["device_peak_memory_bytes_per_rank"] = [int(r["device"]) for r in everyone]
+        out["device_peak_memory_bytes"] = max(int(r["device"]) for r in everyone)
+    return out

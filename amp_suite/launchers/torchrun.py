@@ -1,0 +1,65 @@
+"""PyTorch's own launcher: ``torch.distributed.run`` (torchrun) starts one worker per device.
+
+The runner starts this module's bootstrap, which sets the import path, ties
+itself to the runner (it dies with it), tells its ranks to die with *it*, and
+hands the command line to ``torch.distributed.run.main`` unchanged.  torchrun
+then starts ``--nproc-per-node`` workers, each with ``RANK``,
+``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set, and
+tears the others down when one fails (PyTorch docs, "torchrun (Elastic
+Launch)").  One node: ``--standalone`` (a local rendezvous on a free port).
+Several nodes: a static rendezvous at the coordinator (``--nnodes``,
+``--node-rank``, ``--master-addr``, ``--master-port``), which a scheduler
+such as Slurm starts once per node.
+
+torchrun starts each worker in a session of its own, so the runner's kill of
+torchrun's process group does not reach the workers; they end themselves
+when torchrun is gone (parent-death signal and a watcher thread, as every
+worker does), and a worker that exits with a failure makes torchrun end the
+others.  Workers cannot inherit the runner's result pipe (torchrun closes
+inherited descriptors), so local rank 0 writes its node's result to a file
+the runner names, reads and removes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from amp_suite.launchers.single import worker_command
+from amp_suite.records import RunSpec
+
+# The launcher's entry: import path first (kept for the workers), then torchrun.
+TORCHRUN_BOOTSTRAP = (
+    "import os, sys; sys.path[:] = os.environ['AMP_SUITE_WORKER_PATH'].split(os.pathsep); "
+    "from amp_suite.launchers.torchrun import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def torchrun_arguments(run: RunSpec) -> list[str]:
+    """torchrun's options for ``run``: processes per node and the rendezvous."""
+    args = ["--nproc-per-node", str(run.devices // run.nnodes), "--max-restarts", "0"]
+    if run.nnodes == 1:
+        return [*args, "--standalone"]
+    host, _, port = run.coordinator.rpartition(":")
+    return [*args, "--nnodes", str(run.nnodes), "--node-rank", str(run.node_rank),
+            "--master-addr", host, "--master-port", port]
+
+
+def command(run: RunSpec, result_path: str) -> list[str]:
+    """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
+    return [sys.executable, "-c", TORCHRUN_BOOTSTRAP, *torchrun_arguments(run),
+            "--no-python", *worker_command(f"--result-file {result_path}")]
+
+
+def main(argv: list[str]) -> int:
+    """Run torchrun with ``argv`` as a child of the runner that dies with it."""
+    from amp_suite import worker
+
+    host_pid = os.environ.pop(worker.HOST_PID_ENV, "")
+    if host_pid.isdigit():
+        worker.die_with_host(int(host_pid))
+    os.environ[worker.HOST_PID_ENV] = str(os.getpid())  # the workers watch torchrun
+    from torch.distributed.run import main as torchrun_main
+
+    torchrun_main(argv)
+    return 0

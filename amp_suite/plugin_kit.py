@@ -93,6 +93,7 @@ def timed_window(
     fetch: Callable[[list[tuple[Any, Any]]], tuple[list[float], list[bool]]] = fetch_floats,
     guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     step_times: Callable[[], list[float]] | None = None,
+    samples: Callable[[Any], int] | None = None,
 ) -> EpochResult:
     """Run ``step`` on each staged batch back to back, wait once, then fetch the losses.
 
@@ -103,8 +104,9 @@ def timed_window(
     dispatch loop and may forbid it (JAX's transfer guard does).  ``fetch``
     turns the window's outcomes into floats and bools in one go after the wait.
     ``step_times``, where the framework records device events per step, returns
-    their durations after the wait.  The caller fills in ``loss_scale_final``
-    and ``extra``.
+    their durations after the wait.  ``samples(batch)`` counts a staged
+    batch's examples where its labels have no ``shape`` (per-replica values).
+    The caller fills in ``loss_scale_final`` and ``extra``.
     """
     outcomes: list[tuple[Any, Any]] = []
     start = time.perf_counter()
@@ -116,7 +118,7 @@ def timed_window(
     window = time.perf_counter() - start
     losses, applied = fetch(outcomes)
     return EpochResult(
-        step_losses=losses, samples=sum(_batch_size(b) for b in batches), window_time_s=window,
+        step_losses=losses, samples=sum((samples or _batch_size)(b) for b in batches), window_time_s=window,
         step_times_s=step_times() if step_times is not None else [], skipped_steps=sum(not a for a in applied),
     )
 

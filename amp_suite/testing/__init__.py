@@ -75,6 +75,12 @@ class ProbeRequest:
     that many steps runs inside ``sync_counter`` (a ``module:function`` called
     as ``function(model)`` that returns a context manager yielding a counter
     of host synchronizations, ``counter()`` -> int), and the counts are kept.
+    ``devices`` > 1 runs the framework's data-parallel engine on that many
+    devices (``sync_batch_norm`` as ``--sync-batch-norm``), started the way
+    a sweep starts it (under torchrun for a ``torchrun`` launcher);
+    ``shard = (i, n)`` instead trains one device on the contiguous slice
+    ``i`` of ``n`` of every batch: the computation one replica of an
+    ``n``-device step does.
     """
 
     framework: str
@@ -90,12 +96,16 @@ class ProbeRequest:
     plugin_modules: tuple[str, ...] = ()
     count_syncs: tuple[int, ...] = ()
     sync_counter: str | None = None
+    devices: int = 1
+    sync_batch_norm: bool = False
+    shard: tuple[int, int] | None = None
 
     def to_json(self) -> str:
         data = asdict(self)
         data["table"] = self.table if self.table is not None else WORKLOADS[self.workload]
         data["plugin_modules"] = list(self.plugin_modules)
         data["count_syncs"] = list(self.count_syncs)
+        data["shard"] = None if self.shard is None else list(self.shard)
         return json.dumps(data, sort_keys=True)
 
 
@@ -133,8 +143,11 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="amp-suite-probe-"))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "request.json").write_text(request.to_json())
-    done = subprocess.run([sys.executable, "-m", "amp_suite.testing.probe", str(folder / "request.json"),
-                           str(folder)], capture_output=True, text=True, timeout=timeout, cwd=folder)
+    command = ["-m", "amp_suite.testing.probe", str(folder / "request.json"), str(folder)]
+    if request.devices > 1 and _launcher(request) == "torchrun":  # one process per device, PyTorch's launcher
+        command = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(request.devices),
+                   "--max-restarts", "0", *command]
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout, cwd=folder)
     if done.returncode != 0:
         raise AssertionError(f"probe of {request.framework} {request.precision} failed "
                              f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
@@ -153,6 +166,14 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
         moved_by_training_predict=meta["moved_by_training_predict"], cell=meta["cell"],
         syncs=[int(n) for n in meta.get("syncs", [])],
     )
+
+
+def _launcher(request: ProbeRequest) -> str:
+    """How ``request.framework`` starts a data-parallel cell (:attr:`FrameworkInfo.launcher`)."""
+    from amp_suite.plugin_host import PluginHost
+
+    info = PluginHost(extra_modules=request.plugin_modules).frameworks().get(request.framework)
+    return "process" if info is None else info.launcher
 
 
 # --- which frameworks are there -----------------------------------------------

@@ -29,7 +29,7 @@ import numpy as np
 
 from amp_suite.datasets import input_pipeline, load_dataset
 from amp_suite.plugin_host import PluginHost
-from amp_suite.records import RunSpec
+from amp_suite.records import Batch, RunSpec
 from amp_suite.results import to_plain
 from amp_suite.workloads import init_variables, workload_from_config
 
@@ -53,9 +53,22 @@ def probe(request: dict[str, Any], out_dir: Path) -> None:
     for name, value in frameworks[framework].env.items():
         os.environ.setdefault(name, value)
     workload = workload_from_config(request["workload"], request["table"])
+    devices = request.get("devices", 1)
     run = RunSpec(framework=framework, workload=workload.name, precision=request["precision"],
                   steps=request["steps"], epochs=request["epochs"], warmup=0, batch_size=request["batch_size"],
-                  options=request.get("options", {}), plugin_modules=tuple(request.get("plugin_modules", ())))
+                  options=request.get("options", {}), plugin_modules=tuple(request.get("plugin_modules", ())),
+                  devices=devices, sync_batch_norm=request.get("sync_batch_norm", False),
+                  launcher=frameworks[framework].launcher if devices > 1 else "process")
+    shard = request.get("shard")
+
+    def batches(epoch: int, stop: int) -> list[Batch]:
+        """The epoch's first ``stop`` batches, or the request's contiguous shard of each."""
+        whole = pipeline.batches(epoch, 0, stop)
+        if shard is None:
+            return whole
+        size = run.batch_size // shard[1]
+        rows = slice(shard[0] * size, (shard[0] + 1) * size)
+        return [Batch(b.images[rows], b.labels[rows]) for b in whole]
     data = load_dataset("synthetic", workload, steps=max([run.steps, *request.get("count_syncs", [])]),
                         batch_size=run.batch_size, seed=0)
     pipeline = input_pipeline(workload, data, batch_size=run.batch_size,
@@ -74,7 +87,7 @@ def probe(request: dict[str, Any], out_dir: Path) -> None:
     losses: list[float] = []
     skipped, scale, traces, extras = 0, None, [], []
     for epoch in range(run.epochs):
-        staged = host.stage_batches(run, model, pipeline.batches(epoch, 0, run.steps))
+        staged = host.stage_batches(run, model, batches(epoch, run.steps))
         result = host.train_epoch(run, model, staged, epoch)
         losses += [float(loss) for loss in result.step_losses]
         skipped += int(result.skipped_steps or 0)
@@ -93,6 +106,10 @@ def probe(request: dict[str, Any], out_dir: Path) -> None:
         with counter_factory(model) as count:
             host.train_epoch(run, model, staged, 0)
         syncs.append(count())
+    from amp_suite.launchers import this_process
+
+    if not this_process(run).writes_result:  # another rank of a torchrun probe: local rank 0 saves
+        return
     meta: dict[str, Any] = {
         "request": request, "applied": dataclasses.asdict(applied), "device": dataclasses.asdict(device),
         "losses": losses, "skipped": skipped, "loss_scale_final": scale, "traces": traces, "extras": extras,

@@ -11,11 +11,26 @@ compute dtype), as haiku's ImageNet example does; for ``amp_fp16`` a
 update only when every gradient is finite and adjust the scale.  BatchNorm
 state travels through the step beside the parameters (``hk.transform_with_state``).
 The whole step is jitted once with parameters, state and optimizer state donated.
+
+Data parallel (``--devices N``): ``jax.sharding`` with a 1-D ``Mesh`` over N
+devices (axis ``"data"``; on a CPU, N host devices made with
+``--xla_force_host_platform_device_count`` before JAX starts).  Parameters,
+state, optimizer state and loss scale are replicated
+(``NamedSharding(mesh, P())``), each global batch is sharded
+(``NamedSharding(mesh, P("data"))``: device i holds the contiguous slice i),
+and the same step runs under one ``jax.jit`` of a ``jax.shard_map``: each
+device computes the gradient of its shard's mean loss, ``lax.pmean`` averages
+gradients and loss over the mesh, and every device applies the identical
+update.  BatchNorm statistics are per replica (the running statistics are the
+replicas' mean) unless ``sync_batch_norm`` makes BatchNorm average its batch
+moments over the mesh.  Several nodes: ``jax.distributed.initialize`` at the
+coordinator, one process per node driving that node's devices.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +38,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
+from amp_suite.errors import UnsupportedError
 from amp_suite.plugin_kit import (
     cpu_device,
     loss_scale_growth_interval,
@@ -73,20 +89,56 @@ class JaxModel:
     device: Any
     trace_count: list[int] = field(default_factory=lambda: [0])
     net_class: Any = None  # the haiku module class (introspection by tests)
+    mesh: Any = None  # the data-parallel Mesh, else None
+    process: Any = None  # the DistributedSpec of a data-parallel cell, else None
+
+
+def _host_devices(run: RunSpec) -> None:
+    """Split the CPU into this process's devices: the XLA flag before JAX starts, else JAX's own option."""
+    import sys
+
+    count = run.devices // run.nnodes
+    if "jax" not in sys.modules:
+        flag = f"--xla_force_host_platform_device_count={count}"
+        os.environ["XLA_FLAGS"] = " ".join(
+            [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag.split("=")[0])] + [flag])
+    else:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", count)
+
+
+def _join_nodes(jax: Any, run: RunSpec) -> None:
+    """One process per node meets the others at the coordinator (gloo collectives on CPUs)."""
+    from jax._src import distributed
+
+    if distributed.global_state.client is not None:
+        return
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(coordinator_address=run.coordinator, num_processes=run.nnodes,
+                               process_id=run.node_rank, initialization_timeout=int(max(60, run.timeout_s)))
 
 
 @hookimpl
 def select_device(run: RunSpec) -> DeviceInfo:
+    if run.distributed:
+        _host_devices(run)
     import jax
 
     if run.device == "cpu":
         jax.config.update("jax_platforms", "cpu")
+    if run.nnodes > 1:
+        _join_nodes(jax, run)
     try:
         gpus = jax.devices("gpu") if run.device != "cpu" else []
     except RuntimeError:
         gpus = []
     if require_device_kind(run, bool(gpus), "JAX") == "cpu":
-        return cpu_device()
+        if run.distributed and len(jax.devices("cpu")) < run.devices:
+            raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(jax.devices('cpu'))} CPU devices")
+        return dataclasses.replace(cpu_device(), count=run.devices)
+    if run.distributed and len(gpus) < run.devices:
+        raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(gpus)} GPUs")
     dev = gpus[0]
     capability = str(getattr(dev, "compute_capability", "") or "")
     major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
@@ -95,7 +147,7 @@ def select_device(run: RunSpec) -> DeviceInfo:
         kind="gpu",
         platform=dev.platform,
         name=dev.device_kind,
-        count=len(gpus),
+        count=run.devices if run.distributed else len(gpus),
         driver=getattr(dev.client, "platform_version", ""),
         compute_capability=capability,
         memory_total_bytes=stats.get("bytes_limit"),
@@ -115,10 +167,19 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
              "output=float32")
     if applied.compute_dtype != "float32":
         notes += (f"batch_norm=jmp policy params=float32,compute=float32,output={applied.compute_dtype}",)
+    if run.distributed:
+        notes += (f"data_parallel=jax.jit(shard_map) over a 1-D Mesh of {run.devices} {device.kind} devices"
+                  + (f" in {run.nnodes} processes (jax.distributed)" if run.nnodes > 1 else "")
+                  + "; gradients summed by shard_map autodiff and divided by N, loss averaged with lax.pmean",
+                  f"sharding=NamedSharding P('data'): contiguous slice of {run.shard_size} per device; "
+                  "parameters and state replicated",
+                  "batch_norm_statistics=synchronized (batch moments averaged over the mesh)" if run.sync_batch_norm
+                  else "batch_norm_statistics=per replica; running statistics averaged over the replicas")
     return dataclasses.replace(applied, notes=notes)
 
 
-def _module_classes(workload: Workload) -> tuple[type, type]:
+def _module_classes(workload: Workload, sync_axis: str | None = None, replicas: int = 1) -> tuple[type, type]:
+    """``sync_axis``: the mesh axis BatchNorm averages its batch moments over when called with ``sync``."""
     """Fresh haiku module classes for ``workload`` (fresh, so policies set on them stay local)."""
     import haiku as hk
     import jax
@@ -136,7 +197,7 @@ def _module_classes(workload: Workload) -> tuple[type, type]:
             super().__init__(name=spec.name)
             self.momentum, self.epsilon = spec.momentum, spec.epsilon
 
-        def __call__(self, x: Any, is_training: bool) -> Any:
+        def __call__(self, x: Any, is_training: bool, sync: bool = False) -> Any:
             channels = x.shape[-1]
             scale = hk.get_parameter("scale", (channels,), x.dtype, init=jnp.ones)
             offset = hk.get_parameter("offset", (channels,), x.dtype, init=jnp.zeros)
@@ -144,8 +205,13 @@ def _module_classes(workload: Workload) -> tuple[type, type]:
             running_var = hk.get_state("var", (channels,), jnp.float32, init=jnp.ones)
             if is_training:
                 mean = jnp.mean(x, axis=(0, 1, 2))
-                var = jnp.mean(jnp.square(x - mean), axis=(0, 1, 2))
                 count = x.size // channels
+                if sync and sync_axis is not None:  # moments of the global batch: equal shards, means of means
+                    mean = jax.lax.pmean(mean, sync_axis)
+                    count *= replicas
+                var = jnp.mean(jnp.square(x - mean), axis=(0, 1, 2))
+                if sync and sync_axis is not None:
+                    var = jax.lax.pmean(var, sync_axis)
                 hk.set_state("mean", (1 - self.momentum) * running_mean + self.momentum * mean)
                 hk.set_state("var", (1 - self.momentum) * running_var
                              + self.momentum * var * (count / (count - 1)))
@@ -157,10 +223,10 @@ def _module_classes(workload: Workload) -> tuple[type, type]:
         def __init__(self) -> None:
             super().__init__(name=MODULE_NAME)
 
-        def __call__(self, x: Any, is_training: bool) -> Any:
-            return self.run(workload.layers, x, is_training)
+        def __call__(self, x: Any, is_training: bool, sync: bool = False) -> Any:
+            return self.run(workload.layers, x, is_training, sync)
 
-        def run(self, specs: tuple[LayerSpec, ...], x: Any, is_training: bool) -> Any:
+        def run(self, specs: tuple[LayerSpec, ...], x: Any, is_training: bool, sync: bool = False) -> Any:
             for spec in specs:
                 kind = spec.kind
                 if kind == "conv2d":
@@ -168,11 +234,11 @@ def _module_classes(workload: Workload) -> tuple[type, type]:
                     x = hk.Conv2D(spec.features, spec.kernel_size, stride=spec.stride, padding=pad,
                                   with_bias=spec.use_bias, name=spec.name)(x)
                 elif kind == "batch_norm":
-                    x = BatchNorm(spec)(x, is_training)
+                    x = BatchNorm(spec)(x, is_training, sync)
                 elif kind == "relu":
                     x = jax.nn.relu(x)
                 elif kind == "residual":
-                    x = self.run(spec.body, x, is_training) + self.run(spec.shortcut, x, is_training)
+                    x = self.run(spec.body, x, is_training, sync) + self.run(spec.shortcut, x, is_training, sync)
                 elif kind in ("max_pool", "avg_pool"):
                     pool = hk.max_pool if kind == "max_pool" else hk.avg_pool
                     x = pool(x, window_shape=(1, spec.window, spec.window, 1),
@@ -237,17 +303,30 @@ def build_model(
     import optax
 
     dev = jax.devices("gpu")[0] if device.kind == "gpu" else jax.devices("cpu")[0]
-    net_class, bn_class = _module_classes(workload)
+    mesh = process = None
+    if run.distributed:
+        from jax.sharding import Mesh
+
+        from amp_suite.launchers import this_process
+
+        process = this_process(run)
+        mesh = Mesh(np.array(jax.devices(device.kind)[:run.devices]), (AXIS,))
+        dev = jax.local_devices()[0]
+    net_class, bn_class = _module_classes(workload, AXIS if run.sync_batch_norm and mesh is not None else None,
+                                          run.devices)
     compute = jnp.dtype(applied.compute_dtype)
     hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=compute,
                                                         output_dtype=jnp.float32))
     hk.mixed_precision.set_policy(bn_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.float32,
                                                        output_dtype=compute))
-    net = hk.transform_with_state(lambda x, is_training: net_class()(x, is_training))
+    net = hk.transform_with_state(lambda x, is_training, sync=False: net_class()(x, is_training, sync))
+    sync = bool(mesh is not None and run.sync_batch_norm)  # only the train step runs inside shard_map
     example = jnp.zeros((1, *workload.input_shape), jnp.float32)
     params, state = net.init(jax.random.PRNGKey(run.seed), example, True)
-    params = jax.device_put(_load_canonical(params, initial_weights), dev)
-    state = jax.device_put(_load_canonical(state, initial_state), dev)
+    params = _load_canonical(params, initial_weights)
+    state = _load_canonical(state, initial_state)
+    put = (lambda tree: _replicate(jax, mesh, tree)) if mesh is not None else (lambda tree: jax.device_put(tree, dev))
+    params, state = put(params), put(state)
     optimizer = _make_optimizer(workload.optimizer)
     if applied.loss_scaling == "dynamic":
         loss_scale = jmp.DynamicLossScale(jnp.asarray(applied.initial_loss_scale, jnp.float32),
@@ -256,17 +335,26 @@ def build_model(
         loss_scale = jmp.NoOpLossScale()
     # Everything the step takes is committed to the device from the start, as its
     # outputs will be: otherwise the second call compiles the step again.
-    opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), dev)
+    if mesh is None:
+        opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), dev)
+    else:
+        opt_state, loss_scale = put(jax.device_get((optimizer.init(params), loss_scale)))
     trace_count = [0]
 
     def loss_fn(p: Any, s: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
-        logits, new_state = net.apply(p, s, None, images, True)
+        logits, new_state = net.apply(p, s, None, images, True, sync)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean()
         return scale.scale(loss), (loss, new_state)
 
     def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any):
         trace_count[0] += 1  # runs only while tracing
         grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, scale)
+        if mesh is not None:
+            # The gradient of replicated parameters comes out of shard_map's autodiff already summed
+            # over the mesh (JAX's varying-manual-axes rule: a replicated input's cotangent is psum'd);
+            # divided by N it is the global batch's mean gradient.  Loss and BatchNorm state are averaged.
+            grads = jax.tree_util.tree_map(lambda g: g / run.devices, grads)
+            loss, new_s = jax.lax.pmean((loss, new_s), AXIS)
         grads = scale.unscale(grads)
         finite = jmp.all_finite(grads)
         new_scale = scale.adjust(finite)
@@ -280,22 +368,61 @@ def build_model(
     def forward(p: Any, s: Any, images: Any, is_training: bool) -> Any:
         return net.apply(p, s, None, images, is_training)[0].astype(jnp.float32)
 
+    if mesh is not None:
+        from jax.sharding import PartitionSpec as P
+
+        step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P(), P(), P(AXIS), P(AXIS)),
+                             out_specs=P())
     train_step = jax.jit(step, donate_argnums=(0, 1, 2))
     return JaxModel(params, state, opt_state, loss_scale, train_step,
-                    jax.jit(forward, static_argnums=3), dev, trace_count, net_class)
+                    jax.jit(forward, static_argnums=3), dev, trace_count, net_class, mesh, process)
+
+
+AXIS = "data"
+
+
+def _replicate(jax: Any, mesh: Any, tree: Any) -> Any:
+    """``tree`` (host values, the same in every process) replicated on every device of ``mesh``."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    sharding = NamedSharding(mesh, P())
+    return jax.tree_util.tree_map(
+        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
+
+
+def _local(jax: Any, tree: Any) -> Any:
+    """One device's copy of a replicated tree (the tree itself off a mesh)."""
+    return jax.tree_util.tree_map(lambda x: x.addressable_data(0), tree)
 
 
 @hookimpl
 def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import jax
 
-    staged = [(jax.device_put(b.images, model.device), jax.device_put(b.labels, model.device)) for b in batches]
+    if model.mesh is not None:
+        staged = [_shard_batch(jax, run, model, b) for b in batches]
+    else:
+        staged = [(jax.device_put(b.images, model.device), jax.device_put(b.labels, model.device))
+                  for b in batches]
     jax.block_until_ready(staged)
     return staged
 
 
+def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any]:
+    """A global batch sharded over the mesh; this process supplies the rows of its own devices."""
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    sharding = NamedSharding(model.mesh, P(AXIS))
+    first = model.process.first_replica * run.shard_size
+    rows = slice(first, first + model.process.local_devices * run.shard_size)
+    return tuple(jax.make_array_from_process_local_data(sharding, array[rows], array.shape)
+                 for array in (batch.images, batch.labels))
+
+
 def _scale_value(model: JaxModel) -> float | None:
     value = getattr(model.loss_scale, "loss_scale", None)
+    if value is not None and hasattr(value, "addressable_data") and model.mesh is not None:
+        value = value.addressable_data(0)
     return None if value is None or not hasattr(value, "shape") else float(value)
 
 
@@ -313,6 +440,8 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], ep
     def fetch(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
         if not outcomes:
             return [], []
+        if model.mesh is not None:  # replicated values: one device's copy is the value
+            outcomes = _local(jax, outcomes)
         losses, finite = jax.device_get((jnp.stack([l for l, _ in outcomes]), jnp.stack([f for _, f in outcomes])))
         return [float(v) for v in losses], [bool(v) for v in finite]
 
@@ -321,6 +450,13 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], ep
                           fetch=fetch, guard=lambda: jax.transfer_guard_device_to_host("disallow"))
     result.loss_scale_final = _scale_value(model)
     result.extra["traces"] = model.trace_count[0]
+    if model.process is not None and model.process.num_processes > 1:
+        from jax.experimental import multihost_utils
+
+        # The slowest process's window, after the clock stopped.
+        clocks = multihost_utils.process_allgather(np.asarray([result.window_time_s]))
+        result.extra["process_window_time_s"] = result.window_time_s
+        result.window_time_s = float(np.max(clocks))
     return result
 
 
@@ -329,17 +465,22 @@ def predict(run: RunSpec, model: JaxModel, images: np.ndarray, training: bool) -
     import jax
 
     x = jax.device_put(np.asarray(images, dtype=np.float32), model.device)
+    params, state = (model.params, model.state) if model.mesh is None else _local(jax, (model.params, model.state))
     # apply returns new state beside the logits; dropping it leaves the model untouched.
-    return np.asarray(model.forward(model.params, model.state, x, bool(training)), dtype=np.float32)
+    return np.asarray(model.forward(params, state, x, bool(training)), dtype=np.float32)
 
 
 @hookimpl
 def get_variables(run: RunSpec, model: JaxModel) -> dict[str, np.ndarray]:
+    import jax
+
     out = {}
-    for tree in (model.params, model.state):
+    trees = (model.params, model.state) if model.mesh is None else _local(jax, (model.params, model.state))
+    for tree in trees:
         for module_path, leaves in tree.items():
             for leaf, value in leaves.items():
-                out[_canonical_key(module_path, leaf)] = np.asarray(value, dtype=np.float32)
+                # a copy: a CPU array may share its buffer, which the next (donating) step reuses
+                out[_canonical_key(module_path, leaf)] = np.array(value, dtype=np.float32, copy=True)
     return out
 
 
@@ -355,7 +496,11 @@ def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]
         "compilation": "XLA (jax.jit)",
     }
     if device.kind == "gpu":
-        stats = model.device.memory_stats() or {}
-        if "peak_bytes_in_use" in stats:
-            figures["device_peak_memory_bytes"] = int(stats["peak_bytes_in_use"])
+        devices = [model.device] if model.mesh is None else [d for d in model.mesh.devices.flat
+                                                              if d.process_index == jax.process_index()]
+        peaks = [int((d.memory_stats() or {}).get("peak_bytes_in_use", -1)) for d in devices]
+        if peaks and min(peaks) >= 0:
+            figures["device_peak_memory_bytes"] = max(peaks)
+            if model.mesh is not None:
+                figures["device_peak_memory_bytes_per_device"] = peaks
     return figures

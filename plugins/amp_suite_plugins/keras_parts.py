@@ -28,7 +28,14 @@ from amp_suite.records import OptimizerSpec
 
 
 class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
-    """Keras BatchNormalization whose moving variance tracks the unbiased batch variance."""
+    """Keras BatchNormalization whose moving variance tracks the unbiased batch variance.
+
+    Under a ``tf.distribute`` strategy each replica normalizes with its own
+    batch's moments and updates its own copy of the moving statistics
+    (Keras's default, ``aggregation="none"``; reads outside a replica see
+    replica 0's); ``synchronized=True`` uses the moments of every replica's
+    batch together (Keras's own all-reduce), and then every copy is the same.
+    """
 
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
         if not (training and self.trainable):
@@ -36,6 +43,12 @@ class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
         x = ops.cast(inputs, "float32")  # BatchNorm statistics in float32 under every policy
         mean, variance = self._moments(x, mask)
         count = ops.cast(ops.size(x), "float32") / ops.cast(ops.shape(x)[-1], "float32")
+        if self.synchronized:
+            import tensorflow as tf
+
+            context = tf.distribute.get_replica_context()
+            if context is not None:
+                count = count * float(context.num_replicas_in_sync)
         unbiased = variance * count / (count - 1.0)
         self.moving_mean.assign(self.moving_mean * self.momentum + mean * (1.0 - self.momentum))
         self.moving_variance.assign(self.moving_variance * self.momentum + unbiased * (1.0 - self.momentum))
@@ -50,6 +63,13 @@ class _SuiteOptimizer(keras.optimizers.Optimizer):
     def __init__(self, spec: OptimizerSpec, learning_rate: Any, **kwargs: Any) -> None:
         super().__init__(learning_rate=learning_rate, name=f"suite_{spec.name}", **kwargs)
         self.spec = spec
+        # True when the train step hands over gradients already all-reduced over the replicas.
+        self.gradients_reduced = False
+
+    def _all_reduce_sum_gradients(self, grads_and_vars: Any) -> Any:
+        if self.gradients_reduced:
+            return list(grads_and_vars)
+        return super()._all_reduce_sum_gradients(grads_and_vars)
 
     def _decayed(self, gradient: Any, variable: Any) -> Any:
         gradient = ops.cast(gradient, variable.dtype)

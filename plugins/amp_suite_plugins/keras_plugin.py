@@ -7,6 +7,20 @@ softmax and loss run in float32; ``mixed_float16`` trains through a dynamic
 ``LossScaleOptimizer``, which unscales the gradients and skips a step whose
 gradients are not finite.  The train step is one ``tf.function``, XLA-compiled
 unless ``[frameworks.keras] jit_compile = false``.
+
+Data parallel (``--devices N``): ``tf.distribute.MirroredStrategy`` over N
+GPUs, or over N logical CPU devices made with
+``tf.config.set_logical_device_configuration`` before TensorFlow starts, so
+the same code path runs on a CPU.  Model and optimizer are built under
+``strategy.scope()``; each replica takes the contiguous slice i of every
+global batch (``experimental_distribute_values_from_function``), its loss is
+``tf.nn.compute_average_loss`` over the *global* batch, and the replicas'
+gradients are summed with one ``all_reduce`` before the (loss-scale)
+optimizer sees them, so the step is the one of the mean loss over the global
+batch and the finite check of ``LossScaleOptimizer`` sees the global
+gradient.  The replica's forward and backward pass is the XLA-compiled part;
+all-reduce and update run in the strategy's ``tf.function``.  Several nodes:
+``MultiWorkerMirroredStrategy`` configured by ``TF_CONFIG``.
 """
 
 from __future__ import annotations
@@ -19,6 +33,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
+from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers
 from amp_suite.plugin_kit import (
     cpu_device,
@@ -65,6 +80,7 @@ class KerasModel:
     device_name: str
     loss_scaled: bool
     named: dict[str, LayerSpec]
+    strategy: Any = None  # the tf.distribute strategy of a data-parallel cell, else None
 
 
 def _jit(run: RunSpec) -> bool:
@@ -79,7 +95,14 @@ def select_device(run: RunSpec) -> DeviceInfo:
     if require_device_kind(run, bool(gpus), "TensorFlow") == "cpu":
         if gpus:
             tf.config.set_visible_devices([], "GPU")
-        return cpu_device()
+        if run.distributed:
+            # Before TensorFlow initializes its devices: the CPU as N logical devices.
+            cpu = tf.config.list_physical_devices("CPU")[0]
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(run.local_devices)])
+        return dataclasses.replace(cpu_device(), count=run.devices)
+    if run.distributed and len(gpus) < run.local_devices:
+        raise UnsupportedError(f"{run.local_devices} devices asked for, TensorFlow sees {len(gpus)} GPUs")
     # Before anything touches a GPU: without memory growth TF maps nearly all of it.
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
@@ -89,7 +112,7 @@ def select_device(run: RunSpec) -> DeviceInfo:
         kind="gpu",
         platform="cuda" if tf.test.is_built_with_cuda() else "rocm",
         name=details.get("device_name", gpus[0].name),
-        count=len(gpus),
+        count=run.devices if run.distributed else len(gpus),
         driver=f"CUDA {tf.sysconfig.get_build_info().get('cuda_version', '?')} (TF build)",
         compute_capability=f"{capability[0]}.{capability[1]}",
         supports_tf32=capability[0] >= 8,
@@ -112,6 +135,17 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     )
     if applied.compute_dtype != "float32":
         notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",)
+    if run.distributed:
+        engine = "MultiWorkerMirroredStrategy (TF_CONFIG)" if run.nnodes > 1 else "MirroredStrategy"
+        notes += (f"data_parallel={engine} over {run.devices} {device.kind} devices"
+                  + (" (logical CPU devices)" if device.kind == "cpu" else "")
+                  + "; gradients summed with all_reduce of losses averaged over the global batch",
+                  f"sharding=contiguous slice of {run.shard_size} per replica of each global batch",
+                  f"xla=replica forward and backward (jit_compile={_jit(run) and not run.sync_batch_norm}); "
+                  "all-reduce and update in tf.function",
+                  "batch_norm_statistics=synchronized (BatchNormalization(synchronized=True))" if run.sync_batch_norm
+                  else "batch_norm_statistics=per replica; moving statistics of replica 0 (each replica updates "
+                  "its own copy, Keras's default)")
     return dataclasses.replace(applied, notes=notes)
 
 
@@ -126,7 +160,7 @@ def _conv(keras: Any, spec: LayerSpec, x: Any) -> Any:
                                use_bias=spec.use_bias, name=spec.name)(x)
 
 
-def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any) -> Any:
+def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False) -> Any:
     """Translate the layer vocabulary into Keras functional calls on ``x``."""
     from amp_suite_plugins.keras_parts import UnbiasedBatchNormalization
 
@@ -137,12 +171,13 @@ def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any) -> Any:
             x = _conv(keras, spec, x)
         elif kind == "batch_norm":
             # PyTorch's momentum 0.1 is Keras's 0.9 (the weight of the old value).
-            x = UnbiasedBatchNormalization(momentum=1.0 - spec.momentum, epsilon=spec.epsilon, name=spec.name)(x)
+            x = UnbiasedBatchNormalization(momentum=1.0 - spec.momentum, epsilon=spec.epsilon, name=spec.name,
+                                           synchronized=synchronized)(x)
         elif kind == "relu":
             x = layers.ReLU()(x)
         elif kind == "residual":
-            body = _apply(keras, spec.body, x)
-            x = layers.Add()([body, _apply(keras, spec.shortcut, x)])
+            body = _apply(keras, spec.body, x, synchronized)
+            x = layers.Add()([body, _apply(keras, spec.shortcut, x, synchronized)])
         elif kind == "max_pool":
             x = layers.MaxPooling2D(spec.window, strides=spec.stride)(x)
         elif kind == "avg_pool":
@@ -166,11 +201,12 @@ def _named_layers(workload: Workload) -> dict[str, LayerSpec]:
     return {spec.name: spec for spec in iter_layers(workload.layers) if spec.kind in _LEAVES}
 
 
-def _build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray]) -> Any:
+def _build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
+                       synchronized: bool = False) -> Any:
     inputs = keras.Input(shape=workload.input_shape)
     # Logits leave the mixed-precision region in float32.
     outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(
-        _apply(keras, workload.layers, inputs))
+        _apply(keras, workload.layers, inputs, synchronized))
     model = keras.Model(inputs, outputs, name=workload.name)
     # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
     for name, spec in _named_layers(workload).items():
@@ -189,6 +225,8 @@ def build_model(
 
     from amp_suite_plugins.keras_parts import make_optimizer
 
+    if run.distributed:
+        return _build_mirrored(run, workload, {**initial_weights, **initial_state}, applied, device)
     device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
     with tf.device(device_name):
         model = _build_keras_model(keras, workload, {**initial_weights, **initial_state})
@@ -224,10 +262,92 @@ def build_model(
                       _named_layers(workload))
 
 
+def _strategy(tf: Any, run: RunSpec, device: DeviceInfo) -> Any:
+    if run.nnodes > 1:  # every node's TF_CONFIG names the cluster and its own task
+        return tf.distribute.MultiWorkerMirroredStrategy()
+    kind = "GPU" if device.kind == "gpu" else "CPU"
+    return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices(kind)][:run.devices])
+
+
+def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.ndarray],
+                    applied: PrecisionApplied, device: DeviceInfo) -> KerasModel:
+    """The model, optimizer and train step under a MirroredStrategy (see the module's docstring)."""
+    import keras
+    import tensorflow as tf
+
+    from amp_suite_plugins.keras_parts import make_optimizer
+
+    strategy = _strategy(tf, run, device)
+    global_batch = run.batch_size
+    loss_scaled = applied.loss_scaling == "dynamic"
+    with strategy.scope():
+        model = _build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm)
+        inner = make_optimizer(workload.optimizer)
+        inner.gradients_reduced = True  # the step all-reduces the gradients itself
+        optimizer = inner
+        if loss_scaled:
+            optimizer = keras.optimizers.LossScaleOptimizer(
+                inner, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))
+        optimizer.build(model.trainable_variables)
+    variables_ = model.trainable_variables
+
+    def gradients(images: Any, labels: Any) -> tuple[Any, Any]:
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            target = optimizer.scale_loss(loss) if loss_scaled else loss
+        return loss, tape.gradient(target, variables_)
+
+    # A synchronized BatchNorm all-reduces inside the forward pass, which a nested tf.function
+    # cannot hold (TensorFlow forbids a synchronization point there): then no nested XLA function.
+    compiled = gradients if run.sync_batch_norm else tf.function(gradients, jit_compile=_jit(run),
+                                                                 reduce_retracing=True)
+
+    def replica_step(images: Any, labels: Any) -> tuple[Any, Any]:
+        loss, grads = compiled(images, labels)
+        context = tf.distribute.get_replica_context()
+        grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)  # the global batch's mean gradient
+        finite = optimizer.check_finite(grads) if loss_scaled else tf.constant(True)
+        optimizer.apply(grads, variables_)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, loss), finite
+
+    def step(images: Any, labels: Any) -> tuple[Any, Any]:
+        loss, finite = strategy.run(replica_step, args=(images, labels))
+        return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(finite)[0]
+
+    def forward(images: Any) -> Any:
+        return tf.cast(model(images, training=False), tf.float32)
+
+    train_step = tf.function(step, reduce_retracing=True)
+    predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
+    return KerasModel(model, optimizer, train_step, predict_fn, "/CPU:0" if device.kind == "cpu" else "/GPU:0",
+                      loss_scaled, _named_layers(workload), strategy)
+
+
+def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple[Any, Any]:
+    """A global batch as per-replica values: replica i gets the contiguous slice i (on its device).
+
+    ``replica_id_in_sync_group`` counts the replicas of every worker, so on
+    several nodes each takes its own slice of the same global batch.
+    """
+    size = run.shard_size
+
+    def shard(array: np.ndarray) -> Any:
+        def value(context: Any) -> Any:
+            first = context.replica_id_in_sync_group * size
+            return tf.identity(tf.constant(array[first:first + size]))
+        return model.strategy.experimental_distribute_values_from_function(value)
+
+    return shard(batch.images), shard(batch.labels)
+
+
 @hookimpl
 def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import tensorflow as tf
 
+    if model.strategy is not None:
+        return [_distribute(tf, run, model, b) for b in batches]
     with tf.device(model.device_name):
         return [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels))) for b in batches]
 
@@ -250,7 +370,8 @@ def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], 
     # The step returns its loss and finite flag as tensors; reading the last
     # loss waits for every step dispatched before it.
     result = timed_window(staged, lambda batch: model.train_step(*batch),
-                          wait=lambda outcome: outcome[0].numpy(), fetch=fetch)
+                          wait=lambda outcome: outcome[0].numpy(), fetch=fetch,
+                          samples=(lambda batch: run.batch_size) if model.strategy is not None else None)
     result.loss_scale_final = _scale(model)
     result.extra["traces"] = int(model.train_step.experimental_get_tracing_count())
     return result

@@ -1,9 +1,12 @@
 """Normalizes every run into one comparison: pandas frames and a markdown report.
 
 Each figure is put beside the same framework's ``fp32`` figure on the same
-workload, so a reader sees what AMP buys *in that framework*: throughput
-speed-up, peak-memory ratio and the accuracy difference.  Repeats are folded
-by their median; failed cells keep their status and are never dropped.
+workload, device kind and device count, so a reader sees what AMP buys *in
+that framework*: throughput speed-up, peak-memory ratio and the accuracy
+difference.  Repeats are folded by their median; failed cells keep their
+status and are never dropped.  Data-parallel cells add a scaling table: the
+speed-up over the same framework, precision and workload on one device, and
+the scaling efficiency ``throughput(N) / (N * throughput(1))``.
 
 With a calibration of the machine (``amp-suite calibrate``, carried in the
 environment record as ``calibration``) each speed-up stands beside its
@@ -30,7 +33,7 @@ MIB = 1024 * 1024
 
 # Columns of the per-cell frame (results.csv), in order.
 CELL_COLUMNS = [
-    "workload", "framework", "precision", "repeat", "status", "error",
+    "workload", "framework", "precision", "devices", "repeat", "status", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
@@ -48,9 +51,14 @@ SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its cl
 
 
 def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
-    """Device allocator peak where the framework gives one, else the worker's peak RSS."""
+    """Device allocator peak where the framework gives one (the largest device's), else peak RSS.
+
+    A cell of one process per device (torchrun) gives the largest rank's RSS.
+    """
     if metrics.get("device_peak_memory_bytes") is not None:
         return metrics["device_peak_memory_bytes"] / MIB, "device allocator"
+    if metrics.get("peak_rss_bytes_max_rank") is not None:
+        return metrics["peak_rss_bytes_max_rank"] / MIB, "process RSS (largest rank)"
     if metrics.get("peak_rss_bytes") is not None:
         return metrics["peak_rss_bytes"] / MIB, "process RSS"
     return None, ""
@@ -119,6 +127,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "workload": r.workload,
             "framework": r.framework,
             "precision": r.precision,
+            "devices": _devices(r),
             "repeat": r.repeat,
             "status": r.status,
             "error": r.error,
@@ -182,6 +191,12 @@ def device_label(kind: str, names: list[str]) -> str:
     return kind or "–"
 
 
+def _devices(result: CellResult) -> int:
+    """The cell's device count (results stored before data parallelism ran on one)."""
+    value = (result.config or {}).get("devices", 1)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
 def _giga(value: Any) -> float | None:
     number = _num(value)
     return None if number is None else number / 1e9
@@ -192,11 +207,11 @@ def _ms(seconds: Any) -> float | None:
     return None if value is None else value * 1000.0
 
 
-SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "precision", "status", "ok_repeats",
+SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", "precision", "status", "ok_repeats",
                    "repeats", "throughput", "speedup", "peak_memory_mib", "memory_ratio", "final_loss",
                    "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
-                   "cost_saving_per_million", "cost_saving_fraction", "error"]
+                   "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency", "error"]
 
 
 def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -212,12 +227,12 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     if cells.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rows = []
-    for (workload, framework, kind, precision), group in cells.groupby(
-            ["workload", "framework", "device_kind", "precision"], sort=False):
+    for (workload, framework, kind, devices, precision), group in cells.groupby(
+            ["workload", "framework", "device_kind", "devices", "precision"], sort=False):
         ok = group[group["status"] == "ok"]
         rows.append({
-            "workload": workload, "framework": framework, "device_kind": kind, "precision": precision,
-            "device": device_label(kind, list(group["device"])),
+            "workload": workload, "framework": framework, "device_kind": kind, "devices": int(devices),
+            "precision": precision, "device": device_label(kind, list(group["device"])),
             "status": "ok" if len(ok) else group["status"].iloc[-1],
             "ok_repeats": len(ok), "repeats": len(group),
             "throughput": _median(ok["throughput"]) if len(ok) else math.nan,
@@ -235,8 +250,8 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "error": "" if len(ok) else group["error"].iloc[-1],
         })
     summary = pd.DataFrame(rows)
-    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind"])
-    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"]))
+    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind", "devices"])
+    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"], summary["devices"]))
 
     def relative(column: str, how: str) -> list[float]:
         out = []
@@ -256,6 +271,16 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     summary["cost_saving_per_million"] = saving
     summary["cost_saving_fraction"] = [s / b if b and not math.isnan(b) else math.nan
                                        for s, b in zip(saving, base_cost)]
+    one = summary[summary["devices"] == 1].set_index(["workload", "framework", "device_kind", "precision"])
+    scaling, efficiency = [], []
+    for _, row in summary.iterrows():
+        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        ref = one["throughput"].get(key, math.nan) if key in one.index else math.nan
+        ratio = row["throughput"] / ref if ref and not math.isnan(ref) else math.nan
+        scaling.append(ratio)
+        efficiency.append(ratio / row["devices"])
+    summary["scaling_speedup"] = scaling
+    summary["scaling_efficiency"] = efficiency
     return summary
 
 
@@ -275,19 +300,59 @@ def _precision_order(precisions: list[str]) -> list[str]:
 
 
 def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
-    """Rows workload x framework x device, a column per precision, each cell rendered by ``render(row)``."""
+    """Rows workload x framework x device (x devices, when a cell ran on several), a column per precision.
+
+    Each cell is rendered by ``render(row)``.
+    """
     precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
-    table: dict[tuple[str, str, str], dict[str, str]] = {}
-    labels: dict[tuple[str, str, str], str] = {}
+    with_devices = bool((summary["devices"] != 1).any())
+    table: dict[tuple[str, str, str, int], dict[str, str]] = {}
+    labels: dict[tuple[str, str, str, int], str] = {}
     for _, row in summary.iterrows():
         cell = render(row) if row["status"] == "ok" else str(row["status"])
-        key = (row["workload"], row["framework"], row["device_kind"])
+        key = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
         table.setdefault(key, {})[row["precision"]] = cell
         labels.setdefault(key, row["device"])
-    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k)]),
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, d)]),
+                **({"devices": str(d)} if with_devices else {}),
                 **{table_text(p): table_text(cells.get(p, "not run")) for p in precisions}}
-               for (w, f, k), cells in table.items()]
-    return pd.DataFrame(records, columns=["workload", "framework", "device", *(table_text(p) for p in precisions)])
+               for (w, f, k, d), cells in table.items()]
+    return pd.DataFrame(records, columns=["workload", "framework", "device", *(["devices"] if with_devices else []),
+                                          *(table_text(p) for p in precisions)])
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows workload x framework x device x precision, a column per device count.
+
+    Each cell: throughput, then the speed-up over the same workload,
+    framework, device kind and precision on one device and the scaling
+    efficiency ``throughput(N) / (N * throughput(1))``.  Empty when no cell
+    ran on more than one device.
+    """
+    if summary.empty or not (summary["devices"] != 1).any():
+        return pd.DataFrame()
+    counts = sorted({int(d) for d in summary["devices"]})
+    precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
+    table: dict[tuple[str, str, str, str], dict[int, str]] = {}
+    labels: dict[tuple[str, str, str, str], str] = {}
+    for _, row in summary.iterrows():
+        if row["status"] != "ok":
+            cell = str(row["status"])
+        else:
+            cell = _fmt(row["throughput"], "{:,.0f}")
+            if row["devices"] != 1 and not math.isnan(row["scaling_speedup"]):
+                cell += f" ({row['scaling_speedup']:.2f}x, eff {row['scaling_efficiency'] * 100:.0f}%)"
+        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        table.setdefault(key, {})[int(row["devices"])] = cell
+        labels.setdefault(key, row["device"])
+    workloads = list(dict.fromkeys(summary["workload"]))
+    frameworks = list(dict.fromkeys(summary["framework"]))
+    order = sorted(table, key=lambda k: (workloads.index(k[0]), frameworks.index(k[1]), k[2], precisions.index(k[3])))
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, p)]),
+                "precision": table_text(p),
+                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, k, p)].get(n, "not run"))
+                   for n in counts}} for (w, f, k, p) in order]
+    return pd.DataFrame(records)
 
 
 def _fmt(value: float, pattern: str) -> str:
@@ -433,8 +498,8 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
 
 # Columns of the per-run table and how each is printed.
 DETAIL_FORMATS = {
-    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "repeat": "{:d}",
-    "status": "{}",
+    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "devices": "{:d}",
+    "repeat": "{:d}", "status": "{}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
@@ -504,11 +569,21 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
     for title, body in sections:
         out += [f"## {flat_text(title)}", "", body, ""]
+    scaling = scaling_table(summary)
+    if not scaling.empty:
+        out += ["## Scaling over devices, images/s (speed-up over 1 device, efficiency)", "",
+                "Data parallel: the workload's batch is the global batch, split evenly over the devices. "
+                "Throughput is global samples over the slowest process's window time; efficiency is "
+                "throughput(N) / (N x throughput(1)) for the same workload, framework, device kind and "
+                "precision. Devices that share a machine's cores (logical CPU devices, one process per core) "
+                "compete for them: read the efficiency as measured, not as a property of the framework.", "",
+                scaling.to_markdown(index=False, disable_numparse=True), ""]
     out += ["## Every run", "", _detail_table(cells), ""]
     failed = cells[~cells["status"].isin(["ok"])]
     if not failed.empty:
         out += ["## Runs without figures", ""]
-        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision} / repeat {r.repeat}: **{r.status}**"
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "") + f" / repeat {r.repeat}: **{r.status}**"
                           f" — {r.error or 'no message'}") for r in failed.itertuples()]
         out.append("")
     return "\n".join(out)

@@ -86,6 +86,39 @@ def test_missing_baseline_gives_no_ratio():
     assert math.isnan(summary.iloc[0].speedup)
 
 
+def test_scaling_table_compares_each_device_count_with_one_device():
+    def scaled(framework, precision, devices, throughput, status="ok"):
+        result = cell(framework, precision, throughput=throughput, memory_mib=100, accuracy=0.5, status=status)
+        result.config["devices"] = devices
+        return result
+
+    results = [scaled("torch", "fp32", 1, 100.0), scaled("torch", "fp32", 2, 150.0),
+               scaled("torch", "amp_bf16", 1, 200.0), scaled("torch", "amp_bf16", 2, 0, status="failed"),
+               scaled("jax", "fp32", 1, 80.0), scaled("jax", "fp32", 2, 160.0)]
+    from amp_suite.report import scaling_table
+
+    summary = summary_frame(results)
+    two = summary[(summary.framework == "torch") & (summary.precision == "fp32") & (summary.devices == 2)].iloc[0]
+    assert two["scaling_speedup"] == pytest.approx(1.5) and two["scaling_efficiency"] == pytest.approx(0.75)
+    table = scaling_table(summary)
+    assert list(table.columns) == ["workload", "framework", "device", "precision", "1 device", "2 devices"]
+    rows = {(r["framework"], r["precision"]): r for r in table.to_dict("records")}
+    assert rows[("torch", "fp32")]["2 devices"] == "150 (1.50x, eff 75%)"
+    assert rows[("jax", "fp32")]["2 devices"] == "160 (2.00x, eff 100%)"
+    assert rows[("torch", "amp_bf16")]["2 devices"] == "failed"
+    # fp32 ratios compare cells on the same device count
+    bf16 = summary[(summary.precision == "amp_bf16") & (summary.devices == 1)].iloc[0]
+    assert bf16["speedup"] == pytest.approx(2.0)
+    markdown = render_markdown(results, {})
+    assert "## Scaling over devices" in markdown and "| devices" in markdown
+
+
+def test_one_device_sweeps_have_no_devices_column_and_no_scaling_table():
+    tables = comparison_tables(summary_frame(RESULTS))
+    assert all("devices" not in table.columns for table in tables.values())
+    assert "Scaling" not in render_markdown(RESULTS, {})
+
+
 def test_cpu_and_gpu_runs_of_one_framework_are_separate_rows_each_with_its_own_baseline():
     a100 = ("gpu", "NVIDIA A100")
     results = [cell("torch", "fp32", throughput=100.0, memory_mib=400, accuracy=0.9),

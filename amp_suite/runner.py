@@ -217,6 +217,9 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         if sig == "SIGKILL" and oom_before is not None and oom_after is not None and oom_after > oom_before:
             return _failure(cell, "oom", "worker killed by the kernel's OOM killer", started, log_path)
         return _failure(cell, "failed", f"worker killed by {sig}", started, log_path)
+    if run.launcher == "torchrun":  # torchrun ends every rank when one fails, then exits non-zero
+        return _failure(cell, "failed", f"torchrun exited with code {code} and no result: a rank failed or was "
+                        "killed, and the others were ended (see the log)", started, log_path)
     return _failure(cell, "failed", f"worker exited with code {code} and no result", started, log_path)
 
 

@@ -13,8 +13,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -110,3 +112,81 @@ def test_resnet8_synchronized_batch_norm_matches_one_device(tmp_path_factory, fr
     stats = {k: v for k, v in one.items() if k.startswith("var:") and k.rsplit("/", 1)[1] in ("mean", "var")}
     for key, value in stats.items():  # running statistics of the global batch, as on one device
         np.testing.assert_allclose(two[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
+
+
+# --- faults: a data-parallel cell's processes live and die together ---
+
+def _cell_processes(marker: str) -> dict[int, dict[str, str]]:
+    """Processes whose command line holds ``marker`` (the sweep's output directory), with their environment."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read().decode("utf-8", "replace")
+            if marker not in cmdline:
+                continue
+            with open(f"/proc/{entry}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = dict(item.split("=", 1) for item in fh.read().decode("utf-8", "replace").split("\0")
+                           if "=" in item)
+        except OSError:
+            continue
+        found[int(entry)] = env
+    return found
+
+
+def _wait_for(predicate, seconds: float, what: str):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} did not happen within {seconds} s")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or importlib.util.find_spec("torch") is None,
+                    reason="needs Linux /proc and torch")
+def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_on(tiny_config, tmp_path):
+    out = tmp_path / "out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", "torch",
+         "--precisions", "fp32,amp_bf16", "--devices", "2", "--steps", "3000", "--warmup", "1", "--timeout", "600",
+         "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        marker = str(out / "logs" / "torch__tiny__fp32__d2__r0")
+        rank1 = _wait_for(lambda: [pid for pid, env in _cell_processes(marker).items()
+                                   if env.get("LOCAL_RANK") == "1"], 300, "rank 1's start")[0]
+        time.sleep(3)
+        os.kill(rank1, signal.SIGKILL)
+        # the other rank and torchrun end, well before the cell's 600 s timeout
+        _wait_for(lambda: not _cell_processes(marker), 120, "the end of every process of the killed cell")
+        # the sweep goes on to the next cell, which is cut short (3000 steps are not needed to prove it runs)
+        _wait_for(lambda: _cell_processes(str(out / "logs" / "torch__tiny__amp_bf16__d2__r0")), 300,
+                  "the next cell's start")
+    finally:
+        sweep.terminate()
+        sweep.communicate(timeout=300)
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["key"] == "torch/tiny/fp32/d2/r0" and rows[0]["status"] == "failed"
+    assert "exited with code" in rows[0]["error"]
+    assert not _cell_processes(str(out))  # nothing of either cell is left
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or importlib.util.find_spec("torch") is None,
+                    reason="needs Linux /proc and torch")
+def test_kill_9_of_the_host_ends_torchrun_and_every_rank(tiny_config, tmp_path):
+    out = tmp_path / "out"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", "torch",
+         "--precisions", "fp32", "--devices", "2", "--steps", "3000", "--warmup", "1", "--out", str(out)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for(lambda: len([env for env in _cell_processes(str(out)).values() if "LOCAL_RANK" in env]) == 2, 300,
+              "both ranks' start")
+    sweep.kill()
+    sweep.wait(timeout=60)
+    _wait_for(lambda: not _cell_processes(str(out)), 60, "the end of torchrun and both ranks")

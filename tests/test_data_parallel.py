@@ -190,3 +190,36 @@ def test_kill_9_of_the_host_ends_torchrun_and_every_rank(tiny_config, tmp_path):
     sweep.kill()
     sweep.wait(timeout=60)
     _wait_for(lambda: not _cell_processes(str(out)), 60, "the end of torchrun and both ranks")
+
+
+# --- several machines: two processes on this machine stand for two nodes ---
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "keras"])
+def test_two_nodes_run_one_cell_together(tiny_config, tmp_path, framework):
+    coordinator = f"127.0.0.1:{_free_port()}"
+    nodes = [subprocess.Popen(
+        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", framework,
+         "--precisions", "fp32", "--devices", "2", "--nnodes", "2", "--node-rank", str(rank),
+         "--coordinator", coordinator, "--steps", "6", "--warmup", "1", "--timeout", "600",
+         "--out", str(tmp_path / f"node{rank}")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)]
+    outputs = [node.communicate(timeout=900) for node in nodes]
+    for node, (_, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err[-3000:]
+    rows = [json.loads((tmp_path / f"node{rank}" / "results.jsonl").read_text()) for rank in (0, 1)]
+    for rank, row in enumerate(rows):
+        assert row["status"] == "ok" and row["key"] == f"{framework}/tiny/fp32/d2/r0"
+        process = row["environment"]["process"]
+        assert (process["nnodes"], process["node_rank"], process["num_processes"]) == (2, rank, 2)
+        assert process["first_replica"] == rank  # each node trains on its own half of every global batch
+    # one cell: the same global-batch losses and the same slowest-process window on both nodes
+    np.testing.assert_allclose(rows[1]["metrics"]["step_losses"], rows[0]["metrics"]["step_losses"], rtol=1e-6)
+    assert rows[0]["metrics"]["window_time_s"] == pytest.approx(rows[1]["metrics"]["window_time_s"], rel=1e-9)

@@ -127,3 +127,45 @@ def test_a_framework_on_the_cpu_of_a_gpu_machine_is_unavailable_with_its_install
     line = next(line for line in out.stderr.splitlines() if "torch fp32 r0" in line and "..." not in line)
     assert "unavailable" in line and "fall back to the CPU" in line and "NVIDIA A100" in line
     assert "download.pytorch.org/whl/cu130" in line
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--devices", "3"], "batch size 8 of workload 'tiny' does not split evenly over 3 devices"),
+    (["--devices", "0"], "devices must be >= 1, got 0"),
+    (["--devices", "two"], "devices must be integers or 'all', got 'two'"),
+    (["--devices", "2,2"], "devices lists 2 more than once"),
+    (["--nnodes", "2", "--devices", "2"], "nnodes = 2 needs a coordinator HOST:PORT"),
+    (["--nnodes", "2", "--devices", "2", "--coordinator", "nohost"], "coordinator must be HOST:PORT"),
+    (["--nnodes", "2", "--devices", "3", "--coordinator", "h:1"], "devices 3 do not split evenly over 2 nodes"),
+    (["--nnodes", "2", "--node-rank", "2", "--coordinator", "h:1"], "node_rank (2) must be smaller than nnodes (2)"),
+])
+def test_bad_device_settings_are_one_line_errors(tiny_config, flags, needle):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", *flags)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if not line.startswith("amp-suite: warning:")]
+    assert len(lines) == 1 and lines[0].startswith("amp-suite: error:") and needle in lines[0], lines
+
+
+def test_devices_are_a_sweep_axis_with_their_own_keys(tiny_config):
+    from amp_suite.api import plan_cells
+    from amp_suite.config import load_config, with_overrides
+
+    config = load_config(tiny_config)
+    settings = with_overrides(config.settings, devices=(1, 2), precisions=("fp32",), frameworks=("fake", "torch"))
+    cells = plan_cells(config, settings, launchers={"torch": "torchrun"})
+    assert [(c.run.framework, c.run.devices, c.run.launcher, c.run.key) for c in cells] == [
+        ("fake", 1, "process", "fake/tiny/fp32/r0"), ("fake", 2, "process", "fake/tiny/fp32/d2/r0"),
+        ("torch", 1, "process", "torch/tiny/fp32/r0"), ("torch", 2, "torchrun", "torch/tiny/fp32/d2/r0")]
+    assert cells[1].run.shard_size == 4
+
+
+def test_results_stored_before_the_devices_axis_still_resume():
+    from dataclasses import asdict
+
+    from amp_suite.records import RunSpec
+    from amp_suite.results import plain_config
+
+    old = asdict(RunSpec(framework="torch", workload="w", precision="fp32"))
+    for name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher"):
+        old.pop(name)
+    assert plain_config(old) == plain_config(asdict(RunSpec(framework="torch", workload="w", precision="fp32")))

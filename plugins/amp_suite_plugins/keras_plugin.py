@@ -264,6 +264,18 @@ def build_model(
 
 def _strategy(tf: Any, run: RunSpec, device: DeviceInfo) -> Any:
     if run.nnodes > 1:  # every node's TF_CONFIG names the cluster and its own task
+        import json
+        import os
+
+        try:
+            config = json.loads(os.environ["TF_CONFIG"])
+            workers = len(config["cluster"]["worker"])
+        except (KeyError, TypeError, ValueError):
+            raise UnsupportedError("Keras on several nodes needs TF_CONFIG (cluster.worker and task) on every "
+                                   "node; see docs/distributed.md") from None
+        if workers != run.nnodes or config.get("task", {}).get("index") != run.node_rank:
+            raise UnsupportedError(f"TF_CONFIG names {workers} workers and task {config.get('task')}, but the run "
+                                   f"has nnodes={run.nnodes}, node_rank={run.node_rank}")
         return tf.distribute.MultiWorkerMirroredStrategy()
     kind = "GPU" if device.kind == "gpu" else "CPU"
     return tf.distribute.MirroredStrategy([d.name for d in tf.config.list_logical_devices(kind)][:run.devices])

@@ -225,6 +225,9 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     settings = with_overrides(config.settings, **request.overrides)
     settings.check()
     cost = cost_settings(config.cost, **request.cost)
+    if request.inline and any(count != 1 for count in settings.devices):
+        raise UsageError("--inline runs cells in this process, which cannot be several data-parallel processes "
+                         "or split into devices; drop --inline or use --devices 1")
     if request.inline and request.overrides.get("timeout") is not None:
         raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
                          "drop one of the two")

@@ -33,7 +33,7 @@ MIB = 1024 * 1024
 
 # Columns of the per-cell frame (results.csv), in order.
 CELL_COLUMNS = [
-    "workload", "framework", "precision", "devices", "repeat", "status", "error",
+    "workload", "framework", "precision", "repeat", "status", "devices", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
@@ -498,8 +498,8 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
 
 # Columns of the per-run table and how each is printed.
 DETAIL_FORMATS = {
-    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "devices": "{:d}",
-    "repeat": "{:d}", "status": "{}",
+    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "repeat": "{:d}",
+    "status": "{}", "devices": "{:d}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
     "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",

@@ -164,9 +164,15 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     if result_file is not None:
         command = torchrun.command(run, str(result_file))
         _remove(result_file)
-        Path(str(result_file) + ".request").write_bytes(request)
+        try:
+            Path(str(result_file) + ".request").write_bytes(request)
+        except OSError as exc:
+            log.close()
+            os.close(result_r)
+            os.close(result_w)
+            raise StorageError(f"cannot write {str(result_file)!r}.request: {exc.strerror or one_line(exc)}") from None
     else:
-        command = single.worker_command(f"--result-fd {result_w}")
+        command = single.worker_command("--result-fd", str(result_w))
     with log:
         try:
             proc = subprocess.Popen(

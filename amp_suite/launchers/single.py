@@ -16,6 +16,6 @@ WORKER_BOOTSTRAP = (
 )
 
 
-def worker_command(result: str) -> list[str]:
-    """The worker's command line; ``result`` is ``--result-fd N`` or ``--result-file PATH`` as two words."""
-    return [sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", *result.split(" ", 1)]
+def worker_command(*result: str) -> list[str]:
+    """The worker's command line; ``result`` is ``("--result-fd", N)`` or ``("--result-file", PATH)``."""
+    return [sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", *result]

@@ -48,7 +48,7 @@ def torchrun_arguments(run: RunSpec) -> list[str]:
 def command(run: RunSpec, result_path: str) -> list[str]:
     """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
     return [sys.executable, "-c", TORCHRUN_BOOTSTRAP, *torchrun_arguments(run),
-            "--no-python", *worker_command(f"--result-file {result_path}")]
+            "--no-python", *worker_command("--result-file", result_path)]
 
 
 def main(argv: list[str]) -> int:

@@ -394,7 +394,8 @@ def reset_memory_peak(run: RunSpec, device: DeviceInfo) -> None:
     import tensorflow as tf
 
     if device.kind == "gpu":
-        tf.config.experimental.reset_memory_stats("GPU:0")
+        for index in range(run.local_devices if run.distributed else 1):
+            tf.config.experimental.reset_memory_stats(f"GPU:{index}")
 
 
 @hookimpl
@@ -435,5 +436,9 @@ def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, An
         "compilation": "XLA (jit_compile)" if _jit(run) else "tf.function graph",
     }
     if device.kind == "gpu":
-        figures["device_peak_memory_bytes"] = int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
+        gpus = [f"GPU:{i}" for i in range(run.local_devices)] if model.strategy is not None else ["GPU:0"]
+        peaks = [int(tf.config.experimental.get_memory_info(gpu)["peak"]) for gpu in gpus]
+        figures["device_peak_memory_bytes"] = max(peaks)
+        if model.strategy is not None:
+            figures["device_peak_memory_bytes_per_device"] = peaks
     return figures

@@ -151,7 +151,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     Steps per epoch: ``--steps`` when given (``explicit_steps``), else the
     workload's own ``steps``, else ``[defaults] steps``.  ``launchers`` maps
     a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
-    cells start); one-device cells always run in one process.
+    cells start; empty: it has none, and those cells end ``unsupported``);
+    one-device cells always run in one process.
     """
     from amp_suite.runner import Cell
 
@@ -179,7 +180,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     plugin_modules=plugin_modules,
                     devices=devices, sync_batch_norm=settings.sync_batch_norm, nnodes=settings.nnodes,
                     node_rank=settings.node_rank, coordinator=settings.coordinator or "",
-                    launcher=(launchers or {}).get(framework, "process") if devices > 1 else "process",
+                    launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",
                 )
                 cells.append(Cell(run, workload))
     return cells

@@ -31,7 +31,9 @@ class FrameworkInfo:
     versions are the framework's version (``amp-suite list``, report header).
     ``launcher`` says how a data-parallel cell is started (see
     :mod:`amp_suite.launchers`): ``"process"``, one worker per node driving
-    every device of the node, or ``"torchrun"``, one worker per device.
+    every device of the node, or ``"torchrun"``, one worker per device; empty
+    (the default) when the plugin has no data-parallel engine, and then its
+    cells on several devices are ``unsupported``.
     """
 
     name: str
@@ -42,7 +44,7 @@ class FrameworkInfo:
     env: dict[str, str] = field(default_factory=dict)
     distributions: tuple[str, ...] = ()
     install_command: str = ""
-    launcher: str = "process"
+    launcher: str = ""
 
     def install_hint(self) -> str:
         """The command that installs the framework: ``install_command``, the extra, or the distributions."""

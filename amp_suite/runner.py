@@ -155,7 +155,10 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
                  worker.HOST_PID_ENV: str(os.getpid())}
     oom_before = _oom_kills()
     result_r, result_w = os.pipe()
-    progress_r, progress_w = os.pipe() if on_step is not None else (None, None)
+    # torchrun closes inherited descriptors: its workers could not write to a progress pipe (the number
+    # might even name another file of theirs), so a torchrun cell reports no progress inside the cell.
+    wants_progress = on_step is not None and run.launcher != "torchrun"
+    progress_r, progress_w = os.pipe() if wants_progress else (None, None)
     if progress_w is not None:
         child_env[progress_channel.PROGRESS_FD_ENV] = str(progress_w)
     received: list[bytes] = []

@@ -187,6 +187,9 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         raise FrameworkUnavailableError(
             f"{info.display_name} is not installed (missing {', '.join(missing)}): {info.install_hint()}"
         )
+    if run.distributed and not info.launcher:
+        raise UnsupportedError(f"{info.display_name} has no data-parallel engine (its plugin's FrameworkInfo."
+                               f"launcher is empty): run it with --devices 1")
     for name, value in info.env.items():
         os.environ.setdefault(name, value)
 

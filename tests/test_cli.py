@@ -152,11 +152,24 @@ def test_devices_are_a_sweep_axis_with_their_own_keys(tiny_config):
 
     config = load_config(tiny_config)
     settings = with_overrides(config.settings, devices=(1, 2), precisions=("fp32",), frameworks=("fake", "torch"))
-    cells = plan_cells(config, settings, launchers={"torch": "torchrun"})
+    cells = plan_cells(config, settings, launchers={"fake": "process", "torch": "torchrun"})
     assert [(c.run.framework, c.run.devices, c.run.launcher, c.run.key) for c in cells] == [
         ("fake", 1, "process", "fake/tiny/fp32/r0"), ("fake", 2, "process", "fake/tiny/fp32/d2/r0"),
         ("torch", 1, "process", "torch/tiny/fp32/r0"), ("torch", 2, "torchrun", "torch/tiny/fp32/d2/r0")]
     assert cells[1].run.shard_size == 4
+
+
+def test_a_plugin_without_a_data_parallel_engine_is_unsupported_on_several_devices_never_run_on_one(
+        tiny_config, tmp_path):
+    # fakefw's FrameworkInfo names no launcher: its 2-device cells must not quietly train on one device
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32",
+                  "--devices", "1,2", "--out", str(tmp_path / "out"))
+    assert out.returncode == 0, out.stderr  # unsupported by design, like tf32 on a CPU
+    rows = {row["key"]: row for row in map(json.loads, (tmp_path / "out" / "results.jsonl").read_text().splitlines())}
+    assert rows["fake/tiny/fp32/r0"]["status"] == "ok"
+    two = rows["fake/tiny/fp32/d2/r0"]
+    assert two["status"] == "unsupported" and "has no data-parallel engine" in two["error"]
+    assert "--devices 1" in two["error"] and not two["metrics"].get("throughput")
 
 
 def test_results_stored_before_the_devices_axis_still_resume():

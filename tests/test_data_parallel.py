@@ -2,10 +2,11 @@
 
 Every framework runs its own engine (PyTorch DDP under torchrun, Keras
 MirroredStrategy on 2 logical CPU devices, JAX shard_map over a 2-device
-Mesh) through tests/helpers/framework_probe.py, and is compared with the
-same framework on one device.  The gradient is read from one plain-SGD step,
-``g = (w0 - w1) / lr``, with a learning rate so large (1000) that the update
-dwarfs the float32 rounding of the weights it is added to.
+Mesh) through the conformance kit's probe (``ProbeRequest(devices=2)``), and
+is compared with the same framework on one device.  The gradient is read
+from one plain-SGD step, ``g = (w0 - w1) / lr``, with a learning rate so
+large (1000) that the update dwarfs the float32 rounding of the weights it
+is added to.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import time
 import numpy as np
 import pytest
 
-from conftest import HELPERS, REPO
+from amp_suite.testing import ProbeRequest, ProbeResult, run_probe
+from conftest import REPO
 
 MODULES = {"torch": ("torch",), "keras": ("tensorflow", "keras"), "jax": ("jax", "haiku", "jmp", "optax")}
 FRAMEWORKS = [pytest.param(name, marks=pytest.mark.skipif(
@@ -35,32 +37,21 @@ TABLES = {
                 "normalize": True, "augment": True, **SGD},
 }
 TOLERANCE = 1e-5  # relative, L2 norm per tensor
+BATCH_NORM_STATISTICS = ("mean", "var")
 
 
-def run_probe(tmp_path_factory, framework: str, model: str, **extra) -> dict:
+def probe(tmp_path_factory, framework: str, model: str, **extra) -> ProbeResult:
     folder = tmp_path_factory.mktemp(f"{framework}-{model}")
-    request = folder / "request.json"
-    request.write_text(json.dumps({"framework": framework, "precision": "fp32", "steps": 1, "batch_size": 16,
-                                   "workload": model, "table": TABLES[model], **extra}))
-    out = folder / "probe.npz"
-    command = [sys.executable, str(HELPERS / "framework_probe.py"), str(request), str(out)]
-    if framework == "torch" and extra.get("devices", 1) > 1:  # one process per device, PyTorch's launcher
-        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node",
-                   str(extra["devices"]), *command[1:]]
-    done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=900,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert done.returncode == 0, done.stderr[-4000:]
-    with np.load(out) as data:
-        return {k: data[k] for k in data.files}
+    request = ProbeRequest(framework=framework, workload=model, table=TABLES[model], steps=1, batch_size=16, **extra)
+    return run_probe(request, folder, timeout=900)
 
 
-def trainable(result: dict, prefix: str) -> dict[str, np.ndarray]:
-    return {k[len(prefix):]: v for k, v in result.items()
-            if k.startswith(prefix) and k.rsplit("/", 1)[1] not in ("mean", "var")}
+def trainable(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v for k, v in variables.items() if k.rsplit("/", 1)[1] not in BATCH_NORM_STATISTICS}
 
 
-def gradients(result: dict) -> dict[str, np.ndarray]:
-    before, after = trainable(result, "init:"), trainable(result, "var:")
+def gradients(result: ProbeResult) -> dict[str, np.ndarray]:
+    before, after = trainable(result.initial), trainable(result.variables)
     return {name: (before[name].astype(np.float64) - after[name]) / LEARNING_RATE for name in before}
 
 
@@ -72,28 +63,28 @@ def worst(ours: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> tupl
     return errors[name], name
 
 
-def notes(result: dict) -> str:
-    return " ".join(json.loads(str(result["applied"]))["notes"])
+def notes(result: ProbeResult) -> str:
+    return " ".join(result.applied["notes"])
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_mnist_cnn_two_devices_match_one_device_on_the_global_batch(tmp_path_factory, framework):
-    one = run_probe(tmp_path_factory, framework, "mnist_cnn")
-    two = run_probe(tmp_path_factory, framework, "mnist_cnn", devices=2)
+    one = probe(tmp_path_factory, framework, "mnist_cnn")
+    two = probe(tmp_path_factory, framework, "mnist_cnn", devices=2)
     assert "data_parallel=" in notes(two) and "contiguous slice of 8" in notes(two)
     error, name = worst(gradients(two), gradients(one))
     assert error <= TOLERANCE, (name, error)
-    error, name = worst(trainable(two, "var:"), trainable(one, "var:"))  # one SGD step: the same parameters
+    error, name = worst(trainable(two.variables), trainable(one.variables))  # one SGD step: the same parameters
     assert error <= TOLERANCE, (name, error)
-    np.testing.assert_allclose(two["losses"], one["losses"], rtol=TOLERANCE)  # the global batch's mean loss
+    np.testing.assert_allclose(two.losses, one.losses, rtol=TOLERANCE)  # the global batch's mean loss
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_resnet8_per_replica_batch_norm_matches_the_per_shard_computation(tmp_path_factory, framework):
     # BatchNorm per replica: each device normalizes its own half, so the step's gradient is the mean of
     # the gradients one device computes on each half alone.
-    two = run_probe(tmp_path_factory, framework, "resnet8", devices=2)
-    halves = [gradients(run_probe(tmp_path_factory, framework, "resnet8", shard=[i, 2])) for i in range(2)]
+    two = probe(tmp_path_factory, framework, "resnet8", devices=2)
+    halves = [gradients(probe(tmp_path_factory, framework, "resnet8", shard=(i, 2))) for i in range(2)]
     expected = {name: (halves[0][name] + halves[1][name]) / 2 for name in halves[0]}
     assert "batch_norm_statistics=per replica" in notes(two)
     error, name = worst(gradients(two), expected)
@@ -104,14 +95,15 @@ def test_resnet8_per_replica_batch_norm_matches_the_per_shard_computation(tmp_pa
 @pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "torch"])
 def test_resnet8_synchronized_batch_norm_matches_one_device(tmp_path_factory, framework):
     # (PyTorch's SyncBatchNorm runs on GPUs only: on a CPU its cells keep per-replica statistics.)
-    one = run_probe(tmp_path_factory, framework, "resnet8")
-    two = run_probe(tmp_path_factory, framework, "resnet8", devices=2, sync_batch_norm=True)
+    one = probe(tmp_path_factory, framework, "resnet8")
+    two = probe(tmp_path_factory, framework, "resnet8", devices=2, sync_batch_norm=True)
     assert "batch_norm_statistics=synchronized" in notes(two)
     error, name = worst(gradients(two), gradients(one))
     assert error <= TOLERANCE, (name, error)
-    stats = {k: v for k, v in one.items() if k.startswith("var:") and k.rsplit("/", 1)[1] in ("mean", "var")}
+    stats = {k: v for k, v in one.variables.items() if k.rsplit("/", 1)[1] in BATCH_NORM_STATISTICS}
+    assert stats
     for key, value in stats.items():  # running statistics of the global batch, as on one device
-        np.testing.assert_allclose(two[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
+        np.testing.assert_allclose(two.variables[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 # --- faults: a data-parallel cell's processes live and die together ---

@@ -73,6 +73,7 @@ def framework_info() -> FrameworkInfo:
         precisions=STANDARD_PRECISIONS,
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("jax",),
+        launcher="process",  # one worker per node drives every device of the node
     )
 
 

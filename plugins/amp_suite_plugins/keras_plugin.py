@@ -68,6 +68,7 @@ def framework_info() -> FrameworkInfo:
         precisions=STANDARD_PRECISIONS,
         env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
+        launcher="process",  # one worker per node drives every device of the node
     )
 
 

@@ -36,7 +36,7 @@ CELL_COLUMNS = [
     "workload", "framework", "precision", "repeat", "status", "devices", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
-    "peak_memory_mib", "memory_source", "first_step_loss", "final_loss",
+    "peak_memory_mib", "memory_source", "rss_growth_mib", "compiled_step_mib", "first_step_loss", "final_loss",
     "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
@@ -141,6 +141,8 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "epoch_time_s": _total_seconds(m.get("epoch_times_s")),
             "peak_memory_mib": memory,
             "memory_source": source,
+            "rss_growth_mib": _mib(m.get("rss_growth_bytes")),
+            "compiled_step_mib": _mib(m.get("compiled_step_memory_bytes")),
             "first_step_loss": _num(m.get("first_step_loss")),
             "final_loss": _num(m.get("final_loss")),
             "val_accuracy": None if is_synthetic(r) else _num(m.get("val_accuracy")),
@@ -195,6 +197,11 @@ def _devices(result: CellResult) -> int:
     """The cell's device count (results stored before data parallelism ran on one)."""
     value = (result.config or {}).get("devices", 1)
     return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _mib(value: Any) -> float | None:
+    number = _num(value)
+    return None if number is None else number / MIB
 
 
 def _giga(value: Any) -> float | None:
@@ -502,7 +509,7 @@ DETAIL_FORMATS = {
     "status": "{}", "devices": "{:d}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
-    "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
+    "rss_growth_mib": "{:,.0f}", "compiled_step_mib": "{:,.1f}", "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
     "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "peak_fraction": "{:.3f}",
     "compilation": "{}",
     "loss_scale_final": "{:g}", "skipped_steps": "{:d}",

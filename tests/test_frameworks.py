@@ -59,3 +59,20 @@ def test_torch_compile_is_an_option_compiled_in_warm_up(tmp_path):
     assert any("torch.compile" in note for note in results[True].applied["notes"])
     assert compiled["first_step_time_s"] > compiled["step_time_median_s"]  # compilation sits in warm-up
     np.testing.assert_allclose(compiled["step_losses"][0], eager["step_losses"][0], rtol=1e-4)
+
+
+@pytest.mark.skipif(not framework_installed("jax"), reason="jax is not installed")
+def test_jax_reports_the_compiled_steps_own_memory_with_donated_state_reused(tmp_path):
+    from amp_suite.testing import ProbeRequest, run_probe
+
+    result = run_probe(ProbeRequest(framework="jax", precision="fp32", steps=1, batch_size=16), tmp_path)
+    m = result.measured
+    assert m["train_step_traces"] == 1  # read before the analysis lowers the step again
+    state_bytes = 3 * 4 * result.param_count  # float32 parameters and Adam's two moments
+    # donation: parameters and optimizer state come back in the buffers they went in with
+    assert m["compiled_step_alias_bytes"] >= state_bytes
+    batch_bytes = 16 * 28 * 28 * 4 + 16 * 4  # float32 images, int32 labels
+    assert m["compiled_step_argument_bytes"] >= state_bytes + batch_bytes
+    assert m["compiled_step_temp_bytes"] > 0  # activations and gradients
+    assert m["compiled_step_memory_bytes"] == (m["compiled_step_argument_bytes"] + m["compiled_step_output_bytes"]
+                                               - m["compiled_step_alias_bytes"] + m["compiled_step_temp_bytes"])

@@ -92,6 +92,7 @@ class JaxModel:
     net_class: Any = None  # the haiku module class (introspection by tests)
     mesh: Any = None  # the data-parallel Mesh, else None
     process: Any = None  # the DistributedSpec of a data-parallel cell, else None
+    batch_shapes: Any = None  # a staged batch's shapes, dtypes and shardings (for the compiled step's memory)
 
 
 def _host_devices(run: RunSpec) -> None:
@@ -406,6 +407,8 @@ def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[t
         staged = [(jax.device_put(b.images, model.device), jax.device_put(b.labels, model.device))
                   for b in batches]
     jax.block_until_ready(staged)
+    if staged and model.batch_shapes is None:
+        model.batch_shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in staged[0])
     return staged
 
 
@@ -485,6 +488,31 @@ def get_variables(run: RunSpec, model: JaxModel) -> dict[str, np.ndarray]:
     return out
 
 
+def _compiled_step_memory(jax: Any, model: JaxModel) -> dict[str, int]:
+    """XLA's memory analysis of the compiled train step, per device: what the step itself needs.
+
+    Unlike the allocator peak (JAX cannot reset it, so it counts from the
+    worker's start) this is the step's own footprint: arguments (parameters,
+    state, optimizer state, the batch) + outputs - donated buffers reused for
+    outputs + temporaries (activations, gradients).  Lowering again traces the
+    step once more, after training; ``train_step_traces`` was read before.
+    """
+    if model.batch_shapes is None:
+        return {}
+    try:
+        stats = model.train_step.lower(model.params, model.state, model.opt_state, model.loss_scale,
+                                       *model.batch_shapes).compile().memory_analysis()
+    except Exception:  # noqa: BLE001 - an analysis a backend does not give is no failure of the run
+        return {}
+    if stats is None:
+        return {}
+    argument, output = int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes)
+    alias, temp = int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes)
+    return {"compiled_step_argument_bytes": argument, "compiled_step_output_bytes": output,
+            "compiled_step_alias_bytes": alias, "compiled_step_temp_bytes": temp,
+            "compiled_step_memory_bytes": argument + output - alias + temp}
+
+
 @hookimpl
 def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]:
     import jax
@@ -496,6 +524,7 @@ def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]
         "train_step_traces": model.trace_count[0],
         "compilation": "XLA (jax.jit)",
     }
+    figures.update(_compiled_step_memory(jax, model))
     if device.kind == "gpu":
         devices = [model.device] if model.mesh is None else [d for d in model.mesh.devices.flat
                                                               if d.process_index == jax.process_index()]

@@ -217,9 +217,13 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
                 _kill_group(proc)  # torchrun's group; its workers end with it
                 received.append(_read_and_remove(result_file))
     answer = parse_lines(b"".join(received)).results
-    if answer and (proc.returncode == 0 or answer[-1].status != "ok"):
-        return answer[-1]
     code = proc.returncode
+    if answer and run.launcher == "torchrun" and code and code > 0 and answer[-1].status != "ok":
+        # Local rank 0 saw the symptom (a collective broke); torchrun knows a rank failed.
+        answer[-1].error = (f"torchrun exited with code {code}: a rank failed or was killed, and the others were "
+                            f"ended; local rank 0 saw: {answer[-1].error}")
+    if answer and (code == 0 or answer[-1].status != "ok"):
+        return answer[-1]
     if code is not None and code < 0:
         sig = signal.Signals(-code).name
         oom_after = _oom_kills()

@@ -194,14 +194,21 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "keras"])
+def _tf_config(workers: list[str], rank: int) -> dict[str, str]:
+    """Keras's cluster description for node ``rank`` (MultiWorkerMirroredStrategy reads TF_CONFIG)."""
+    return {"TF_CONFIG": json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}})}
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_two_nodes_run_one_cell_together(tiny_config, tmp_path, framework):
     coordinator = f"127.0.0.1:{_free_port()}"
+    workers = [f"127.0.0.1:{_free_port()}" for _ in range(2)]
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", framework,
          "--precisions", "fp32", "--devices", "2", "--nnodes", "2", "--node-rank", str(rank),
          "--coordinator", coordinator, "--steps", "6", "--warmup", "1", "--timeout", "600",
-         "--out", str(tmp_path / f"node{rank}")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         "--out", str(tmp_path / f"node{rank}")], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, **(_tf_config(workers, rank) if framework == "keras" else {})})
         for rank in (0, 1)]
     outputs = [node.communicate(timeout=900) for node in nodes]
     for node, (_, err) in zip(nodes, outputs):

@@ -387,7 +387,16 @@ def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], 
                           samples=(lambda batch: run.batch_size) if model.strategy is not None else None)
     result.loss_scale_final = _scale(model)
     result.extra["traces"] = int(model.train_step.experimental_get_tracing_count())
+    if model.strategy is not None and run.nnodes > 1:  # the slowest worker's window, after the clock stopped
+        result.extra["process_window_time_s"] = result.window_time_s
+        result.window_time_s = _slowest_window(tf, model.strategy, result.window_time_s)
     return result
+
+
+def _slowest_window(tf: Any, strategy: Any, seconds: float) -> float:
+    """The largest of every worker's window time (tf.distribute reduces by SUM or MEAN only: gather, then max)."""
+    local = strategy.run(lambda: tf.constant([seconds], tf.float64))
+    return float(tf.reduce_max(strategy.gather(local, axis=0)))
 
 
 @hookimpl

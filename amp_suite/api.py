@@ -338,7 +338,8 @@ def run(
     ``steps``, ``epochs``, ``warmup``, ``batch_size``, ``repeats``,
     ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``,
     ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
-    ``out``.  Anything not given comes from ``benchmarks.toml``'s
+    ``out``, and the data-parallel ``devices`` (e.g. ``[1, 2]``),
+    ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from ``benchmarks.toml``'s
     ``[defaults]``, exactly as for ``amp-suite run``; the output directory
     receives the same files.  The frame's ``attrs`` hold ``out_dir``,
     ``exit_code`` (that of ``amp-suite run``) and ``interrupted``.  With

@@ -76,3 +76,17 @@ def test_jax_reports_the_compiled_steps_own_memory_with_donated_state_reused(tmp
     assert m["compiled_step_temp_bytes"] > 0  # activations and gradients
     assert m["compiled_step_memory_bytes"] == (m["compiled_step_argument_bytes"] + m["compiled_step_output_bytes"]
                                                - m["compiled_step_alias_bytes"] + m["compiled_step_temp_bytes"])
+
+
+@pytest.mark.skipif(not framework_installed("torch"), reason="torch is not installed")
+def test_torch_trains_the_same_in_channels_last_and_contiguous_layouts(tmp_path):
+    # channels-last flattens in NHWC memory order with canonical (HWC) dense rows; contiguous flattens NCHW
+    # and permutes the dense rows: the two must be the same network.
+    from amp_suite.testing import OPTIMIZERS, WORKLOADS, ProbeRequest, assert_trains_like_reference, run_probe
+
+    table = {**WORKLOADS["mnist_cnn"], **OPTIMIZERS["sgd"]}
+    results = {layout: run_probe(ProbeRequest(framework="torch", table=table, steps=2, batch_size=16,
+                                              options={"channels_last": layout}), tmp_path / str(layout))
+               for layout in (True, False)}
+    assert any("channels_last=False" in note for note in results[False].applied["notes"])
+    assert_trains_like_reference(results[True], results[False], rtol=1e-5)

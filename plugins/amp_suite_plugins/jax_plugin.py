@@ -342,6 +342,7 @@ def build_model(
     else:
         opt_state, loss_scale = put(jax.device_get((optimizer.init(params), loss_scale)))
     trace_count = [0]
+    dynamic = applied.loss_scaling == "dynamic"
 
     def loss_fn(p: Any, s: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
         logits, new_state = net.apply(p, s, None, images, True, sync)
@@ -358,14 +359,15 @@ def build_model(
             grads = jax.tree_util.tree_map(lambda g: g / run.devices, grads)
             loss, new_s = jax.lax.pmean((loss, new_s), AXIS)
         grads = scale.unscale(grads)
-        finite = jmp.all_finite(grads)
-        new_scale = scale.adjust(finite)
         updates, new_opt = optimizer.update(grads, opt, p)
         new_p = optax.apply_updates(p, updates)
+        if not dynamic:  # fp32, tf32, bf16: every step is applied, as in PyTorch, Keras and a plain jitted step
+            return new_p, new_s, new_opt, scale, loss, jnp.asarray(True)
+        finite = jmp.all_finite(grads)
         # A step whose gradients overflowed changes no parameter (the running
         # statistics of its forward pass are kept, as in PyTorch and Keras).
         new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
-        return new_p, new_s, new_opt, new_scale, loss, finite
+        return new_p, new_s, new_opt, scale.adjust(finite), loss, finite
 
     def forward(p: Any, s: Any, images: Any, is_training: bool) -> Any:
         return net.apply(p, s, None, images, is_training)[0].astype(jnp.float32)

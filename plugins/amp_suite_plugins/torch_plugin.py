@@ -157,8 +157,15 @@ def _data_parallel_notes(run: RunSpec, device: DeviceInfo) -> list[str]:
     return notes
 
 
-def _spec_net(torch: Any, workload: Workload) -> Any:
-    """An ``nn.Module`` that owns one torch layer per named spec and runs the spec graph."""
+def _spec_net(torch: Any, workload: Workload, flatten_channels_last: bool = False) -> Any:
+    """An ``nn.Module`` that owns one torch layer per named spec and runs the spec graph.
+
+    ``flatten_channels_last`` flattens activations in their channels-last memory
+    order (NHWC, a view: the canonical HWC row order of the dense weights);
+    otherwise in PyTorch's logical NCHW order, which copies a channels-last
+    tensor in the forward and the backward pass and hands the layers below a
+    contiguous gradient (slower, measured by ``benchmarks/overhead.py``).
+    """
     nn, functional = torch.nn, torch.nn.functional
 
     class SpecNet(nn.Module):
@@ -195,6 +202,8 @@ def _spec_net(torch: Any, workload: Workload) -> Any:
                     x = functional.avg_pool2d(x, spec.window, spec.stride)
                 elif kind == "global_avg_pool":
                     x = torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1)
+                elif kind == "flatten" and flatten_channels_last:
+                    x = torch.flatten(x.permute(0, 2, 3, 1), 1)
                 elif kind == "flatten":
                     x = torch.flatten(x, 1)
                 else:
@@ -267,9 +276,12 @@ def build_model(
     torch.manual_seed(run.seed)
     dev = torch.device("cuda" if device.kind == "gpu" else "cpu")
     memory_format = torch.channels_last if run.options.get("channels_last", True) else torch.contiguous_format
-    flattened = {name: hwc for name, hwc in dense_after_flatten(workload.layers, workload.input_shape).items()
-                 if hwc[0] * hwc[1] > 1}
-    net = _spec_net(torch, workload)
+    channels_last = memory_format == torch.channels_last
+    # Dense weights after a flatten keep the canonical HWC row order when the flatten is channels-last.
+    flattened = {} if channels_last else {
+        name: hwc for name, hwc in dense_after_flatten(workload.layers, workload.input_shape).items()
+        if hwc[0] * hwc[1] > 1}
+    net = _spec_net(torch, workload, flatten_channels_last=channels_last)
     _load(torch, net, {**initial_weights, **initial_state}, flattened)
     net = net.to(dev, memory_format=memory_format)
     net.train()

@@ -1,7 +1,6 @@
 """The layer vocabulary, the architectures, the workload schema and the host's input pipeline."""
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest

@@ -25,7 +25,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,6 +156,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     """
     from amp_suite.runner import Cell
 
+    counts = device_counts(settings)
     cells = []
     for repeat in range(settings.repeats):
         for workload_name in settings.workloads:
@@ -165,7 +166,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
             for framework, devices, precision in itertools.product(
-                    settings.frameworks, device_counts(settings), settings.precisions):
+                    settings.frameworks, counts, settings.precisions):
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
                     steps=steps, epochs=settings.epochs, warmup=settings.warmup,
@@ -229,6 +230,8 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     if request.inline and any(count != 1 for count in settings.devices):
         raise UsageError("--inline runs cells in this process, which cannot be several data-parallel processes "
                          "or split into devices; drop --inline or use --devices 1")
+    # "all" resolved once (it may ask nvidia-smi): the checks, the plan and the environment record agree.
+    settings = replace(settings, devices=device_counts(settings))
     if request.inline and request.overrides.get("timeout") is not None:
         raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
                          "drop one of the two")
@@ -245,7 +248,7 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         workload = config.workloads[name]
         check_request(settings.dataset, workload, settings.train_split, settings.val_split,
                       batch_size=settings.batch_size or workload.batch_size)
-        for count in device_counts(settings):
+        for count in settings.devices:
             check_batch_split(name, settings.batch_size or workload.batch_size, count)
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)

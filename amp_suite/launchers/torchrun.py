@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import sys
 
+from amp_suite.config import check_coordinator
 from amp_suite.launchers.single import worker_command
 from amp_suite.records import RunSpec
 
@@ -40,9 +41,9 @@ def torchrun_arguments(run: RunSpec) -> list[str]:
     args = ["--nproc-per-node", str(run.devices // run.nnodes), "--max-restarts", "0"]
     if run.nnodes == 1:
         return [*args, "--standalone"]
-    host, _, port = run.coordinator.rpartition(":")
+    host, port = check_coordinator(run.coordinator)
     return [*args, "--nnodes", str(run.nnodes), "--node-rank", str(run.node_rank),
-            "--master-addr", host, "--master-port", port]
+            "--master-addr", host, "--master-port", str(port)]
 
 
 def command(run: RunSpec, result_path: str) -> list[str]:

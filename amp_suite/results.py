@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from amp_suite.records import CellResult, cell_from_dict
+from amp_suite.records import CellResult, RunSpec, cell_from_dict
 from amp_suite.safe_files import append_line
 
 RESULTS_FILE = "results.jsonl"
@@ -39,10 +39,10 @@ _OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-# Run fields whose default value is the meaning of a line stored without them.
-DISTRIBUTED_DEFAULTS: dict[str, Any] = {"devices": 1, "sync_batch_norm": False, "nnodes": 1, "node_rank": 0,
-                                        "coordinator": "",
-                                        "launcher": "process"}
+# Run fields added with data parallelism: their RunSpec default is the meaning of a line stored without them.
+DISTRIBUTED_DEFAULTS: dict[str, Any] = {
+    f.name: f.default for f in fields(RunSpec)
+    if f.name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher")}
 
 
 def to_plain(value: Any) -> Any:

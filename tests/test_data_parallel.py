@@ -141,14 +141,20 @@ def _wait_for(predicate, seconds: float, what: str):
     raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
+def _long_torch_sweep(tiny_config, out, precisions: str, *flags: str, **popen) -> subprocess.Popen:
+    """A 2-device torch sweep of 3000 steps per cell, long enough to be killed in the middle."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", "torch",
+         "--precisions", precisions, "--devices", "2", "--steps", "3000", "--warmup", "1", *flags,
+         "--out", str(out)], cwd=REPO, **popen)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux") or importlib.util.find_spec("torch") is None,
                     reason="needs Linux /proc and torch")
 def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_on(tiny_config, tmp_path):
     out = tmp_path / "out"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", "torch",
-         "--precisions", "fp32,amp_bf16", "--devices", "2", "--steps", "3000", "--warmup", "1", "--timeout", "600",
-         "--out", str(out)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sweep = _long_torch_sweep(tiny_config, out, "fp32,amp_bf16", "--timeout", "600",
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         marker = str(out / "logs" / "torch__tiny__fp32__d2__r0")
         rank1 = _wait_for(lambda: [pid for pid, env in _cell_processes(marker).items()
@@ -173,10 +179,7 @@ def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_
                     reason="needs Linux /proc and torch")
 def test_kill_9_of_the_host_ends_torchrun_and_every_rank(tiny_config, tmp_path):
     out = tmp_path / "out"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "amp_suite", "run", "--config", str(tiny_config), "--frameworks", "torch",
-         "--precisions", "fp32", "--devices", "2", "--steps", "3000", "--warmup", "1", "--out", str(out)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sweep = _long_torch_sweep(tiny_config, out, "fp32", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     _wait_for(lambda: len([env for env in _cell_processes(str(out)).values() if "LOCAL_RANK" in env]) == 2, 300,
               "both ranks' start")
     sweep.kill()

@@ -18,8 +18,8 @@ shared machine cancels in it) and each round's ratio, so the noise is
 visible.  Target: >= 0.95 for every row.
 
     python benchmarks/overhead.py [--frameworks torch,keras,jax] [--sizes 28,128]
-        [--precisions fp32,amp_bf16] [--steps 60] [--warmup 10] [--steps-128 30] [--warmup-128 5]
-        [--rounds 3]
+        [--precisions fp32,amp_bf16] [--steps 60] [--warmup 10] [--steps-128 20] [--warmup-128 4]
+        [--rounds 5] [--max-rounds 15] [--row-seconds 180]
 
 At 128x128 a run has its own, shorter step count: on a CPU without bf16
 instructions PyTorch's bf16 step there runs at a few images per second, and
@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +110,17 @@ def suite(framework: str, precision: str, size: int, args: argparse.Namespace, b
     return float(result.metrics["throughput"]), float(result.metrics["first_step_loss"])
 
 
+def rounds_for(first_round_s: float, args: argparse.Namespace) -> int:
+    """Rounds of a row: enough to fill ``--row-seconds``, between ``--rounds`` and ``--max-rounds``.
+
+    A run's throughput varies by about +-12 % from one process to the next on
+    the development VM, however many steps it takes (measured: 60 and 200
+    steps of the same PyTorch loop spread alike), so only more processes
+    narrow a row's median; rows whose runs are short get more of them.
+    """
+    return max(args.rounds, min(args.max_rounds, math.ceil(args.row_seconds / max(first_round_s, 1e-9))))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frameworks", default="torch,keras,jax")
@@ -115,14 +128,18 @@ def main() -> int:
     parser.add_argument("--sizes", default="28,128")
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--steps-128", type=int, default=30, help="steps of a run at 128x128")
-    parser.add_argument("--warmup-128", type=int, default=5, help="warm-up steps of a run at 128x128")
+    parser.add_argument("--steps-128", type=int, default=20, help="steps of a run at 128x128")
+    parser.add_argument("--warmup-128", type=int, default=4, help="warm-up steps of a run at 128x128")
     parser.add_argument("--batch-size", type=int, default=128, help="at 28x28")
     parser.add_argument("--batch-size-128", type=int, default=32, help="at 128x128 (a 2-core CPU is slow there)")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5, help="fewest interleaved rounds of a row")
+    parser.add_argument("--max-rounds", type=int, default=15)
+    parser.add_argument("--row-seconds", type=float, default=180.0,
+                        help="rows whose rounds are short get more of them, up to about this long in all")
     args = parser.parse_args()
     print(f"mnist_cnn, {args.steps} steps ({args.warmup} warm-up) at 28x28, {args.steps_128} "
-          f"({args.warmup_128} warm-up) at 128x128, {args.rounds} interleaved rounds, "
+          f"({args.warmup_128} warm-up) at 128x128, {args.rounds}-{args.max_rounds} interleaved rounds per row "
+          f"(as many as fit in {args.row_seconds:.0f} s), "
           f"each run in a fresh process; the suite in one window with no latency phase")
     print(f"{'framework':<9} {'size':>4} {'batch':>5} {'precision':<9} {'idiomatic img/s':>15} "
           f"{'suite img/s':>11} {'ratio':>6} {'paired':>6}  per round")
@@ -136,7 +153,9 @@ def main() -> int:
                 data[size] = write_inputs(size, args, batch, Path(scratch.name) / f"inputs-{size}.npz")
             for precision in args.precisions.split(","):
                 ours, theirs, losses = [], [], []
-                for round_index in range(args.rounds):
+                rounds, round_index = args.rounds, 0
+                while round_index < rounds:
+                    started = time.monotonic()
                     # Alternate which side goes first, so drifts of a shared machine hit both.
                     sides = ("idiomatic", "suite") if round_index % 2 == 0 else ("suite", "idiomatic")
                     for side in sides:
@@ -147,6 +166,9 @@ def main() -> int:
                             throughput, loss = suite(framework, precision, size, args, batch)
                             ours.append(throughput)
                         losses.append(loss)
+                    if round_index == 0:  # fixed by the first round's duration, never by the ratios seen
+                        rounds = rounds_for(time.monotonic() - started, args)
+                    round_index += 1
                 # Same weights, same batch: the first step's loss agrees unless the loops compute different things.
                 spread = (max(losses) - min(losses)) / abs(statistics.median(losses))
                 if not spread <= LOSS_TOLERANCE:  # NaN too
@@ -156,9 +178,9 @@ def main() -> int:
                 ratio = statistics.median(ours) / statistics.median(theirs)
                 worst = min(worst, ratio)
                 paired = statistics.median(o / t for o, t in zip(ours, theirs))
-                rounds = ", ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs))
+                per_round = ", ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs))
                 print(f"{framework:<9} {size:>4} {batch:>5} {precision:<9} {statistics.median(theirs):>15,.0f} "
-                      f"{statistics.median(ours):>11,.0f} {ratio:>6.3f} {paired:>6.3f}  ({rounds})", flush=True)
+                      f"{statistics.median(ours):>11,.0f} {ratio:>6.3f} {paired:>6.3f}  ({per_round})", flush=True)
     scratch.cleanup()
     print(f"first-step losses of suite and idiomatic runs agree within {widest:.2e} (relative) in every row")
     print(f"worst ratio {worst:.3f}: {'meets' if worst >= TARGET else 'MISSES'} the target of {TARGET}")

@@ -57,6 +57,8 @@ def test_not_a_tty_prints_a_line_at_most_every_few_seconds(monkeypatch):
                         wall_time_s=20.0)
     show(1, 3, _cell(), result)
     assert stream.getvalue().splitlines()[-1].endswith("sweep ETA ~40 s (2 cells left)")
+    show(2, 3, _cell(), result)
+    assert stream.getvalue().splitlines()[-1].endswith("sweep ETA ~20 s (1 cell left)")
 
 
 def test_rate_and_time_left():

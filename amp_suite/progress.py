@@ -223,7 +223,8 @@ class SweepProgress:
         if remaining <= 0 or not self.ran:
             return ""
         mean = sum(self.ran) / len(self.ran)
-        return f"; sweep ETA ~{duration_text(mean * remaining)} ({remaining} {'cell' if remaining == 1 else 'cells'} left)"
+        cells = "cell" if remaining == 1 else "cells"
+        return f"; sweep ETA ~{duration_text(mean * remaining)} ({remaining} {cells} left)"
 
     def step(self, done: int, total: int) -> None:
         """A step message of the running cell."""

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite import devices, host_measure, progress
-from amp_suite.datasets import InputPipeline, input_pipeline, load_dataset
+from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
 from amp_suite.plugin_host import PluginHost
@@ -194,10 +194,8 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         os.environ.setdefault(name, value)
 
     weights, state = init_variables(workload, run.seed)
-    data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed,
-                        train_split=run.train_split, val_split=run.val_split, data_dir=run.data_dir,
-                        allow_download=run.download, synthetic_fallback=run.synthetic_fallback)
-    pipeline = input_pipeline(workload, data, batch_size=run.batch_size, steps=run.steps, seed=run.seed)
+    pipeline = run_pipeline(run, workload)
+    data = pipeline.dataset
     # The cosine schedule decays over the optimizer steps this run really takes.
     workload = dataclasses.replace(workload, optimizer=dataclasses.replace(
         workload.optimizer, decay_steps=pipeline.steps_per_epoch * run.epochs))

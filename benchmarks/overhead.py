@@ -71,14 +71,11 @@ def write_inputs(size: int, args: argparse.Namespace, batch: int, path: Path) ->
     initializer, so the idiomatic loop starts from the same weights and sees
     the same images, in the same order, as the suite.
     """
-    from amp_suite.datasets import input_pipeline, load_dataset
+    from amp_suite.datasets import run_pipeline
     from amp_suite.workloads import init_variables
 
     run, workload = suite_run("torch", "fp32", size, args, batch)
-    data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed,
-                        train_split=run.train_split, val_split=run.val_split, data_dir=run.data_dir,
-                        allow_download=run.download, synthetic_fallback=run.synthetic_fallback)
-    batches = input_pipeline(workload, data, batch_size=run.batch_size, steps=run.steps, seed=run.seed).epoch(0)
+    batches = run_pipeline(run, workload).epoch(0)
     weights, _ = init_variables(workload, run.seed)
     np.savez(path, images=np.stack([b.images for b in batches]), labels=np.stack([b.labels for b in batches]),
              **weights)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from amp_suite.datasets.augment import augmentation_rng, channel_stats, normalize, random_crop_flip
-from amp_suite.datasets.base import Dataset, epoch_batches, epoch_order
-from amp_suite.records import Batch, Workload
+from amp_suite.datasets.base import Dataset, epoch_batches, epoch_order, load_dataset
+from amp_suite.records import Batch, RunSpec, Workload
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,11 @@ def input_pipeline(workload: Workload, dataset: Dataset, *, batch_size: int, ste
                    seed: int) -> InputPipeline:
     mean, std = channel_stats(dataset.train_images) if workload.normalize else (None, None)
     return InputPipeline(dataset, batch_size, steps, seed, workload.augment, mean, std)
+
+
+def run_pipeline(run: RunSpec, workload: Workload) -> InputPipeline:
+    """The dataset and input pipeline of ``run``: the batches its worker trains on (``.dataset`` holds the data)."""
+    data = load_dataset(run.dataset, workload, steps=run.steps, batch_size=run.batch_size, seed=run.seed,
+                        train_split=run.train_split, val_split=run.val_split, data_dir=run.data_dir,
+                        allow_download=run.download, synthetic_fallback=run.synthetic_fallback)
+    return input_pipeline(workload, data, batch_size=run.batch_size, steps=run.steps, seed=run.seed)

@@ -256,7 +256,10 @@ class SweepProgress:
 
 def _result_text(label: str, result) -> str:
     if result.status != "ok":
-        return f"{label} {result.status}: {result.error}"
+        log = (result.metrics or {}).get("log")
+        # unsupported is by design (tf32 on a CPU): its error says all there is
+        where = f"; log: {log}" if log and result.status != "unsupported" else ""
+        return f"{label} {result.status}: {result.error}{where}"
     m = result.metrics
     accuracy = m.get("val_accuracy")
     synthetic = (result.config or {}).get("dataset") == "synthetic" or m.get("dataset_substituted")

@@ -8,7 +8,10 @@ or directory exists to be left behind.  The worker dies with the host (see
 :mod:`amp_suite.worker`).  Its import path is the host's minus the current
 directory.  A worker that crashes, hangs or is killed becomes a result row
 with a status; the sweep goes on, and each finished cell is appended to
-``results.jsonl`` at once.
+``results.jsonl`` at once.  A worker's stdout and stderr go to the cell's log
+(``OUT/logs/KEY.log``), where a failing cell's worker also writes its
+traceback; a cell that is not ``ok`` carries the log's path and last lines
+(``metrics["log"]``, ``metrics["log_tail"]``).
 """
 
 from __future__ import annotations
@@ -223,7 +226,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         answer[-1].error = (f"torchrun exited with code {code}: a rank failed or was killed, and the others were "
                             f"ended; local rank 0 saw: {answer[-1].error}")
     if answer and (code == 0 or answer[-1].status != "ok"):
-        return answer[-1]
+        return with_log(answer[-1], log_path)
     if code is not None and code < 0:
         sig = signal.Signals(-code).name
         oom_after = _oom_kills()
@@ -255,9 +258,36 @@ def _read_and_remove(path: Path) -> bytes:
 
 
 def _failure(cell: Cell, status: str, error: str, started: float, log_path: Path) -> CellResult:
-    return cell_for_run(cell.run, status, error=error,
-                        metrics={"log_tail": _log_tail(log_path), "log": str(log_path)},
-                        wall_time_s=time.perf_counter() - started)
+    return with_log(cell_for_run(cell.run, status, error=error, wall_time_s=time.perf_counter() - started),
+                    log_path)
+
+
+def with_log(result: CellResult, log_path: Path) -> CellResult:
+    """``result``, and for a cell that is not ``ok`` its log: ``metrics["log"]`` (the path) and ``log_tail``."""
+    if result.status != "ok":
+        result.metrics["log_tail"] = _log_tail(log_path)
+        result.metrics["log"] = str(log_path)
+    return result
+
+
+def cell_log_path(directory: Path, run: RunSpec) -> Path:
+    """Where the log of ``run``'s cell is written: ``DIRECTORY/logs/KEY.log`` (``/`` of the key as ``__``)."""
+    return directory / "logs" / (run.key.replace("/", "__") + ".log")
+
+
+def run_inline(cell: Cell, *, log_path: Path) -> CellResult:
+    """Run ``cell`` in this process; a failure's traceback goes to the cell's log, as a worker's does.
+
+    Raises :class:`StorageError` when the cell's log cannot be created.
+    """
+    try:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(log_path, "w", encoding="utf-8")
+    except OSError as exc:
+        raise StorageError(f"cannot write the log {str(log_path)!r}: {exc.strerror or one_line(exc)}") from None
+    with log:
+        result = worker.execute(cell.run, cell.workload, log=log)
+    return with_log(result, log_path)
 
 
 def iter_sweep(
@@ -290,14 +320,14 @@ def iter_sweep(
         if progress:
             progress(index, len(cells), cell, None)
         on_step = getattr(progress, "step", None)
+        log_path = cell_log_path(store.directory, cell.run)
         if inline:
             if on_step is not None:
                 with progress_channel.inline_sink(on_step):
-                    result = worker.execute(cell.run, cell.workload)
+                    result = run_inline(cell, log_path=log_path)
             else:
-                result = worker.execute(cell.run, cell.workload)
+                result = run_inline(cell, log_path=log_path)
         else:
-            log_path = store.directory / "logs" / (cell.run.key.replace("/", "__") + ".log")
             result = run_in_worker(cell, log_path=log_path, env=env, on_step=on_step)
         try:
             store.append(result)

@@ -22,7 +22,7 @@ import time
 import traceback
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -63,6 +63,8 @@ OOM_MESSAGES = (
     "can't allocate memory", "Cannot allocate memory", "Unable to allocate", "std::bad_alloc",
     "failed to allocate memory",
 )
+# Characters of a failure's traceback kept in its result (the innermost frames); the log holds all of it.
+TRACEBACK_CHARS = 4000
 
 
 def missing_modules(info: FrameworkInfo) -> list[str]:
@@ -154,8 +156,15 @@ def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline
 VALIDATION_KEYS = ("val_accuracy", "val_loss", "val_examples")
 
 
-def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) -> CellResult:
-    """Run one cell in this process and return its result (never raises)."""
+def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None, *,
+            log: TextIO | None = None) -> CellResult:
+    """Run one cell in this process and return its result (never raises).
+
+    A cell that raises keeps its traceback, innermost frames last, in
+    ``metrics["traceback"]`` (the last :data:`TRACEBACK_CHARS` characters);
+    with ``log``, the whole traceback is also written there (the worker
+    passes its stderr, which the runner sends to the cell's log).
+    """
     started = time.perf_counter()
     result = cell_for_run(run, "failed",
                           started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
@@ -170,9 +179,25 @@ def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None) ->
             raise
         result.status = classify_exception(exc)
         result.error = one_line(exc)
-        result.metrics["traceback"] = traceback.format_exc(limit=8)[-4000:]
+        trace = "".join(traceback.format_exception(exc))
+        result.metrics["traceback"] = trace[-TRACEBACK_CHARS:]
+        if log is not None:
+            write_failure(log, result, trace)
     result.wall_time_s = time.perf_counter() - started
     return result
+
+
+def write_failure(log: TextIO, result: CellResult, trace: str) -> None:
+    """The cell's status, its one-line error and its whole traceback, appended to ``log`` (never raises)."""
+    try:
+        sys.stdout.flush()  # what the plugin printed comes before its traceback
+    except (OSError, ValueError):
+        pass
+    try:
+        log.write(f"amp-suite worker: cell {result.key} {result.status}: {result.error}\n{trace}")
+        log.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellResult) -> None:
@@ -293,7 +318,9 @@ def main(argv: list[str] | None = None) -> int:
 
     ``--result-fd N`` (how the runner starts it): the request is read from
     stdin and the result written to file descriptor ``N``.  ``REQUEST.json
-    RESULT.json``: the same with files, for running one cell by hand.
+    RESULT.json``: the same with files, for running one cell by hand.  A
+    failure's whole traceback goes to stderr, which the runner makes the
+    cell's log.
     """
     args = sys.argv[1:] if argv is None else argv
     host_pid = os.environ.pop(HOST_PID_ENV, "")
@@ -312,16 +339,12 @@ def main(argv: list[str] | None = None) -> int:
         result_file = args[1]
     run = run_from_dict(request["run"])
     workload = workload_from_dict(request["workload"])
-    result = execute(run, workload)
+    result = execute(run, workload, log=sys.stderr)  # stderr is the cell's log
     from amp_suite.launchers import this_process
 
     if not this_process(run).writes_result:
-        if result.status == "ok":
-            return 0
         # A failing rank must fail: torchrun then ends the others instead of leaving them waiting.
-        print(f"amp-suite worker: {result.status}: {result.error}\n{result.metrics.get('traceback', '')}",
-              file=sys.stderr, flush=True)
-        return 1
+        return 0 if result.status == "ok" else 1
     if result_fd is not None:
         with os.fdopen(result_fd, "wb") as out:
             out.write(_result_line(result))

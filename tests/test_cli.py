@@ -108,6 +108,18 @@ def test_any_failed_cell_makes_exit_1(tiny_config, clean_fake_env):
     assert "amp_bf16 r0 failed: RuntimeError: fake framework exploded" in out.stderr
 
 
+def test_a_failed_cells_line_names_the_log_that_holds_its_traceback(tiny_config, tmp_path, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32,amp_bf16,tf32",
+                  env={"FAKEFW_MODE": "raise", "FAKEFW_TARGET": "amp_bf16"})
+    assert out.returncode == 1, out.stderr
+    log = tmp_path / "out" / "logs" / "fake__tiny__amp_bf16__r0.log"
+    [line] = [line for line in out.stderr.splitlines() if " amp_bf16 r0 failed: " in line]
+    assert f"failed: RuntimeError: fake framework exploded; log: {log}" in line
+    assert "Traceback (most recent call last)" in log.read_text() and "Traceback" not in out.stderr
+    [unsupported] = [line for line in out.stderr.splitlines() if " tf32 r0 unsupported: " in line]
+    assert "log:" not in unsupported  # by design: the error says all there is
+
+
 def test_device_gpu_without_a_gpu_fails_every_cell_with_one_line(tiny_config, clean_fake_env):
     out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--device", "gpu",
                   env={"AMP_SUITE_FAKE_NVIDIA_SMI": "none"})

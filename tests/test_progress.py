@@ -70,3 +70,15 @@ def test_rate_and_time_left():
     assert cell.text().startswith("step 26/100, epoch 1/2, 2.50 steps/s, ~30 s left")
     cell.update(3, 50)  # the second epoch began
     assert cell.steps_done() == 53
+
+
+def test_a_cell_without_figures_names_its_log():
+    stream = io.StringIO()
+    show = progress.SweepProgress(stream, tty=False)
+    for status, error in (("failed", "RuntimeError: boom"), ("unsupported", "UnsupportedError: no tf32")):
+        show(1, 1, _cell(), None)
+        show(1, 1, _cell(), CellResult(key="k", framework="f", workload="w", precision="fp32", repeat=0,
+                                       status=status, error=error, metrics={"log": "out/logs/f__w__fp32__r0.log"}))
+    failed, unsupported = stream.getvalue().splitlines()[1::2]
+    assert failed.endswith("failed: RuntimeError: boom; log: out/logs/f__w__fp32__r0.log")
+    assert unsupported.endswith("unsupported: UnsupportedError: no tf32")

@@ -56,6 +56,42 @@ def test_failure_statuses(tiny_config, tmp_path, clean_fake_env, mode, status, n
     assert needle in result.error
 
 
+def test_a_raising_hook_leaves_its_traceback_in_the_cells_log(tiny_config, tmp_path, clean_fake_env):
+    clean_fake_env.setenv("FAKEFW_MODE", "raise")  # fakefw's build_model raises
+    log = tmp_path / "log"
+    result = run_in_worker(_cell(tiny_config), log_path=log)
+    assert result.status == "failed"
+    text = log.read_text()
+    assert "Traceback (most recent call last)" in text and "in build_model" in text and "fakefw.py" in text
+    assert text.rstrip().endswith("RuntimeError: fake framework exploded")
+    assert result.metrics["log"] == str(log)
+    assert result.metrics["log_tail"].rstrip().endswith("RuntimeError: fake framework exploded")
+    assert "fakefw.py" in result.metrics["traceback"]
+
+
+def test_a_deep_failure_keeps_its_innermost_frames(tiny_config, tmp_path, clean_fake_env):
+    clean_fake_env.setenv("FAKEFW_MODE", "deep")  # train_epoch raises 30 frames down
+    log = tmp_path / "log"
+    result = run_in_worker(_cell(tiny_config), log_path=log)
+    assert result.status == "failed" and "fake failure deep inside the framework" in result.error
+    for text in (result.metrics["traceback"], log.read_text(), result.metrics["log_tail"]):
+        assert "in _deepest_frame" in text, text
+
+
+def test_an_inline_cells_traceback_goes_to_its_log_too(tiny_config, tmp_path, clean_fake_env):
+    clean_fake_env.setenv("FAKEFW_MODE", "raise")
+    clean_fake_env.setenv("FAKEFW_TARGET", "amp_fp16")
+    store = ResultStore(tmp_path / "out")
+    ok, failed = run_sweep([_cell(tiny_config, p) for p in ("fp32", "amp_fp16")], store, inline=True)
+    assert (ok.status, failed.status) == ("ok", "failed")
+    log = tmp_path / "out" / "logs" / "fake__tiny__amp_fp16__r0.log"
+    assert failed.metrics["log"] == str(log)
+    assert "Traceback (most recent call last)" in log.read_text()
+    assert failed.metrics["log_tail"].rstrip().endswith("RuntimeError: fake framework exploded")
+    assert "log" not in ok.metrics and "log_tail" not in ok.metrics
+    assert store.load()[-1].metrics["log"] == str(log)  # stored as returned
+
+
 def test_timeout_kills_the_worker(tiny_config, tmp_path, clean_fake_env):
     pidfile = tmp_path / "pid"
     clean_fake_env.setenv("FAKEFW_MODE", "hang")

@@ -4,7 +4,8 @@ It trains a real softmax regression with SGD, so its losses and accuracy are
 real numbers.  Environment variables make one precision misbehave, so the
 runner's failure statuses can be produced on purpose:
 
-- ``FAKEFW_MODE``: raise | crash | hang | oom | nan | slow | gate
+- ``FAKEFW_MODE``: raise | deep | crash | hang | oom | nan | slow | gate
+  (``deep``: ``train_epoch`` raises from :data:`DEEP_FRAMES` frames down)
 - ``FAKEFW_TARGET``: the precision that misbehaves (default: every one)
 - ``FAKEFW_PIDFILE``: where a ``hang``/``slow``/``gate`` worker writes its pid
 - ``FAKEFW_GATE``: a ``gate`` worker waits until this file exists, then trains
@@ -25,6 +26,8 @@ from amp_suite.plugin_kit import timed_window
 from amp_suite.records import DeviceInfo, EpochResult, FrameworkInfo, PrecisionApplied, RunSpec
 
 NAME = "fake"
+# Frames between train_epoch and the raise of a ``deep`` failure.
+DEEP_FRAMES = 30
 DTYPES = {"fp32": np.float32, "amp_fp16": np.float16, "amp_bf16": np.float32}
 
 
@@ -51,10 +54,23 @@ def _misbehave(run: RunSpec, where: str) -> None:
             time.sleep(3600 if mode == "hang" else 2)
     elif mode == "raise" and where == "build":
         raise RuntimeError("fake framework exploded")
+    elif mode == "deep" and where == "train":
+        _dig(DEEP_FRAMES)
     elif mode == "crash" and where == "build":
         os._exit(3)
     elif mode == "oom" and where == "train":
         raise MemoryError("fake allocation of 1 TiB failed")
+
+
+def _dig(frames: int) -> None:
+    if frames:
+        _dig(frames - 1)
+    else:
+        _deepest_frame()
+
+
+def _deepest_frame() -> None:
+    raise ValueError("fake failure deep inside the framework")
 
 
 @dataclass

@@ -95,3 +95,23 @@ def check_return(plugin: str, hook: str, value: Any) -> Any:
                     "values become figures of the run and must be numbers, strings, booleans or None"
                 )
     return value
+
+
+def check_logits(plugin: str, logits: Any, images: int) -> None:
+    """``predict``'s answer: a float32 numpy array ``(images, classes)``, else a one-line :class:`PluginError`.
+
+    Logits in a reduced dtype would make every comparison of the host round
+    them again (and numpy cannot hold bfloat16): the contract is float32 out,
+    whatever the compute dtype.
+    """
+    import numpy as np
+
+    if not isinstance(logits, np.ndarray):
+        raise PluginError(f"plugin {plugin!r}: predict returned {_what(logits)}; it must return a numpy array "
+                          "(np.asarray(..., dtype=np.float32))")
+    if logits.dtype != np.float32:
+        raise PluginError(f"plugin {plugin!r}: predict returned logits of dtype {logits.dtype}; they must be "
+                          "float32 whatever the compute dtype (cast them before returning)")
+    if logits.ndim != 2 or logits.shape[0] != images:
+        raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
+                          f"({images}, classes) for {images} images")

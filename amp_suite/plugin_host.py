@@ -27,7 +27,7 @@ import numpy as np
 import pluggy
 
 from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, host_measure, hookspecs
-from amp_suite.contracts import check_return
+from amp_suite.contracts import check_logits, check_return
 from amp_suite.errors import PluginError, one_line
 from amp_suite.records import (
     Batch,
@@ -284,7 +284,10 @@ class PluginHost:
         self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
 
     def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
-        return self._first("predict", run=run, model=model, images=images, training=training)
+        """The plugin's logits, checked: a float32 numpy array of shape ``(len(images), classes)``."""
+        plugin, logits = self._first_answer("predict", run=run, model=model, images=images, training=training)
+        check_logits(plugin, logits, len(images))
+        return logits
 
     def get_variables(self, run: RunSpec, model: Any) -> dict[str, np.ndarray]:
         return self._first("get_variables", run=run, model=model)
@@ -366,12 +369,16 @@ class PluginHost:
 
     def _first(self, hook_name: str, **kwargs: Any) -> Any:
         """Call a firstresult hook the way pluggy does (last registered first), checking the answer's type."""
+        return self._first_answer(hook_name, **kwargs)[1]
+
+    def _first_answer(self, hook_name: str, **kwargs: Any) -> tuple[str, Any]:
+        """``(plugin name, answer)`` of the first plugin whose ``hook_name`` answers something."""
         for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
             if impl.hookwrapper or impl.wrapper:
                 continue
             answer = impl.function(**{name: kwargs[name] for name in impl.argnames})
             if answer is not None:
-                return check_return(impl.plugin_name, hook_name, answer)
+                return impl.plugin_name, check_return(impl.plugin_name, hook_name, answer)
         raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
 
 

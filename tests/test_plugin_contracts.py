@@ -133,7 +133,28 @@ class _BadExtra:
         return EpochResult([0.1], [1.0], 8, 0.1, extra={"traces": {"step": 1}})
 
 
+class _Logits:
+    """``predict`` answering ``value`` whatever it is asked."""
+
+    def __init__(self, value):
+        self.value = value
+
+    @hookimpl
+    def predict(self, run, model, images, training):
+        return self.value
+
+
+IMAGES = np.zeros((4, 8, 8, 1), np.float32)
+
+
 @pytest.mark.parametrize("plugin,call,message", [
+    (_Logits(np.zeros((4, 3), np.float16)), lambda h: h.predict(RUN, None, IMAGES),
+     "plugin 'bad': predict returned logits of dtype float16; they must be float32 whatever the compute dtype "
+     "(cast them before returning)"),
+    (_Logits(np.zeros((2, 3), np.float32)), lambda h: h.predict(RUN, None, IMAGES),
+     "plugin 'bad': predict returned logits of shape (2, 3); expected (4, classes) for 4 images"),
+    (_Logits([[0.0, 1.0]] * 4), lambda h: h.predict(RUN, None, IMAGES),
+     "plugin 'bad': predict returned list; it must return np.ndarray | None"),
     (_DictDevice(), lambda h: h.select_device(RUN),
      "plugin 'bad': select_device returned dict of str: str; it must return DeviceInfo | None"),
     (_ListOfStrings(), lambda h: h.get_variables(RUN, None),
@@ -148,6 +169,17 @@ def test_every_hooks_answer_is_checked_against_its_declared_type(plugin, call, m
     with pytest.raises(PluginError) as info:
         call(host)
     assert str(info.value) == message
+
+
+def test_bfloat16_logits_are_refused_by_name():
+    ml_dtypes = pytest.importorskip("ml_dtypes")  # numpy's bfloat16, as jax and tensorflow return it
+    host = PluginHost(autoload=False)
+    host.register(_Logits(np.zeros((4, 3), ml_dtypes.bfloat16)), name="bad")
+    with pytest.raises(PluginError, match="predict returned logits of dtype bfloat16; they must be float32"):
+        host.predict(RUN, None, IMAGES)
+    host = PluginHost(autoload=False)
+    host.register(_Logits(np.zeros((4, 3), np.float32)), name="good")
+    assert host.predict(RUN, None, IMAGES).shape == (4, 3)
 
 
 def test_the_type_checker_reads_unions_and_containers():

@@ -1,16 +1,32 @@
 """The architectures amp-suite measures, written in the layer vocabulary.
 
-Each entry of :data:`ARCHITECTURES` takes the number of classes and returns
-the model's layers; input channels and size come from the workload.  A new
-architecture made of known layer kinds is one entry here and needs no plugin
-change.  Blocks (a ResNet BasicBlock or Bottleneck with its projection
-shortcut) are built here from the vocabulary too.
+Each entry of :data:`ARCHITECTURES` takes the number of classes and the
+workload's input size and returns the model's layers; input channels come
+from the workload.  Most architectures ignore the input size; the Keras
+Applications backbones (:mod:`amp_suite.backbones`) need it, because
+TensorFlow's stride-2 "same" padding and Keras's ``correct_pad`` depend on
+whether the activation's side is even or odd.  A new architecture made of
+known layer kinds is one entry here and needs no plugin change.  Blocks (a
+ResNet BasicBlock or Bottleneck with its projection shortcut) are built here
+from the vocabulary too.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
+from amp_suite.backbones import (
+    efficientnet_b0,
+    efficientnet_b1,
+    efficientnet_b2,
+    efficientnet_b3,
+    efficientnet_b4,
+    efficientnet_b5,
+    imagenet_resnet50,
+    mobilenet,
+    vgg16,
+)
 from amp_suite.layers import (
     avg_pool,
     batch_norm,
@@ -27,7 +43,13 @@ from amp_suite.records import LayerSpec
 Layers = tuple[LayerSpec, ...]
 
 
-def mnist_cnn(num_classes: int) -> Layers:
+class Architecture(Protocol):
+    """An entry of :data:`ARCHITECTURES`: the model's layers for a number of classes and an input side."""
+
+    def __call__(self, num_classes: int, input_size: int) -> Layers: ...
+
+
+def mnist_cnn(num_classes: int, input_size: int = 28) -> Layers:
     """The CNN of the dm-haiku/jmp mixed-precision MNIST example.
 
     conv 3x3x32 (same) -> ReLU -> avg-pool 2 -> conv 3x3x64 (same) -> ReLU ->
@@ -40,7 +62,7 @@ def mnist_cnn(num_classes: int) -> Layers:
     )
 
 
-def deep_cnn(num_classes: int) -> Layers:
+def deep_cnn(num_classes: int, input_size: int = 28) -> Layers:
     """``create_cnn`` of the multi-GPU Keras article: five 3x3x128 VALID convolutions.
 
     conv, ReLU, conv, ReLU, max-pool 2, then three conv + ReLU, flatten,
@@ -97,26 +119,36 @@ def cifar_resnet(block: Block, blocks: tuple[int, ...], widths: tuple[int, ...],
     return (*layers, global_avg_pool(), dense("linear", num_classes))
 
 
-def resnet8(num_classes: int) -> Layers:
+def resnet8(num_classes: int, input_size: int = 32) -> Layers:
     """He et al.'s smallest CIFAR ResNet (n = 1): widths 16/32/64, one BasicBlock per stage."""
     return cifar_resnet(basic_block, (1, 1, 1), (16, 32, 64), (1, 2, 2), num_classes)
 
 
-def resnet18(num_classes: int) -> Layers:
+def resnet18(num_classes: int, input_size: int = 32) -> Layers:
     """The CIFAR ResNet-18 of the PyTorch CIFAR-10 repository: BasicBlock [2, 2, 2, 2]."""
     return cifar_resnet(basic_block, (2, 2, 2, 2), (64, 128, 256, 512), (1, 2, 2, 2), num_classes)
 
 
-def resnet50(num_classes: int) -> Layers:
+def resnet50(num_classes: int, input_size: int = 32) -> Layers:
     """The CIFAR ResNet-50 of the same repository: Bottleneck (expansion 4) [3, 4, 6, 3]."""
     return cifar_resnet(bottleneck_block, (3, 4, 6, 3), (64, 128, 256, 512), (1, 2, 2, 2), num_classes)
 
 
-# Architecture name -> layers for a number of classes.
-ARCHITECTURES: dict[str, Callable[[int], Layers]] = {
+# Architecture name -> layers for a number of classes and an input size
+# (the workload calls ``ARCHITECTURES[model](num_classes, input_size=input_size)``).
+ARCHITECTURES: dict[str, Architecture] = {
     "mnist_cnn": mnist_cnn,
     "deep_cnn": deep_cnn,
     "resnet8": resnet8,
     "resnet18": resnet18,
     "resnet50": resnet50,
+    "vgg16": vgg16,
+    "mobilenet": mobilenet,
+    "imagenet_resnet50": imagenet_resnet50,
+    "efficientnet_b0": efficientnet_b0,
+    "efficientnet_b1": efficientnet_b1,
+    "efficientnet_b2": efficientnet_b2,
+    "efficientnet_b3": efficientnet_b3,
+    "efficientnet_b4": efficientnet_b4,
+    "efficientnet_b5": efficientnet_b5,
 }

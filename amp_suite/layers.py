@@ -10,12 +10,23 @@ into its own layers.  Semantics, identical in every framework:
   ``(in, out)``, and ``flatten`` orders features as ``(h, w, c)``;
 * ``conv2d`` pads ``padding`` zero pixels on every side, then slides with
   ``stride``: ``out = (in + 2 * padding - kernel) // stride + 1``;
+  ``depthwise_conv2d`` does the same per channel (depth multiplier 1, kernel
+  ``(k, k, channels, 1)``);
+* ``zero_pad`` adds ``pads`` = (top, bottom, left, right) zero pixels, the
+  exact form of TensorFlow's asymmetric "same" padding and of Keras's
+  ``ZeroPadding2D`` (a max_pool after it sees those zeros);
 * pools have no padding: ``out = (in - window) // stride + 1``;
 * ``batch_norm`` normalizes each channel with the batch's mean and biased
   variance in training and with the running statistics in evaluation; the
   running statistics move by ``momentum`` towards the batch mean and the
   *unbiased* batch variance (``n / (n - 1)``, PyTorch's convention);
-* ``residual`` adds ``body(x)`` and ``shortcut(x)`` (identity when empty).
+* ``relu6`` is ``min(max(x, 0), 6)``, ``swish`` is ``x * sigmoid(x)``;
+* ``residual`` adds ``body(x)`` and ``shortcut(x)`` (identity when empty);
+  ``multiply`` multiplies ``x`` by ``body(x)``, a ``(1, 1, c)`` activation
+  broadcast over height and width (squeeze-and-excitation);
+* ``dropout`` multiplies its input by the mask the host drew for the step
+  (:func:`draw_masks`, handed over in ``Batch.masks``) in training, and is the
+  identity in evaluation and ``predict``.
 """
 
 from __future__ import annotations
@@ -23,13 +34,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
+
 from amp_suite.errors import UsageError
 from amp_suite.records import LayerSpec, VariableSpec
 
-LAYER_KINDS = ("conv2d", "batch_norm", "relu", "residual", "max_pool", "avg_pool", "global_avg_pool",
-               "flatten", "dense")
+LAYER_KINDS = ("conv2d", "depthwise_conv2d", "zero_pad", "batch_norm", "relu", "relu6", "swish", "sigmoid",
+               "residual", "multiply", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense", "dropout")
 # Layers that own variables.
-NAMED_KINDS = ("conv2d", "batch_norm", "dense")
+VARIABLE_KINDS = ("conv2d", "depthwise_conv2d", "batch_norm", "dense")
+# Layers that need a name: those with variables, and dropout (its mask's key).
+NAMED_KINDS = (*VARIABLE_KINDS, "dropout")
 
 
 # --- constructors ---------------------------------------------------------
@@ -41,12 +56,36 @@ def conv2d(name: str, features: int, kernel_size: int, *, stride: int = 1, paddi
                      padding=padding, use_bias=use_bias)
 
 
+def depthwise_conv2d(name: str, kernel_size: int, *, stride: int = 1, padding: int = 0,
+                     use_bias: bool = False) -> LayerSpec:
+    """One ``kernel_size`` filter per channel (depth multiplier 1), Keras's ``DepthwiseConv2D``."""
+    return LayerSpec("depthwise_conv2d", name, kernel_size=kernel_size, stride=stride, padding=padding,
+                     use_bias=use_bias)
+
+
+def zero_pad(top: int, bottom: int, left: int, right: int) -> LayerSpec:
+    """Zero pixels added on each side, Keras's ``ZeroPadding2D(((top, bottom), (left, right)))``."""
+    return LayerSpec("zero_pad", pads=(top, bottom, left, right))
+
+
 def batch_norm(name: str, *, momentum: float = 0.1, epsilon: float = 1e-5) -> LayerSpec:
     return LayerSpec("batch_norm", name, momentum=momentum, epsilon=epsilon)
 
 
 def relu() -> LayerSpec:
     return LayerSpec("relu")
+
+
+def relu6() -> LayerSpec:
+    return LayerSpec("relu6")
+
+
+def swish() -> LayerSpec:
+    return LayerSpec("swish")
+
+
+def sigmoid() -> LayerSpec:
+    return LayerSpec("sigmoid")
 
 
 def max_pool(window: int, stride: int | None = None) -> LayerSpec:
@@ -57,8 +96,9 @@ def avg_pool(window: int, stride: int | None = None) -> LayerSpec:
     return LayerSpec("avg_pool", window=window, stride=stride or window)
 
 
-def global_avg_pool() -> LayerSpec:
-    return LayerSpec("global_avg_pool")
+def global_avg_pool(keepdims: bool = False) -> LayerSpec:
+    """Mean over height and width: ``(c,)``, or ``(1, 1, c)`` with ``keepdims``."""
+    return LayerSpec("global_avg_pool", keepdims=keepdims)
 
 
 def flatten() -> LayerSpec:
@@ -69,8 +109,18 @@ def dense(name: str, features: int, *, use_bias: bool = True) -> LayerSpec:
     return LayerSpec("dense", name, features=features, use_bias=use_bias)
 
 
+def dropout(name: str, rate: float, *, per_sample: bool = False) -> LayerSpec:
+    """Drops a ``rate`` fraction of its input in training (whole examples with ``per_sample``)."""
+    return LayerSpec("dropout", name, rate=rate, per_sample=per_sample)
+
+
 def residual(body: tuple[LayerSpec, ...], shortcut: tuple[LayerSpec, ...] = ()) -> LayerSpec:
     return LayerSpec("residual", body=tuple(body), shortcut=tuple(shortcut))
+
+
+def multiply(body: tuple[LayerSpec, ...]) -> LayerSpec:
+    """``x * body(x)``, ``body(x)`` being ``(1, 1, c)`` (squeeze-and-excitation)."""
+    return LayerSpec("multiply", body=tuple(body))
 
 
 # --- walking the graph ------------------------------------------------------
@@ -89,10 +139,10 @@ class LayerShapes:
 
 
 def iter_layers(layers: tuple[LayerSpec, ...]) -> Iterator[LayerSpec]:
-    """Every layer in definition order, residual bodies before their shortcuts."""
+    """Every layer in definition order, residual bodies before their shortcuts, multiply bodies too."""
     for layer in layers:
         yield layer
-        if layer.kind == "residual":
+        if layer.kind in ("residual", "multiply"):
             yield from iter_layers(layer.body)
             yield from iter_layers(layer.shortcut)
 
@@ -126,25 +176,36 @@ def _spatial(layer: LayerSpec, shape: Shape, where: str) -> tuple[int, int, int]
 
 def _output_shape(layer: LayerSpec, shape: Shape, out: list[LayerShapes], where: str) -> Shape:
     kind = layer.kind
-    if kind == "conv2d":
-        h, w, _ = _spatial(layer, shape, where)
+    if kind in ("conv2d", "depthwise_conv2d"):
+        h, w, c = _spatial(layer, shape, where)
         k, s, p = layer.kernel_size, layer.stride, layer.padding
-        if k < 1 or s < 1 or p < 0 or layer.features < 1:
-            raise UsageError(f"{where}: conv2d {layer.name!r} needs kernel, stride, features >= 1 and padding >= 0")
-        new = ((h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1, layer.features)
+        features = layer.features if kind == "conv2d" else c
+        if k < 1 or s < 1 or p < 0 or features < 1:
+            raise UsageError(f"{where}: {kind} {layer.name!r} needs kernel, stride, features >= 1 and padding >= 0")
+        new = ((h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1, features)
+    elif kind == "zero_pad":
+        h, w, c = _spatial(layer, shape, where)
+        if len(layer.pads) != 4 or min(layer.pads) < 0:
+            raise UsageError(f"{where}: zero_pad needs four pads >= 0 (top, bottom, left, right), got {layer.pads}")
+        top, bottom, left, right = layer.pads
+        new = (h + top + bottom, w + left + right, c)
     elif kind in ("max_pool", "avg_pool"):
         h, w, c = _spatial(layer, shape, where)
         if layer.window < 1 or layer.stride < 1:
             raise UsageError(f"{where}: {kind} needs window and stride >= 1")
         new = ((h - layer.window) // layer.stride + 1, (w - layer.window) // layer.stride + 1, c)
     elif kind == "global_avg_pool":
-        new = (_spatial(layer, shape, where)[2],)
+        c = _spatial(layer, shape, where)[2]
+        new = (1, 1, c) if layer.keepdims else (c,)
     elif kind == "flatten":
         h, w, c = _spatial(layer, shape, where)
         new = (h * w * c,)
     elif kind == "dense":
         if layer.features < 1:
             raise UsageError(f"{where}: dense {layer.name!r} needs features >= 1")
+        if len(shape) != 1:
+            raise UsageError(f"{where}: dense {layer.name!r} needs features (flatten or global_avg_pool first), "
+                             f"not {shape}")
         new = (layer.features,)
     elif kind == "residual":
         body = _walk(layer.body, shape, out, where)
@@ -152,7 +213,17 @@ def _output_shape(layer: LayerSpec, shape: Shape, out: list[LayerShapes], where:
         if body != short:
             raise UsageError(f"{where}: residual branches disagree: body gives {body}, shortcut {short}")
         new = body
-    else:  # relu, batch_norm keep the shape
+    elif kind == "multiply":
+        h, w, c = _spatial(layer, shape, where)
+        gate = _walk(layer.body, shape, out, where)
+        if gate != (1, 1, c):
+            raise UsageError(f"{where}: multiply's body must give (1, 1, {c}) for an input {shape}, not {gate}")
+        new = shape
+    elif kind == "dropout":
+        if not 0 <= layer.rate < 1:
+            raise UsageError(f"{where}: dropout {layer.name!r} needs 0 <= rate < 1, got {layer.rate}")
+        new = shape
+    else:  # batch_norm, relu, relu6, swish, sigmoid keep the shape
         new = shape
     if any(d < 1 for d in new):
         raise UsageError(f"{where}: the input is too small for its layers ({kind} gives {new})")
@@ -168,7 +239,12 @@ def flatten_input(layers: tuple[LayerSpec, ...], input_shape: Shape) -> tuple[in
 
 
 def variables(layers: tuple[LayerSpec, ...], input_shape: Shape) -> list[VariableSpec]:
-    """Every canonical variable in definition order: parameters, then each BatchNorm's state."""
+    """Every canonical variable in definition order: parameters, then each BatchNorm's state.
+
+    A depthwise kernel is ``(k, k, channels, 1)``, Keras's layout, drawn with a
+    fan-in of ``k * k`` (the inputs of one output).  A layer name used twice
+    (dropout names included) is a :class:`UsageError`.
+    """
     specs: list[VariableSpec] = []
     seen: set[str] = set()
     for item in walk(layers, input_shape):
@@ -184,11 +260,16 @@ def variables(layers: tuple[LayerSpec, ...], input_shape: Shape) -> list[Variabl
             specs.append(VariableSpec(f"{layer.name}/w", (k, k, fan_in, layer.features), "he_uniform"))
             if layer.use_bias:
                 specs.append(VariableSpec(f"{layer.name}/b", (layer.features,), "zeros"))
+        elif layer.kind == "depthwise_conv2d":
+            k = layer.kernel_size
+            specs.append(VariableSpec(f"{layer.name}/w", (k, k, fan_in, 1), "he_uniform", fan_in=k * k))
+            if layer.use_bias:
+                specs.append(VariableSpec(f"{layer.name}/b", (fan_in,), "zeros"))
         elif layer.kind == "dense":
             specs.append(VariableSpec(f"{layer.name}/w", (fan_in, layer.features), "he_uniform"))
             if layer.use_bias:
                 specs.append(VariableSpec(f"{layer.name}/b", (layer.features,), "zeros"))
-        else:
+        elif layer.kind == "batch_norm":
             specs += [VariableSpec(f"{layer.name}/scale", (fan_in,), "ones"),
                       VariableSpec(f"{layer.name}/offset", (fan_in,), "zeros"),
                       VariableSpec(f"{layer.name}/mean", (fan_in,), "zeros", trainable=False),
@@ -197,10 +278,12 @@ def variables(layers: tuple[LayerSpec, ...], input_shape: Shape) -> list[Variabl
 
 
 def forward_flops(layers: tuple[LayerSpec, ...], input_shape: Shape) -> int:
-    """FLOPs of one image's forward pass: 2 per multiply-add of every conv2d and dense layer.
+    """FLOPs of one image's forward pass: 2 per multiply-add of every conv2d, depthwise_conv2d and dense layer.
 
-    Elementwise layers (BatchNorm, ReLU, pools, residual adds) are not counted:
-    they are memory-bound and below 1% of the arithmetic of these models.
+    Elementwise layers (BatchNorm, activations, pools, residual adds, the SE
+    multiply, dropout) are not counted: they are memory-bound and, at one
+    operation per output, below 1% of these models' arithmetic (about 2% of
+    EfficientNet-B0's).
     """
     total = 0
     for item in walk(layers, input_shape):
@@ -208,6 +291,9 @@ def forward_flops(layers: tuple[LayerSpec, ...], input_shape: Shape) -> int:
         if layer.kind == "conv2d":
             h, w, c = item.output_shape
             total += 2 * layer.kernel_size ** 2 * item.input_shape[-1] * c * h * w
+        elif layer.kind == "depthwise_conv2d":
+            h, w, c = item.output_shape
+            total += 2 * layer.kernel_size ** 2 * c * h * w
         elif layer.kind == "dense":
             total += 2 * item.input_shape[-1] * layer.features
     return total
@@ -222,3 +308,42 @@ def dense_after_flatten(layers: tuple[LayerSpec, ...], input_shape: Shape) -> di
     return {item.layer.name: prev.input_shape  # type: ignore[misc]
             for prev, item in zip(items, items[1:])
             if prev.layer.kind == "flatten" and item.layer.kind == "dense"}
+
+
+# --- dropout masks, drawn by the host ----------------------------------------
+
+# Tags the seed of dropout masks, apart from the seeds of batch order and augmentation.
+MASK_SEED_TAG = 0xD209
+
+
+def dropout_layers(layers: tuple[LayerSpec, ...]) -> list[LayerSpec]:
+    """Every ``dropout`` layer, in definition order (residual and multiply bodies included)."""
+    return [layer for layer in iter_layers(layers) if layer.kind == "dropout"]
+
+
+def mask_rng(seed: int, epoch: int, step: int, name: str) -> np.random.Generator:
+    """The generator of one dropout layer's mask at one step: any slice of an epoch draws the same masks."""
+    return np.random.Generator(np.random.PCG64([seed, epoch, step, MASK_SEED_TAG, *name.encode("utf-8")]))
+
+
+def draw_masks(layers: tuple[LayerSpec, ...], input_shape: Shape, batch_size: int, seed: int, epoch: int,
+               step: int) -> dict[str, np.ndarray]:
+    """The scaled float32 dropout masks of one training step, keyed by layer name.
+
+    An example's unit is kept when a uniform draw in [0, 1) is at least
+    ``rate``, and then weighs ``1 / (1 - rate)`` (inverted dropout, as Keras and
+    PyTorch scale).  Shapes: ``(batch_size, *activation_shape)``, or
+    ``(batch_size,)`` for ``per_sample``.  A model without dropout gets ``{}``
+    without being walked.
+    """
+    if not dropout_layers(layers):
+        return {}
+    masks: dict[str, np.ndarray] = {}
+    for item in walk(layers, input_shape):
+        layer = item.layer
+        if layer.kind != "dropout":
+            continue
+        shape = (batch_size,) if layer.per_sample else (batch_size, *item.input_shape)
+        keep = mask_rng(seed, epoch, step, layer.name).random(shape, dtype=np.float32) >= layer.rate
+        masks[layer.name] = keep.astype(np.float32) * np.float32(1.0 / (1.0 - layer.rate))
+    return masks

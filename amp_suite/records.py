@@ -83,13 +83,21 @@ class LayerSpec:
 
     * ``conv2d``: ``name``, ``features`` (output channels), ``kernel_size``,
       ``stride``, ``padding`` (zero pixels added on every side), ``use_bias``;
+    * ``depthwise_conv2d``: ``name``, ``kernel_size``, ``stride``, ``padding``,
+      ``use_bias`` (depth multiplier 1: as many output channels as input ones);
+    * ``zero_pad``: ``pads``, the zero pixels added (top, bottom, left, right);
     * ``batch_norm``: ``name``, ``momentum`` (PyTorch's convention: the weight of
       the new batch statistic, 0.1) and ``epsilon``;
     * ``max_pool`` / ``avg_pool``: ``window`` and ``stride`` (no padding);
+    * ``global_avg_pool``: ``keepdims`` (output ``(1, 1, c)`` instead of ``(c,)``);
     * ``dense``: ``name``, ``features``, ``use_bias``;
+    * ``dropout``: ``name`` (the key of its mask in :attr:`Batch.masks`), ``rate``
+      and ``per_sample`` (one draw per example: stochastic depth);
     * ``residual``: ``body`` and ``shortcut`` (two layer sequences applied to the
       same input and added; an empty ``shortcut`` is the identity);
-    * ``relu``, ``global_avg_pool``, ``flatten``: nothing.
+    * ``multiply``: ``body`` (a sequence giving ``(1, 1, c)`` from the input,
+      multiplied into it: squeeze-and-excitation);
+    * ``relu``, ``relu6``, ``swish``, ``sigmoid``, ``flatten``: nothing.
     """
 
     kind: str
@@ -104,6 +112,10 @@ class LayerSpec:
     epsilon: float = 1e-5
     body: tuple["LayerSpec", ...] = ()
     shortcut: tuple["LayerSpec", ...] = ()
+    pads: tuple[int, int, int, int] = (0, 0, 0, 0)
+    keepdims: bool = False
+    rate: float = 0.0
+    per_sample: bool = False
 
 
 @dataclass(frozen=True)
@@ -113,12 +125,16 @@ class VariableSpec:
     ``name`` is ``LAYER/LEAF`` (``conv1/w``, ``bn1/scale``, ``bn1/mean``);
     ``init`` is ``he_uniform``, ``zeros`` or ``ones``.  Trainable variables are
     parameters; the others are model state (BatchNorm running statistics).
+    ``fan_in`` is the fan-in He-uniform draws with; 0 means the product of
+    every dimension but the last (a depthwise kernel ``(k, k, c, 1)`` sees
+    ``k * k`` inputs per output, not ``k * k * c``).
     """
 
     name: str
     shape: tuple[int, ...]
     init: str
     trainable: bool = True
+    fan_in: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,8 +167,10 @@ class Workload:
     ``augment`` turns on the host's random crop (4-pixel zero padding) and
     horizontal flip; ``normalize`` subtracts the training split's per-channel
     mean and divides by its standard deviation (training and validation
-    images alike).  Both happen in the host, so every framework sees the same
-    pixels.
+    images alike); ``input_normalization = "imagenet"`` does the same with
+    ImageNet's fixed mean and standard deviation instead (the input layers of
+    Keras's EfficientNet, done by the host).  All happen in the host, so every
+    framework sees the same pixels.
     """
 
     name: str
@@ -165,6 +183,7 @@ class Workload:
     layers: tuple[LayerSpec, ...]
     augment: bool = False
     normalize: bool = False
+    input_normalization: str = "none"
     description: str = ""
     steps: int | None = None  # steps per epoch this workload trains unless --steps says otherwise
 
@@ -262,14 +281,25 @@ class PrecisionApplied:
 
 @dataclass(frozen=True)
 class Batch:
-    """One training batch: NHWC float32 images in [0, 1] and int32 labels."""
+    """One training batch: NHWC float32 images, int32 labels and the dropout masks of its step.
+
+    ``masks`` maps each ``dropout`` layer's name to its float32 mask, already
+    scaled (0 or ``1 / (1 - rate)``): shape ``(batch, *activation_shape)``, or
+    ``(batch,)`` for a per-sample dropout.  Empty for a model without dropout.
+    """
 
     images: np.ndarray
     labels: np.ndarray
+    masks: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
         return int(self.labels.shape[0])
+
+    def rows(self, start: int, stop: int) -> Batch:
+        """Examples ``start`` to ``stop`` (a data-parallel shard): images, labels and masks alike."""
+        return Batch(self.images[start:stop], self.labels[start:stop],
+                     {name: mask[start:stop] for name, mask in self.masks.items()})
 
 
 @dataclass
@@ -342,6 +372,8 @@ def layer_from_dict(data: dict[str, Any]) -> LayerSpec:
     data = dict(data)
     for key in ("body", "shortcut"):
         data[key] = tuple(layer_from_dict(layer) for layer in data.get(key, ()))
+    if "pads" in data:
+        data["pads"] = tuple(data["pads"])
     return LayerSpec(**data)
 
 

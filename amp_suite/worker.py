@@ -137,13 +137,12 @@ def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set
 def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline,
              batch_size: int) -> dict[str, float]:
     """Validation accuracy and loss, from eval-mode logits computed in the run's precision."""
-    images = pipeline.eval_images(pipeline.dataset.val_images)
     labels = pipeline.dataset.val_labels
     correct = 0
     loss_sum = 0.0
     for start in range(0, int(labels.shape[0]), batch_size):
-        logits = np.asarray(host.predict(run, model, images[start:start + batch_size], training=False),
-                            dtype=np.float64)
+        images = pipeline.eval_images(pipeline.dataset.val_images[start:start + batch_size])  # one batch resized
+        logits = np.asarray(host.predict(run, model, images, training=False), dtype=np.float64)
         y = labels[start:start + batch_size]
         correct += int((logits.argmax(axis=1) == y).sum())
         shifted = logits - logits.max(axis=1, keepdims=True)

@@ -29,6 +29,8 @@ from amp_suite.schema import Field, check_table
 
 OPTIMIZERS = ("sgd", "rmsprop", "adam")
 SCHEDULES = ("constant", "cosine")
+# input_normalization: "imagenet" divides (x - ImageNet mean) by ImageNet's std (Keras's EfficientNet input layers).
+INPUT_NORMALIZATIONS = ("none", "imagenet")
 # Optimizer keys of a workload table and the optimizers they apply to.
 OPTIMIZER_KEYS = {
     "learning_rate": OPTIMIZERS, "weight_decay": OPTIMIZERS, "schedule": OPTIMIZERS,
@@ -59,6 +61,7 @@ WORKLOAD_FIELDS: dict[str, Field] = {
     "steps": Field(int, minimum=1, maximum=1_000_000),
     "augment": Field(bool),
     "normalize": Field(bool),
+    "input_normalization": Field(str, choices=INPUT_NORMALIZATIONS),
 }
 
 
@@ -85,17 +88,25 @@ def workload_from_config(name: str, table: Any) -> Workload:
     if model not in ARCHITECTURES:
         raise UsageError(f"[workloads.{name}]: unknown model {model!r}; known models: {', '.join(ARCHITECTURES)}")
     num_classes = values.get("num_classes", 10)
+    input_size = values.get("input_size", 28)
+    input_normalization = values.get("input_normalization", "none")
+    if values.get("normalize", False) and input_normalization != "none":
+        raise UsageError(f"[workloads.{name}]: normalize = true and input_normalization = "
+                         f"{input_normalization!r} both normalize the input; keep one")
+    if input_normalization == "imagenet" and values.get("channels", 1) != 3:
+        raise UsageError(f"[workloads.{name}]: input_normalization = 'imagenet' needs channels = 3 (RGB)")
     workload = Workload(
         name=name,
         model=model,
-        input_size=values.get("input_size", 28),
+        input_size=input_size,
         channels=values.get("channels", 1),
         num_classes=num_classes,
         batch_size=values.get("batch_size", 128),
         optimizer=optimizer,
-        layers=ARCHITECTURES[model](num_classes),
+        layers=ARCHITECTURES[model](num_classes, input_size=input_size),
         augment=values.get("augment", False),
         normalize=values.get("normalize", False),
+        input_normalization=input_normalization,
         description=values.get("description", ""),
         steps=values.get("steps"),
     )
@@ -130,7 +141,7 @@ def init_variables(workload: Workload, seed: int) -> tuple[dict[str, np.ndarray]
     state: dict[str, np.ndarray] = {}
     for spec in variable_specs(workload):
         if spec.init == "he_uniform":
-            fan_in = int(np.prod(spec.shape[:-1]))
+            fan_in = spec.fan_in or int(np.prod(spec.shape[:-1]))
             limit = np.sqrt(6.0 / fan_in)
             value = rng.uniform(-limit, limit, size=spec.shape).astype(np.float32)
         elif spec.init == "ones":

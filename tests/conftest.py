@@ -17,6 +17,12 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 sys.path.insert(0, str(HELPERS))
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "slow: a test of several seconds (the largest Keras graphs); "
+                                       "-m 'not slow' leaves them out")
+
+
 TINY_CONFIG = """
 [defaults]
 frameworks = ["fake"]

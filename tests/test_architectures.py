@@ -67,7 +67,7 @@ def test_flops_count_every_multiply_add_twice():
 
 
 def test_a_new_architecture_is_one_entry_made_of_known_kinds():
-    def tiny(num_classes):
+    def tiny(num_classes, input_size):
         return (layers.conv2d("c", 4, 3, stride=2, padding=1, use_bias=False), layers.batch_norm("bn"),
                 layers.relu(), layers.residual((layers.conv2d("r", 4, 3, padding=1),)),
                 layers.max_pool(2), layers.global_avg_pool(), layers.dense("out", num_classes))

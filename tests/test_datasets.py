@@ -62,16 +62,53 @@ def test_load_dataset_takes_tfds_splits_scales_and_resizes():
     big = workload_from_config("b", {"model": "mnist_cnn", "input_size": 128})
     resized = load_dataset("mnist", big, steps=1, batch_size=8, seed=0, train_split="test[:16]",
                            val_split="test[-8:]", data_dir=str(SHARED_MNIST), allow_download=False)
-    assert resized.train_images.shape == (16, 128, 128, 1) and resized.val_labels.size == 8
-    assert "resized 28x28 -> 128x128" in resized.note
+    # kept as stored; the pipeline resizes the batch it makes
+    assert resized.train_images.shape == (16, 28, 28, 1) and resized.val_labels.size == 8
+    shaped = resized.model_images(resized.train_images)
+    assert shaped.shape == (16, 128, 128, 1) and "resized 28x28 -> 128x128" in resized.note
     # the resized image keeps the original's brightness
-    assert resized.train_images.mean() == pytest.approx(data.train_images[:16].mean(), rel=0.02)
+    assert shaped.mean() == pytest.approx(data.train_images[:16].mean(), rel=0.02)
+
+
+@needs_mnist
+def test_mnist_grey_is_copied_to_three_channels_one_batch_at_a_time():
+    from amp_suite.datasets import input_pipeline
+
+    workload = workload_from_config("rgb", {"model": "vgg16", "input_size": 64, "channels": 3})
+    data = load_dataset("mnist", workload, steps=2, batch_size=4, seed=0, train_split="test[:8]",
+                        val_split="test[-4:]", data_dir=str(SHARED_MNIST), allow_download=False)
+    assert data.train_images.shape == (8, 28, 28, 1) and "grey copied to 3 channels" in data.note
+    pipeline = input_pipeline(workload, data, batch_size=4, steps=2, seed=0)
+    batch = pipeline.batches(0, 1, 2)[0]
+    assert batch.images.shape == (4, 64, 64, 3) and batch.images.dtype == np.float32
+    assert np.array_equal(batch.images[..., 0], batch.images[..., 2])
+    assert pipeline.eval_images(data.val_images[:2]).shape == (2, 64, 64, 3)
+
+
+def test_normalize_statistics_of_shaped_images_are_summed_chunk_by_chunk(monkeypatch):
+    from amp_suite.datasets import pipeline
+    from amp_suite.datasets.augment import channel_stats
+    from amp_suite.datasets.base import Dataset
+    from amp_suite.datasets.preprocess import ImageShaping
+
+    images = np.random.default_rng(0).random((10, 7, 7, 1), dtype=np.float32)
+    labels = np.zeros(10, np.int32)
+    data = Dataset("d", images, labels, images[:2], labels[:2], shaping=ImageShaping(12, 3))
+    monkeypatch.setattr(pipeline, "STATS_CHUNK_VALUES", 3 * 12 * 12 * 3)  # three images a chunk
+    mean, std = pipeline.training_stats(data)
+    whole_mean, whole_std = channel_stats(data.model_images(images))
+    assert mean.shape == (3,) and mean.dtype == np.float32
+    np.testing.assert_allclose(mean, whole_mean, rtol=1e-6)
+    np.testing.assert_allclose(std, whole_std, rtol=1e-5)
 
 
 def test_dataset_and_workload_must_agree():
-    cifar_workload = workload_from_config("c", {"model": "mnist_cnn", "input_size": 32, "channels": 3})
-    with pytest.raises(UsageError, match="dataset mnist has 1-channel images"):
-        load_dataset("mnist", cifar_workload, steps=1, batch_size=8, seed=0)
+    grey = workload_from_config("g", {"model": "mnist_cnn", "input_size": 32, "channels": 1})
+    with pytest.raises(UsageError, match="dataset cifar10 has 3-channel images"):
+        load_dataset("cifar10", grey, steps=1, batch_size=8, seed=0)
+    two = workload_from_config("t", {"model": "mnist_cnn", "input_size": 28, "num_classes": 3})
+    with pytest.raises(UsageError, match="dataset mnist has 1-channel images in 10 classes"):
+        load_dataset("mnist", two, steps=1, batch_size=8, seed=0)
 
 
 # --- splits and preprocessing ----------------------------------------------

@@ -1,5 +1,9 @@
 """CIFAR-style augmentation and per-channel normalization, done once by the host.
 
+Normalization uses the training split's statistics (``normalize``) or
+ImageNet's fixed ones (``input_normalization = "imagenet"``: the mean and
+standard deviation Keras's EfficientNet normalizes its rescaled input with).
+
 The random crop pads each image with ``pad`` zero pixels on every side and cuts
 a window of the original size at a random offset; the flip mirrors half the
 images left to right.  Both are drawn from a generator seeded by the run's
@@ -14,6 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 CROP_PADDING = 4
+# ImageNet's per-channel (RGB) mean and standard deviation of [0, 1] pixels
+# (keras/src/applications/efficientnet.py: IMAGENET_STDDEV_RGB; the mean of its Normalization weights).
+IMAGENET_MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
+IMAGENET_STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 
 
 def augmentation_rng(seed: int, epoch: int, step: int) -> np.random.Generator:

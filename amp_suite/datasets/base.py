@@ -8,7 +8,7 @@ from types import ModuleType
 import numpy as np
 
 from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
-from amp_suite.datasets.preprocess import resize_bilinear, to_unit_float
+from amp_suite.datasets.preprocess import ImageShaping, to_unit_float
 from amp_suite.datasets.splits import Split, parse_split
 from amp_suite.errors import UsageError
 from amp_suite.records import Batch, Workload
@@ -20,10 +20,14 @@ SYNTHETIC_VAL_COUNT = 512
 
 @dataclass(frozen=True)
 class Dataset:
-    """Training and validation arrays: NHWC float32 in [0, 1], int32 labels.
+    """Training and validation arrays: NHWC float32 in [0, 1] as stored, int32 labels.
 
-    ``note`` says where the data came from; ``substituted`` is true when
-    synthetic data stands in for a real dataset the config allowed to fall back.
+    ``shaping`` is what makes a slice of these images the model's input
+    (resize, grey copied to colour channels), applied batch by batch by the
+    pipeline; ``None`` when they already are (synthetic data, a dataset at
+    the workload's size).  ``note`` says where the data came from;
+    ``substituted`` is true when synthetic data stands in for a real dataset
+    the config allowed to fall back.
     """
 
     name: str
@@ -33,6 +37,11 @@ class Dataset:
     val_labels: np.ndarray
     note: str = ""
     substituted: bool = False
+    shaping: ImageShaping | None = None
+
+    def model_images(self, images: np.ndarray) -> np.ndarray:
+        """A slice of this dataset's images as the model takes them (resized, channels copied)."""
+        return images if self.shaping is None else self.shaping.apply(images)
 
 
 def _module(name: str) -> ModuleType:
@@ -66,11 +75,17 @@ def check_request(name: str, workload: Workload | None, train_split: str, val_sp
     split, count = selected["training"]
     if batch_size is not None and count < batch_size:
         raise UsageError(f"the training split {split} has {count} examples, fewer than one batch of {batch_size}")
-    if workload is not None and (workload.channels != module.CHANNELS or workload.num_classes != module.CLASSES):
+    if workload is not None and (not channels_fit(module.CHANNELS, workload.channels)
+                                 or workload.num_classes != module.CLASSES):
         raise UsageError(
             f"dataset {name} has {module.CHANNELS}-channel images in {module.CLASSES} classes, but workload "
             f"{workload.name!r} expects {workload.channels} channel(s) and {workload.num_classes} classes"
         )
+
+
+def channels_fit(stored: int, wanted: int) -> bool:
+    """Whether images of ``stored`` channels can feed a model of ``wanted``: equal, or grey copied to each."""
+    return stored == wanted or stored == 1
 
 
 def fetch(name: str, train_split: str, val_split: str, *, data_dir: str | None, allow_download: bool) -> None:
@@ -131,13 +146,16 @@ def _load_real(module: ModuleType, name: str, workload: Workload, train_text: st
             raw[split.name] = module.load_split(split.name, data_dir=data_dir, allow_download=allow_download)
         images, labels = raw[split.name]
         start, stop = split.bounds(int(labels.shape[0]))
-        pixels = to_unit_float(images[start:stop])
-        selected[role] = (resize_bilinear(pixels, workload.input_size), labels[start:stop].copy())
+        selected[role] = (to_unit_float(images[start:stop]), labels[start:stop].copy())
+    shaping = None
+    if (workload.input_size, workload.channels) != (module.SIZE, module.CHANNELS):
+        shaping = ImageShaping(workload.input_size, workload.channels)
     resized = "" if workload.input_size == module.SIZE else (
         f", resized {module.SIZE}x{module.SIZE} -> {workload.input_size}x{workload.input_size} (bilinear)")
+    grey = "" if workload.channels == module.CHANNELS else f", grey copied to {workload.channels} channels"
     note = (f"{name}: train {splits['train']} ({selected['train'][1].size} examples), "
-            f"validation {splits['val']} ({selected['val'][1].size} examples){resized}")
-    return Dataset(name, *selected["train"], *selected["val"], note=note)
+            f"validation {splits['val']} ({selected['val'][1].size} examples){resized}{grey}")
+    return Dataset(name, *selected["train"], *selected["val"], note=note, shaping=shaping)
 
 
 def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:

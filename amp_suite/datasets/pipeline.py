@@ -1,4 +1,4 @@
-"""The host's input pipeline: batch order, augmentation and normalization of one run."""
+"""The host's input pipeline: batch order, shaping, augmentation, normalization and dropout masks of one run."""
 
 from __future__ import annotations
 
@@ -6,17 +6,30 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amp_suite.datasets.augment import augmentation_rng, channel_stats, normalize, random_crop_flip
+from amp_suite.datasets.augment import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    augmentation_rng,
+    channel_stats,
+    normalize,
+    random_crop_flip,
+)
 from amp_suite.datasets.base import Dataset, epoch_batches, epoch_order, load_dataset
-from amp_suite.records import Batch, RunSpec, Workload
+from amp_suite.layers import draw_masks
+from amp_suite.records import Batch, LayerSpec, RunSpec, Workload
+
+# Pixel values (about 32 MB in float64) shaped at a time when the training split's statistics are computed.
+STATS_CHUNK_VALUES = 1 << 22
 
 
 @dataclass(frozen=True)
 class InputPipeline:
     """Turns a dataset into the batches every framework trains on, identically.
 
-    ``mean``/``std`` are the training split's per-channel statistics when the
-    workload normalizes its inputs, else ``None``.
+    ``mean``/``std`` are what the images are normalized with: the training
+    split's per-channel statistics (``normalize``) or ImageNet's
+    (``input_normalization = "imagenet"``), else ``None``.  ``layers`` and
+    ``input_shape`` are the model's, for the dropout masks of each step.
     """
 
     dataset: Dataset
@@ -26,16 +39,19 @@ class InputPipeline:
     augment: bool
     mean: np.ndarray | None
     std: np.ndarray | None
+    layers: tuple[LayerSpec, ...] = ()
+    input_shape: tuple[int, int, int] = (0, 0, 0)
 
     @property
     def steps_per_epoch(self) -> int:
         return min(self.steps, int(self.dataset.train_labels.shape[0]) // self.batch_size)
 
     def batches(self, epoch: int, start: int, stop: int) -> list[Batch]:
-        """Batches ``start`` to ``stop`` of ``epoch``, in the host's order, augmented and normalized.
+        """Batches ``start`` to ``stop`` of ``epoch``: host order, shaped, augmented, normalized, with masks.
 
-        Only these batches are made, so the host holds one window's batches at
-        a time, however long the epoch; any slicing gives the same pixels.
+        Only these batches are made (and only their images resized), so the
+        host holds one window's batches at a time, however long the epoch and
+        however large the images; any slicing gives the same pixels and masks.
         """
         labels = self.dataset.train_labels
         if int(labels.shape[0]) < self.batch_size:
@@ -45,12 +61,14 @@ class InputPipeline:
         out = []
         for step in range(start, min(stop, self.steps_per_epoch)):
             idx = order[step * self.batch_size:(step + 1) * self.batch_size]
-            images = self.dataset.train_images[idx]
+            images = self.dataset.model_images(self.dataset.train_images[idx])
             if self.augment:
                 images = random_crop_flip(images, augmentation_rng(self.seed, epoch, step))
             if self.mean is not None:
                 images = normalize(images, self.mean, self.std)
-            out.append(Batch(np.ascontiguousarray(images, dtype=np.float32), np.ascontiguousarray(labels[idx])))
+            masks = draw_masks(self.layers, self.input_shape, self.batch_size, self.seed, epoch, step)
+            out.append(Batch(np.ascontiguousarray(images, dtype=np.float32), np.ascontiguousarray(labels[idx]),
+                             masks))
         return out
 
     def epoch(self, epoch: int) -> list[Batch]:
@@ -58,14 +76,51 @@ class InputPipeline:
         return self.batches(epoch, 0, self.steps_per_epoch)
 
     def eval_images(self, images: np.ndarray) -> np.ndarray:
-        """Validation images as the model sees them (normalized, never augmented)."""
+        """A slice of the dataset's images as the model sees them: shaped, normalized, never augmented.
+
+        Pass a slice (``dataset.val_images[start:stop]``): it is resized here.
+        """
+        images = self.dataset.model_images(images)
         return images if self.mean is None else normalize(images, self.mean, self.std)
+
+
+def training_stats(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
+    """Per-channel mean and standard deviation of the training images as the model sees them.
+
+    Shaped images are summed a chunk of about :data:`STATS_CHUNK_VALUES`
+    values at a time (float64), never resized all at once.
+    """
+    shaping = dataset.shaping
+    if shaping is None:
+        return channel_stats(dataset.train_images)
+    chunk_images = max(1, STATS_CHUNK_VALUES // (shaping.size * shaping.size * shaping.channels))
+    total = total_sq = 0.0
+    count = 0
+    for start in range(0, int(dataset.train_images.shape[0]), chunk_images):
+        chunk = dataset.model_images(dataset.train_images[start:start + chunk_images]).astype(np.float64)
+        flat = chunk.reshape(-1, chunk.shape[-1])
+        total = total + flat.sum(axis=0)
+        total_sq = total_sq + np.square(flat).sum(axis=0)
+        count += flat.shape[0]
+    mean = total / count
+    std = np.sqrt(np.maximum(total_sq / count - np.square(mean), 0.0))
+    return mean.astype(np.float32), np.where(std > 0, std, 1.0).astype(np.float32)
+
+
+def normalization(workload: Workload, dataset: Dataset) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The mean and std the workload's images are normalized with, or ``(None, None)``."""
+    if workload.normalize:
+        return training_stats(dataset)
+    if workload.input_normalization == "imagenet":
+        return IMAGENET_MEAN, IMAGENET_STD
+    return None, None
 
 
 def input_pipeline(workload: Workload, dataset: Dataset, *, batch_size: int, steps: int,
                    seed: int) -> InputPipeline:
-    mean, std = channel_stats(dataset.train_images) if workload.normalize else (None, None)
-    return InputPipeline(dataset, batch_size, steps, seed, workload.augment, mean, std)
+    mean, std = normalization(workload, dataset)
+    return InputPipeline(dataset, batch_size, steps, seed, workload.augment, mean, std, workload.layers,
+                         workload.input_shape)
 
 
 def run_pipeline(run: RunSpec, workload: Workload) -> InputPipeline:

@@ -1,4 +1,4 @@
-"""Preprocessing shared by every framework: scale to [0, 1] and resize.
+"""Preprocessing shared by every framework: scale to [0, 1], resize, copy grey to colour channels.
 
 Resizing is bilinear with half-pixel centres (the convention of
 ``tf.image.resize`` and ``jax.image.resize`` without antialiasing),
@@ -6,6 +6,8 @@ implemented once here so every framework trains on the same float32 pixels.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -40,3 +42,23 @@ def resize_bilinear(images: np.ndarray, size: int, *, chunk: int = 1024) -> np.n
         block = images[start:start + chunk]
         out[start:start + chunk] = np.einsum("oh,nhwc,pw->nopc", rows, block, cols, optimize=True)
     return out
+
+
+@dataclass(frozen=True)
+class ImageShaping:
+    """How stored images become the model's input: resized to ``size`` x ``size``, grey copied to ``channels``.
+
+    A dataset keeps its images as stored (28x28 grey for MNIST) and the
+    pipeline shapes only the batch it is making, so a split resized to 456²
+    in three channels (2.5 GB for 1,000 images) is never held whole.
+    """
+
+    size: int
+    channels: int
+
+    def apply(self, images: np.ndarray) -> np.ndarray:
+        """NHWC float32 images, resized bilinearly, then the grey channel repeated ``channels`` times."""
+        shaped = resize_bilinear(images, self.size)
+        if shaped.shape[-1] != self.channels:
+            shaped = np.repeat(shaped, self.channels, axis=-1)
+        return shaped

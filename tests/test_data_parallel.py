@@ -1,12 +1,11 @@
-"""Data parallel: one step on 2 devices is the step of the mean loss over the global batch.
+"""Data parallel beyond one step: faults of a torchrun cell, and a cell on two nodes.
 
-Every framework runs its own engine (PyTorch DDP under torchrun, Keras
-MirroredStrategy on 2 logical CPU devices, JAX shard_map over a 2-device
-Mesh) through the conformance kit's probe (``ProbeRequest(devices=2)``), and
-is compared with the same framework on one device.  The gradient is read
-from one plain-SGD step, ``g = (w0 - w1) / lr``, with a learning rate so
-large (1000) that the update dwarfs the float32 rounding of the weights it
-is added to.
+That one data-parallel step on 2 devices is the step of the mean loss over
+the global batch (per-replica BatchNorm: the mean of the per-shard steps;
+synchronized BatchNorm: one device's step) is part of the conformance kit,
+``BackendConformance.test_two_devices_match_one_device_on_the_global_batch``
+(:mod:`amp_suite.testing.data_parallel`), which ``tests/test_frameworks.py``
+runs for PyTorch, Keras and JAX.
 """
 
 from __future__ import annotations
@@ -22,88 +21,12 @@ import time
 import numpy as np
 import pytest
 
-from amp_suite.testing import ProbeRequest, ProbeResult, run_probe
 from conftest import REPO
 
 MODULES = {"torch": ("torch",), "keras": ("tensorflow", "keras"), "jax": ("jax", "haiku", "jmp", "optax")}
 FRAMEWORKS = [pytest.param(name, marks=pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in mods), reason=f"{name} is not installed"))
     for name, mods in MODULES.items()]
-LEARNING_RATE = 1000.0
-SGD = {"optimizer": "sgd", "learning_rate": LEARNING_RATE, "momentum": 0.0, "weight_decay": 0.0}
-TABLES = {
-    "mnist_cnn": {"model": "mnist_cnn", "input_size": 12, "channels": 1, "num_classes": 10, "batch_size": 16, **SGD},
-    "resnet8": {"model": "resnet8", "input_size": 16, "channels": 3, "num_classes": 10, "batch_size": 16,
-                "normalize": True, "augment": True, **SGD},
-}
-TOLERANCE = 1e-5  # relative, L2 norm per tensor
-BATCH_NORM_STATISTICS = ("mean", "var")
-
-
-def probe(tmp_path_factory, framework: str, model: str, **extra) -> ProbeResult:
-    folder = tmp_path_factory.mktemp(f"{framework}-{model}")
-    request = ProbeRequest(framework=framework, workload=model, table=TABLES[model], steps=1, batch_size=16, **extra)
-    return run_probe(request, folder, timeout=900)
-
-
-def trainable(variables: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: v for k, v in variables.items() if k.rsplit("/", 1)[1] not in BATCH_NORM_STATISTICS}
-
-
-def gradients(result: ProbeResult) -> dict[str, np.ndarray]:
-    before, after = trainable(result.initial), trainable(result.variables)
-    return {name: (before[name].astype(np.float64) - after[name]) / LEARNING_RATE for name in before}
-
-
-def worst(ours: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> tuple[float, str]:
-    assert set(ours) == set(reference) and reference
-    errors = {name: float(np.linalg.norm(ours[name] - reference[name]) / max(np.linalg.norm(reference[name]), 1e-30))
-              for name in reference}
-    name = max(errors, key=errors.get)
-    return errors[name], name
-
-
-def notes(result: ProbeResult) -> str:
-    return " ".join(result.applied["notes"])
-
-
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_mnist_cnn_two_devices_match_one_device_on_the_global_batch(tmp_path_factory, framework):
-    one = probe(tmp_path_factory, framework, "mnist_cnn")
-    two = probe(tmp_path_factory, framework, "mnist_cnn", devices=2)
-    assert "data_parallel=" in notes(two) and "contiguous slice of 8" in notes(two)
-    error, name = worst(gradients(two), gradients(one))
-    assert error <= TOLERANCE, (name, error)
-    error, name = worst(trainable(two.variables), trainable(one.variables))  # one SGD step: the same parameters
-    assert error <= TOLERANCE, (name, error)
-    np.testing.assert_allclose(two.losses, one.losses, rtol=TOLERANCE)  # the global batch's mean loss
-
-
-@pytest.mark.parametrize("framework", FRAMEWORKS)
-def test_resnet8_per_replica_batch_norm_matches_the_per_shard_computation(tmp_path_factory, framework):
-    # BatchNorm per replica: each device normalizes its own half, so the step's gradient is the mean of
-    # the gradients one device computes on each half alone.
-    two = probe(tmp_path_factory, framework, "resnet8", devices=2)
-    halves = [gradients(probe(tmp_path_factory, framework, "resnet8", shard=(i, 2))) for i in range(2)]
-    expected = {name: (halves[0][name] + halves[1][name]) / 2 for name in halves[0]}
-    assert "batch_norm_statistics=per replica" in notes(two)
-    error, name = worst(gradients(two), expected)
-    assert error <= TOLERANCE, (name, error)
-    assert np.abs(gradients(two)["bn1/scale"]).max() > 0  # BatchNorm really took part
-
-
-@pytest.mark.parametrize("framework", [f for f in FRAMEWORKS if f.values[0] != "torch"])
-def test_resnet8_synchronized_batch_norm_matches_one_device(tmp_path_factory, framework):
-    # (PyTorch's SyncBatchNorm runs on GPUs only: on a CPU its cells keep per-replica statistics.)
-    one = probe(tmp_path_factory, framework, "resnet8")
-    two = probe(tmp_path_factory, framework, "resnet8", devices=2, sync_batch_norm=True)
-    assert "batch_norm_statistics=synchronized" in notes(two)
-    error, name = worst(gradients(two), gradients(one))
-    assert error <= TOLERANCE, (name, error)
-    stats = {k: v for k, v in one.variables.items() if k.rsplit("/", 1)[1] in BATCH_NORM_STATISTICS}
-    assert stats
-    for key, value in stats.items():  # running statistics of the global batch, as on one device
-        np.testing.assert_allclose(two.variables[key], value, rtol=1e-4, atol=1e-6, err_msg=key)
 
 
 # --- faults: a data-parallel cell's processes live and die together ---

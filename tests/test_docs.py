@@ -1,4 +1,5 @@
-"""Documentation that cannot rot: every hook has a section headed by its exact signature."""
+"""Documentation that cannot rot: every hook, and every helper a backend calls, has a section headed
+by its exact signature."""
 
 import inspect
 import re
@@ -105,3 +106,64 @@ def test_every_conformance_test_is_in_the_table():
     assert names and all(f"| `{name}` |" in text for name in names), names
     fields = [f.name for f in dataclasses.fields(testing.ProbeRequest)]
     assert "ProbeRequest(" + ", ".join(fields[:1]) in text and all(f in text for f in fields)
+
+
+# --- helpers a backend calls (writing-a-plugin.md): headed by their signatures, checked both ways ---
+
+import ast  # noqa: E402
+import importlib  # noqa: E402
+
+# Modules whose helpers writing-a-plugin.md documents, each in a section headed "### `MODULE`".
+HELPER_MODULES = ("amp_suite.plugin_kit", "amp_suite.layers", "amp_suite.workloads", "amp_suite.environment")
+# Code written as a backend author writes it: the built-in plugins and the example packages (not their tests).
+BACKEND_SOURCES = ("plugins/amp_suite_plugins", "examples")
+
+
+def imported_helpers() -> dict[str, set[str]]:
+    """Module -> the functions the built-in plugins and the examples import from it by name."""
+    names: dict[str, set[str]] = {module: set() for module in HELPER_MODULES}
+    for folder in BACKEND_SOURCES:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            if "tests" in path.relative_to(REPO).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ImportFrom) and node.module in names:
+                    names[node.module].update(alias.name for alias in node.names)
+    return {module: {name for name in found if inspect.isfunction(getattr(importlib.import_module(module), name, None))}
+            for module, found in names.items()}
+
+
+def helper_headings() -> dict[str, list[str]]:
+    """Module -> the ``#### `signature` `` headings of its ``### `MODULE` `` section in writing-a-plugin.md."""
+    text = (REPO / "docs" / "writing-a-plugin.md").read_text()
+    sections: dict[str, list[str]] = {}
+    for section in re.split(r"^### ", text, flags=re.M)[1:]:
+        title = section.split("\n", 1)[0].strip("` ")
+        body = re.split(r"^## ", section, flags=re.M)[0]  # a section ends at the next ## heading too
+        sections[title] = re.findall(r"^#### `(.+)`$", body, flags=re.M)
+    return sections
+
+
+def test_the_backends_import_helpers_to_document():
+    found = imported_helpers()
+    assert {"walk", "iter_layers", "dense_after_flatten"} <= found["amp_suite.layers"], found
+    assert "learning_rate_at" in found["amp_suite.workloads"] and "timed_window" in found["amp_suite.plugin_kit"]
+
+
+def test_every_helper_a_backend_imports_has_a_heading_with_its_signature():
+    headings = helper_headings()
+    for module, names in imported_helpers().items():
+        expected = [signature_text(getattr(importlib.import_module(module), name)) for name in sorted(names)]
+        missing = [sig for sig in expected if sig not in headings.get(module, [])]
+        assert not missing, f"writing-a-plugin.md, section `{module}`: no heading for {missing}"
+
+
+def test_every_helper_heading_is_the_current_signature():
+    headings = helper_headings()
+    for module_name in HELPER_MODULES:
+        module = importlib.import_module(module_name)
+        assert headings.get(module_name), f"writing-a-plugin.md has no section `{module_name}` with headings"
+        for heading in headings[module_name]:
+            function = getattr(module, heading.split("(", 1)[0], None)
+            assert inspect.isfunction(function), f"`{module_name}`: {heading!r} names no function of the module"
+            assert signature_text(function) == heading, f"`{module_name}`: {heading!r} is out of date"

@@ -23,7 +23,6 @@ class TestTorchConformance(BackendConformance):
     reference = ""  # the reference of the others
     compiles = False
     inspect = "layer_dtypes:of_torch"
-    sync_counter = "sync_counters:of_torch"
 
 
 class TestKerasConformance(BackendConformance):
@@ -31,7 +30,6 @@ class TestKerasConformance(BackendConformance):
     reference = "torch"
     param_count = MNIST_CNN_PARAMS
     inspect = "layer_dtypes:of_keras"
-    sync_counter = "sync_counters:of_keras"
 
 
 class TestJaxConformance(BackendConformance):
@@ -39,7 +37,6 @@ class TestJaxConformance(BackendConformance):
     reference = "torch"
     param_count = MNIST_CNN_PARAMS
     inspect = "layer_dtypes:of_jax"
-    sync_counter = "sync_counters:of_jax"
 
 
 @pytest.mark.skipif(not framework_installed("torch"), reason="torch is not installed")

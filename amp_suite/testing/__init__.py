@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite.records import CellResult
+from amp_suite.testing.server import ProbeServer
 
 # Built-in frameworks a backend can be compared with, in order of preference.
 REFERENCE_FRAMEWORKS = ("torch", "jax", "keras")
@@ -53,6 +54,21 @@ OPTIMIZERS: dict[str, dict[str, Any]] = {
     # makes the check sharper on where epsilon goes (outside the square root in every framework).
     "rmsprop": {"optimizer": "rmsprop", "learning_rate": 1e-3, "weight_decay": 5e-4, "epsilon": 1e-3},
     "adam": {"optimizer": "adam", "learning_rate": 1e-3},
+}
+# The plain SGD rate of the gradient oracle (ProbeRequest.gradient_oracle): a power of two, so large that
+# w' = w - rate * g is dominated by the step and (w - w') / rate keeps g's own float32 digits.
+ORACLE_LEARNING_RATE = 2.0 ** 20
+# The optimizers of the arithmetic check, each with every hyper-parameter away from any framework's default
+# (a backend that ignores one, or hard-codes it, fails), a cosine schedule and coupled weight decay.  The
+# epsilons are large beside the gradients so that an update is a smooth function of its gradient: a gradient
+# near zero cannot flip a whole step on round-off.
+OPTIMIZER_CHECKS: dict[str, dict[str, Any]] = {
+    "sgd": {"optimizer": "sgd", "learning_rate": 0.5, "momentum": 0.8, "weight_decay": 1e-2,
+            "schedule": "cosine"},
+    "rmsprop": {"optimizer": "rmsprop", "learning_rate": 5e-2, "rho": 0.8, "epsilon": 1e-3, "weight_decay": 1e-2,
+                "schedule": "cosine"},
+    "adam": {"optimizer": "adam", "learning_rate": 5e-2, "beta1": 0.85, "beta2": 0.995, "epsilon": 1e-3,
+             "weight_decay": 1e-2, "schedule": "cosine"},
 }
 # ``framework_version``: "NAME VERSION" pairs joined by ", ", the framework first.
 FRAMEWORK_VERSION_PATTERN = re.compile(r"^[\w.\-]+ [^\s,]+(, [\w.\-]+ [^\s,]+)*$")
@@ -81,6 +97,15 @@ class ProbeRequest:
     ``shard = (i, n)`` instead trains one device on the contiguous slice
     ``i`` of ``n`` of every batch: the computation one replica of an
     ``n``-device step does.
+    ``gradient_oracle`` runs ``steps`` optimizer steps, each an epoch of one
+    batch, and before each measures the backend's own gradient at the
+    current variables: a second model of the backend is built from them
+    with plain SGD at rate :data:`ORACLE_LEARNING_RATE` and trained one step
+    on the same batch (see :class:`GradientStep`).
+    ``integer_stem`` trains on images of integers in [-2, 2] with the first
+    convolution's kernel made of -1, 0 and 1, so that convolution is exact in
+    every dtype and the first BatchNorm sees the same inputs in every
+    precision.
     """
 
     framework: str
@@ -99,6 +124,8 @@ class ProbeRequest:
     devices: int = 1
     sync_batch_norm: bool = False
     shard: tuple[int, int] | None = None
+    gradient_oracle: bool = False
+    integer_stem: bool = False
 
     def to_json(self) -> str:
         data = asdict(self)
@@ -130,19 +157,45 @@ class ProbeResult:
     moved_by_training_predict: list[str]
     cell: dict[str, Any] | None
     syncs: list[int] = field(default_factory=list)
+    gradient_steps: list[GradientStep] = field(default_factory=list)
+    optimizer: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class GradientStep:
+    """One optimizer step of a ``gradient_oracle`` probe, in canonical names.
+
+    ``before`` holds every variable when the step began; ``gradients`` the
+    backend's gradient there (parameters only, float64, measured by the
+    oracle); ``oracle_state`` the BatchNorm statistics after the oracle's
+    forward pass and ``oracle_loss`` its loss; ``after`` every variable after
+    the backend's own optimizer step, whose loss was ``loss``.
+    """
+
+    before: dict[str, np.ndarray]
+    gradients: dict[str, np.ndarray]
+    oracle_state: dict[str, np.ndarray]
+    oracle_loss: float
+    after: dict[str, np.ndarray]
+    loss: float
 
 
 def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
-              timeout: float = PROBE_TIMEOUT_S) -> ProbeResult:
-    """Run ``request`` in a fresh Python process and load what it saw.
+              timeout: float = PROBE_TIMEOUT_S, server: ProbeServer | None = None) -> ProbeResult:
+    """Run ``request`` in a fresh Python process, or in ``server``'s, and load what it saw.
 
     The process inherits the environment (so ``PYTHONPATH`` and installed
-    entry points apply).  A failing probe raises ``AssertionError`` with the
-    end of its stderr.
+    entry points apply).  A ``server`` (:class:`ProbeServer`) keeps one
+    process for many requests of its framework; a request of several devices
+    always gets a fresh process.  A failing probe raises ``AssertionError``
+    with the end of its error output.
     """
     folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="amp-suite-probe-"))
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "request.json").write_text(request.to_json())
+    if server is not None and request.devices == 1:
+        server.run(request.to_json(), folder, timeout)
+        return load_probe(request, folder)
     command = ["-m", "amp_suite.testing.probe", str(folder / "request.json"), str(folder)]
     if request.devices > 1 and _launcher(request) == "torchrun":  # one process per device, PyTorch's launcher
         from amp_suite.launchers.torchrun import torchrun_arguments
@@ -155,6 +208,12 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
     if done.returncode != 0:
         raise AssertionError(f"probe of {request.framework} {request.precision} failed "
                              f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return load_probe(request, folder)
+
+
+def load_probe(request: ProbeRequest, folder: Path | str) -> ProbeResult:
+    """The :class:`ProbeResult` a probe of ``request`` wrote into ``folder``."""
+    folder = Path(folder)
     meta = json.loads((folder / "probe.json").read_text())
     with np.load(folder / "probe.npz") as data:
         arrays = {k: data[k] for k in data.files}
@@ -169,7 +228,24 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
         variables={k[4:]: v for k, v in arrays.items() if k.startswith("var:")},
         moved_by_training_predict=meta["moved_by_training_predict"], cell=meta["cell"],
         syncs=[int(n) for n in meta.get("syncs", [])],
+        gradient_steps=_gradient_steps(arrays, meta), optimizer=meta.get("optimizer", {}),
     )
+
+
+def _gradient_steps(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> list[GradientStep]:
+    """The ``step{N}:{part}:{name}`` arrays of a gradient-oracle probe, step by step."""
+    steps = []
+    for n, oracle_loss in enumerate(meta.get("oracle_losses", [])):
+        parts: dict[str, dict[str, np.ndarray]] = {"before": {}, "grad": {}, "oracle": {}, "after": {}}
+        for key, value in arrays.items():
+            step, _, rest = key.partition(":")
+            if step == f"step{n}":
+                part, _, name = rest.partition(":")
+                parts[part][name] = value
+        steps.append(GradientStep(before=parts["before"], gradients=parts["grad"], oracle_state=parts["oracle"],
+                                  oracle_loss=float(oracle_loss), after=parts["after"],
+                                  loss=float(meta["losses"][n])))
+    return steps
 
 
 def _launcher(request: ProbeRequest) -> str:
@@ -242,6 +318,125 @@ def assert_trains_like_reference(result: ProbeResult, reference: ProbeResult, *,
     assert max(errors.values()) <= rtol, f"variables differ after training (relative L2): {worst}"
 
 
+def relative_l2_floored(a: np.ndarray, b: np.ndarray, floor: float) -> float:
+    """``|a - b| / max(|b|, floor)`` in the L2 norm: a tensor whose true value is ~0 is judged against ``floor``."""
+    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(float(np.linalg.norm(b)), floor, 1e-30))
+
+
+def _worst(errors: dict[str, float], n: int = 3) -> str:
+    return ", ".join(f"{name} {error:.2e}" for name, error in sorted(errors.items(), key=lambda kv: -kv[1])[:n])
+
+
+def _state_deltas(after: dict[str, np.ndarray], before: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """How far one forward pass moved each BatchNorm statistic (the change, not the value, is compared)."""
+    return {name: np.asarray(after[name], np.float64) - before[name] for name in after}
+
+
+def assert_gradients_match_reference(result: ProbeResult, reference: ProbeResult, *, rtol: float = 1e-4,
+                                     floor: float = 1e-3) -> None:
+    """The first step's loss, gradients and BatchNorm statistics equal the reference framework's.
+
+    Both probes ran with ``gradient_oracle``: at the canonical variables and
+    on the same batch, each parameter's gradient agrees in relative L2, judged
+    against ``floor`` times the largest gradient norm where its own norm is
+    smaller (a bias in front of BatchNorm has a gradient of round-off alone);
+    each running statistic's change agrees likewise.  Nothing is trained
+    further, so no difference is amplified.
+    """
+    name = reference.request.framework
+    assert result.gradient_steps and reference.gradient_steps, "probes need ProbeRequest(gradient_oracle=True)"
+    ours, theirs = result.gradient_steps[0], reference.gradient_steps[0]
+    assert abs(ours.oracle_loss - theirs.oracle_loss) <= rtol * abs(theirs.oracle_loss), \
+        f"loss at the canonical variables {ours.oracle_loss!r} != {name}'s {theirs.oracle_loss!r}"
+    missing = sorted(set(theirs.gradients) ^ set(ours.gradients))
+    assert not missing, f"parameter names differ from {name}'s: {missing}"
+    scale = floor * max(float(np.linalg.norm(g)) for g in theirs.gradients.values())
+    errors = {k: relative_l2_floored(ours.gradients[k], g, scale) for k, g in theirs.gradients.items()}
+    assert max(errors.values()) <= rtol, \
+        f"gradients differ from {name}'s (relative L2, allowed {rtol:g}): {_worst(errors)}"
+    deltas, ref_deltas = (_state_deltas(s.oracle_state, s.before) for s in (ours, theirs))
+    if ref_deltas:
+        assert set(deltas) == set(ref_deltas), f"state names differ from {name}'s: {sorted(set(deltas) ^ set(ref_deltas))}"
+        errors = {k: relative_l2(deltas[k], d) for k, d in ref_deltas.items()}
+        assert max(errors.values()) <= rtol, \
+            f"BatchNorm statistics after one step differ from {name}'s (relative L2 of the change, allowed " \
+            f"{rtol:g}): {_worst(errors)}"
+
+
+def assert_optimizer_arithmetic(result: ProbeResult, *, rtol: float = 5e-5) -> None:
+    """Every step applied the suite's optimizer to the backend's own gradients, at the scheduled rate.
+
+    ``result`` is a ``gradient_oracle`` probe: for each step the change of
+    every parameter must equal what :class:`ReferenceOptimizer` computes in
+    float64 from the step's variables and measured gradients (relative L2 of
+    the change, per tensor), the BatchNorm statistics must be the ones the
+    oracle's forward pass gave, and the step's loss the oracle's.  A wrong
+    hyper-parameter (momentum, ``rho``, ``beta1``, ``beta2``, ``epsilon``,
+    weight decay) or an ignored schedule changes the updates by far more.
+    """
+    from amp_suite.testing.optimizer_reference import ReferenceOptimizer
+
+    from amp_suite.testing.optimizer_reference import describe
+    from amp_suite.workloads import learning_rate_at
+
+    assert result.gradient_steps, "probe with ProbeRequest(gradient_oracle=True)"
+    optimizer = ReferenceOptimizer(result.optimizer)
+    what = describe(optimizer.spec)
+    for n, step in enumerate(result.gradient_steps):
+        assert abs(step.loss - step.oracle_loss) <= 1e-5 * abs(step.oracle_loss), \
+            f"step {n}: the backend's loss {step.loss!r} != {step.oracle_loss!r} at the same variables and batch"
+        rate = learning_rate_at(optimizer.spec, n)
+        expected = optimizer.update(step.before, step.gradients)
+        moved = {k: np.asarray(step.after[k], np.float64) - step.before[k] for k in expected}
+        errors = {k: relative_l2(moved[k], d) for k, d in expected.items()}
+        assert max(errors.values()) <= rtol, \
+            f"step {n}: parameter updates are not {what} applied to the backend's own gradients " \
+            f"(relative L2 of the change, allowed {rtol:g}): {_worst(errors)}{_rate_hint(moved, expected, rate)}"
+        if step.oracle_state:
+            moved = _state_deltas({k: step.after[k] for k in step.oracle_state}, step.before)
+            errors = {k: relative_l2(moved[k], d) for k, d in _state_deltas(step.oracle_state, step.before).items()}
+            assert max(errors.values()) <= rtol, \
+                f"step {n}: BatchNorm statistics differ from the same forward pass's (allowed {rtol:g}): " \
+                f"{_worst(errors)}"
+
+
+def _rate_hint(moved: dict[str, np.ndarray], expected: dict[str, np.ndarray], rate: float) -> str:
+    """Where every change is the expected one times one factor, the learning rate the backend applied."""
+    flat_moved = np.concatenate([moved[k].ravel() for k in expected])
+    flat_expected = np.concatenate([d.ravel() for d in expected.values()])
+    factor = float(flat_moved @ flat_expected / max(float(flat_expected @ flat_expected), 1e-300))
+    if relative_l2(flat_moved, factor * flat_expected) > 1e-3:
+        return ""
+    return f"; every change is {factor:.4g}x the expected one: a learning rate of {factor * rate:.4g} where " \
+           f"the schedule gives {rate:.4g} at this step"
+
+
+def assert_batch_norm_in_float32(result: ProbeResult, fp32: ProbeResult, *, rtol: float = 1e-5) -> None:
+    """The first BatchNorm's statistics under AMP equal fp32's: its arithmetic is float32, as documented.
+
+    Both probes ran with ``integer_stem``: the convolution in front of that
+    BatchNorm is exact in every dtype, so its inputs are identical in both
+    precisions, and statistics computed in float32 agree to round-off, while
+    any step of BatchNorm done in bfloat16 or float16 moves them by 1e-3 or more.
+    """
+    from amp_suite.testing.probe import first_layer
+
+    workload = result.request.table or WORKLOADS[result.request.workload]
+    from amp_suite.workloads import workload_from_config
+
+    layer = first_layer(workload_from_config(result.request.workload, workload).layers, "batch_norm")
+    errors = {}
+    for leaf in ("mean", "var"):
+        name = f"{layer}/{leaf}"
+        errors[name] = relative_l2(np.asarray(result.variables[name], np.float64) - result.initial[name],
+                                   np.asarray(fp32.variables[name], np.float64) - fp32.initial[name])
+    precision = result.request.precision
+    notes = " ".join(result.applied.get("notes", ()))
+    assert max(errors.values()) <= rtol, \
+        f"{precision}: BatchNorm statistics differ from fp32's on identical inputs ({_worst(errors)}; allowed " \
+        f"{rtol:g}): BatchNorm arithmetic is not float32" + (f", though applied.notes say {notes!r}" if notes else "")
+
+
 def assert_training_predict_changes_nothing(result: ProbeResult) -> None:
     """``predict(training=True)`` left every variable and running statistic at its canonical value."""
     assert not result.moved_by_training_predict, \
@@ -285,8 +480,13 @@ def assert_compiles_once(result: ProbeResult) -> None:
 def assert_one_wait_per_window(result: ProbeResult) -> None:
     """Host synchronizations of a window do not grow with its steps: none happens between steps."""
     assert len(result.syncs) >= 2, "probe with count_syncs=(2, 6) and a sync_counter"
-    assert len(set(result.syncs)) == 1, f"synchronizations per window of {result.request.count_syncs} steps: " \
-        f"{result.syncs}"
+    lengths = result.request.count_syncs
+    if len(set(result.syncs)) != 1:
+        extra = (result.syncs[-1] - result.syncs[0]) / max(lengths[-1] - lengths[0], 1)
+        raise AssertionError(
+            f"synchronizations per window of {lengths} steps: {result.syncs}, {extra:g} more per step: something "
+            "waits for the device or reads a value back inside every step (a float(loss), an .item(), a "
+            "block_until_ready on the loss); wait once after the window's last step instead (timed_window's wait)")
     assert 1 <= result.syncs[0] <= 4, f"{result.syncs[0]} synchronizations: expected the one wait and one fetch"
 
 

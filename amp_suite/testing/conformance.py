@@ -8,13 +8,17 @@ A plugin's test file::
     class TestMxnetConformance(BackendConformance):
         framework = "mxnet"
 
-pytest collects every test below for ``mxnet``.  Each probe runs in its own
-process (:func:`amp_suite.testing.run_probe`) and is cached for the session,
-so the reference framework's probes are shared by every class that uses it.
+pytest collects every test below for ``mxnet``.  The probes of one framework
+run one after another in one process of their own (a
+:class:`~amp_suite.testing.ProbeServer`, started on first use and ended with
+the session); a probe of several devices gets a fresh process.  Results are
+cached for the session, so the reference framework's probes are shared by
+every class that uses it.
 """
 
 from __future__ import annotations
 
+import atexit
 import subprocess
 import sys
 from typing import Any, ClassVar
@@ -22,15 +26,20 @@ from typing import Any, ClassVar
 import pytest
 
 from amp_suite.testing import (
+    OPTIMIZER_CHECKS,
     OPTIMIZERS,
     WORKLOADS,
     ProbeRequest,
     ProbeResult,
+    ProbeServer,
+    assert_batch_norm_in_float32,
     assert_cell_ok,
     assert_compiles_once,
+    assert_gradients_match_reference,
     assert_layer_dtypes,
     assert_matches_reference,
     assert_one_wait_per_window,
+    assert_optimizer_arithmetic,
     assert_overflow_skipped,
     assert_reduced_precision,
     assert_scale_grows,
@@ -43,6 +52,21 @@ from amp_suite.testing import (
 
 # Probe results of this session, by request (shared across test classes).
 _PROBES: dict[str, ProbeResult] = {}
+# One probe process per framework and plugin modules, for the whole session.
+_SERVERS: dict[tuple[str, tuple[str, ...]], ProbeServer] = {}
+# The counter of host synchronizations that fits a backend, by a module its FrameworkInfo names.
+SYNC_COUNTERS = {"jax": "amp_suite.testing.sync_counters:of_jax", "torch": "amp_suite.testing.sync_counters:of_torch",
+                 "tensorflow": "amp_suite.testing.sync_counters:of_keras"}
+# The resnet8 table the BatchNorm precision check trains on: integer images reach the first convolution as they are.
+INTEGER_STEM_TABLE = {**WORKLOADS["resnet8"], "normalize": False, "augment": False}
+
+
+def _close_servers() -> None:
+    for server in _SERVERS.values():
+        server.close()
+
+
+atexit.register(_close_servers)
 
 
 class BackendConformance:
@@ -64,8 +88,9 @@ class BackendConformance:
     rtol: ClassVar[float] = 1e-4
     #: whether measure's framework_version must read "NAME VERSION[, NAME VERSION ...]"
     check_version_format: ClassVar[bool] = True
-    #: ``module:function`` returning a counter of host synchronizations (see ProbeRequest); None skips that test
-    sync_counter: ClassVar[str | None] = None
+    #: ``module:function`` returning a counter of host synchronizations (see ProbeRequest); "auto" picks the
+    #: kit's counter for the framework the backend imports (jax, torch or tensorflow); None skips that test
+    sync_counter: ClassVar[str | None] = "auto"
 
     # --- plumbing -----------------------------------------------------------
 
@@ -87,7 +112,10 @@ class BackendConformance:
             key = request.to_json()
             if key not in _PROBES:
                 folder = tmp_path_factory.mktemp(f"probe-{name}-{request.precision}")
-                _PROBES[key] = run_probe(request, folder)
+                server_key = (name, request.plugin_modules)
+                if server_key not in _SERVERS:
+                    _SERVERS[server_key] = ProbeServer(tmp_path_factory.mktemp(f"server-{name}"))
+                _PROBES[key] = run_probe(request, folder, server=_SERVERS[server_key])
             return _PROBES[key]
 
         return get
@@ -115,11 +143,24 @@ class BackendConformance:
         reference = self._reference()
         assert_matches_reference(probe(), probe(reference), rtol=self.rtol, param_count=self.param_count)
 
-    @pytest.mark.parametrize("optimizer", ["sgd", "rmsprop"])
     @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
-    def test_stateful_architectures_train_like_the_reference(self, probe: Any, model: str, optimizer: str) -> None:
+    def test_gradients_at_the_canonical_weights_match_the_reference(self, probe: Any, model: str) -> None:
+        # one step's gradients and BatchNorm statistics, compared before any training can amplify round-off
         reference = self._reference()
-        fields = {"workload": model, "table": {**WORKLOADS[model], **OPTIMIZERS[optimizer]}, "steps": 3,
+        fields = self._oracle_fields(model, "sgd")
+        assert_gradients_match_reference(probe(**fields), probe(reference, **fields), rtol=self.rtol)
+
+    @pytest.mark.parametrize("optimizer", list(OPTIMIZER_CHECKS))
+    def test_optimizer_updates_are_the_suites_arithmetic_on_the_backends_gradients(self, probe: Any,
+                                                                                  optimizer: str) -> None:
+        # every hyper-parameter away from its default, coupled weight decay, a cosine schedule
+        assert_optimizer_arithmetic(probe(**self._oracle_fields("resnet8", optimizer)))
+
+    @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
+    def test_a_stable_trajectory_trains_like_the_reference(self, probe: Any, model: str) -> None:
+        # SGD at a rate where the loss falls: three steps stay within round-off of the reference's
+        reference = self._reference()
+        fields = {"workload": model, "table": {**WORKLOADS[model], **OPTIMIZERS["sgd"]}, "steps": 3,
                   "batch_size": 8}
         ours, theirs = probe(**fields), probe(reference, **fields)
         assert_trains_like_reference(ours, theirs, rtol=self.rtol)
@@ -128,6 +169,18 @@ class BackendConformance:
             import numpy as np
 
             assert not np.allclose(ours.variables["bn1/mean"], 0) and not np.allclose(ours.variables["bn1/var"], 1)
+
+    @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
+    def test_batch_norm_computes_in_float32_under_amp(self, probe: Any, precision: str) -> None:
+        fields = {"workload": "resnet8", "table": INTEGER_STEM_TABLE, "steps": 1, "batch_size": 8,
+                  "integer_stem": True}
+        assert_batch_norm_in_float32(probe(precision=precision, **fields), probe(**fields))
+
+    @staticmethod
+    def _oracle_fields(model: str, optimizer: str) -> dict[str, Any]:
+        """A gradient-oracle probe of ``model`` with the checked ``optimizer`` (resnet8: 2 steps, else 1)."""
+        return {"workload": model, "table": {**WORKLOADS[model], **OPTIMIZER_CHECKS[optimizer]},
+                "steps": 2 if model == "resnet8" else 1, "batch_size": 8, "gradient_oracle": True}
 
     def test_amp_bf16_really_computes_in_bfloat16(self, probe: Any) -> None:
         assert_reduced_precision(probe(precision="amp_bf16"), probe(), "bfloat16")
@@ -158,11 +211,20 @@ class BackendConformance:
 
     @pytest.mark.parametrize("precision", ["fp32", "amp_bf16"])
     def test_a_window_waits_once_however_many_steps_it_holds(self, probe: Any, precision: str) -> None:
-        if not self.sync_counter:
+        counter = self._sync_counter()
+        if not counter:
             pytest.skip("no sync counter (set sync_counter = 'module:function')")
-        result = probe(precision=precision, steps=2, batch_size=8, count_syncs=(2, 6),
-                       sync_counter=self.sync_counter)
+        result = probe(precision=precision, steps=2, batch_size=8, count_syncs=(2, 6), sync_counter=counter)
         assert_one_wait_per_window(result)
+
+    def _sync_counter(self) -> str | None:
+        """``sync_counter``, with "auto" resolved from the modules the backend's FrameworkInfo names."""
+        if self.sync_counter != "auto":
+            return self.sync_counter
+        from amp_suite.plugin_host import PluginHost
+
+        info = PluginHost(extra_modules=self.plugin_modules).frameworks()[self.framework]
+        return next((SYNC_COUNTERS[m] for m in info.modules if m in SYNC_COUNTERS), None)
 
     @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
     def test_precision_applied_is_the_one_reported(self, probe: Any, precision: str) -> None:
@@ -175,3 +237,24 @@ class BackendConformance:
 
     def test_a_whole_cell_runs_and_its_measure_keys_do_not_clash(self, probe: Any) -> None:
         assert_cell_ok(probe(steps=2, batch_size=8, cell=True), check_version_format=self.check_version_format)
+
+    @pytest.mark.parametrize("batch_norm", ["per_replica", "synchronized"])
+    def test_two_devices_match_one_device_on_the_global_batch(self, probe: Any, batch_norm: str) -> None:
+        """One ResNet-8 SGD step on 2 devices is one device's step on the global batch.
+
+        Per-replica BatchNorm: the mean of one device's steps on each shard; synchronized BatchNorm
+        (``sync_batch_norm``): one device's step on the whole batch, running statistics included.
+        """
+        from amp_suite.testing import data_parallel
+
+        if not data_parallel.data_parallel_launcher(self.framework, self.plugin_modules):
+            pytest.skip(f"{self.framework} has no data-parallel engine (FrameworkInfo.launcher is empty)")
+        fields = data_parallel.one_step_fields()
+        devices = data_parallel.DEVICES
+        parallel = probe(devices=devices, sync_batch_norm=batch_norm == "synchronized", **fields)
+        declined = data_parallel.declined_sync_batch_norm(parallel)
+        if declined:
+            pytest.skip(f"{self.framework} keeps per-replica BatchNorm statistics here when asked to "
+                        f"synchronize them: {declined}")
+        shards = [probe(shard=(i, devices), **fields) for i in range(devices)]
+        data_parallel.assert_data_parallel_matches(parallel, probe(**fields), shards)

@@ -19,11 +19,24 @@ Everything amp-suite needs from a framework backend, written from
   statistics a plain ``{layer: {"mean", "var"}}`` dict that the forward pass
   returns updated, as haiku's state (an NNX ``BatchStat`` cannot be assigned
   under ``jax.grad`` inside ``jit``: flax raises ``TraceContextError``);
-  ``EpochResult.extra["traces"]`` counts the step's traces.
+  ``EpochResult.extra["traces"]`` counts the step's traces;
+* data parallel (``--devices N``, ``FrameworkInfo.launcher = "process"``):
+  one worker drives N devices of one node (on a CPU, ``select_device`` asks
+  JAX for N host devices with ``jax_num_cpu_devices`` before JAX starts its
+  backend).  The same step runs under ``jax.jit`` of a ``jax.shard_map`` over
+  a 1-D ``Mesh`` (axis ``"data"``): parameters, statistics, optimizer state
+  and loss scale are replicated, device i holds the contiguous slice i of
+  each global batch, and the step differentiates the global batch's mean
+  loss (``lax.pmean`` of the replicas' losses), so every device applies the
+  update one device would apply for that loss.  BatchNorm normalizes with
+  each replica's own moments and keeps the replicas' mean running
+  statistics, or with the global batch's moments under
+  ``run.sync_batch_norm``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +45,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
+from amp_suite.errors import UnsupportedError
 from amp_suite.layers import walk
 from amp_suite.plugin_kit import (
     STANDARD_PRECISIONS,
@@ -57,8 +71,12 @@ NAME = "flax"
 # Canonical leaf name -> the nnx attribute holding it, per layer kind.
 LEAVES = {"conv2d": {"w": "kernel", "b": "bias"}, "dense": {"w": "kernel", "b": "bias"},
           "batch_norm": {"scale": "scale", "offset": "offset"}}
+# The layer kinds this backend builds; build_model refuses a model with any other (UnsupportedError).
+KINDS = ("conv2d", "batch_norm", "relu", "residual", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense")
 # BatchNorm statistics: {layer: {"mean": array, "var": array}}, float32.
 Stats = dict[str, dict[str, Any]]
+# The data-parallel mesh's one axis: device i of the mesh holds slice i of every global batch.
+AXIS = "data"
 
 
 @hookimpl
@@ -72,7 +90,24 @@ def framework_info() -> FrameworkInfo:
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("flax", "jax"),
         install_command="pip install 'flax==0.12.8' 'jmp>=0.0.4' 'optax>=0.2'",
+        launcher="process",  # one worker process drives every device of the cell (a JAX Mesh)
     )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the run's arrays live: on one device, or replicated and sharded over a data-parallel mesh.
+
+    ``state`` is the sharding of parameters, statistics, optimizer state, loss
+    scale and prediction inputs (one device, or a copy on every device of the
+    mesh); ``batch`` the sharding of a staged training batch (one device, or
+    contiguous row slices over the mesh); ``mesh`` is None on one device.
+    """
+
+    devices: tuple[Any, ...]
+    state: Any
+    batch: Any
+    mesh: Any = None
 
 
 @dataclass
@@ -86,7 +121,7 @@ class FlaxModel:
     loss_scale: Any
     train_step: Any
     forward: Any
-    device: Any
+    placement: Placement
     layers: tuple[LayerSpec, ...]
     compute_dtype: str
     trace_count: list[int] = field(default_factory=lambda: [0])
@@ -96,27 +131,35 @@ class FlaxModel:
 def select_device(run: RunSpec) -> DeviceInfo:
     import jax
 
+    if run.nnodes > 1:
+        raise UnsupportedError("the Flax example runs data parallel on one node only (it does not call "
+                               "jax.distributed.initialize): run it without --nnodes")
+    if run.distributed:  # a CPU is one JAX device unless JAX is asked for more before its backend starts
+        jax.config.update("jax_num_cpu_devices", run.devices)
     if run.device == "cpu":
         jax.config.update("jax_platforms", "cpu")
     try:
         gpus = jax.devices("gpu") if run.device != "cpu" else []
     except RuntimeError:
         gpus = []
-    if require_device_kind(run, bool(gpus), "Flax") == "cpu":
-        return cpu_device()
+    kind = require_device_kind(run, bool(gpus), "Flax")
+    seen = len(gpus) if kind == "gpu" else len(jax.devices("cpu"))
+    if seen < run.devices:
+        raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {seen} {kind.upper()} devices")
+    if kind == "cpu":
+        return dataclasses.replace(cpu_device(), count=run.devices)
     dev = gpus[0]
     capability = str(getattr(dev, "compute_capability", "") or "")
     major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
     stats = dev.memory_stats() or {}
-    return DeviceInfo(kind="gpu", platform=dev.platform, name=dev.device_kind, count=len(gpus),
+    return DeviceInfo(kind="gpu", platform=dev.platform, name=dev.device_kind,
+                      count=run.devices if run.distributed else len(gpus),
                       driver=getattr(dev.client, "platform_version", ""), compute_capability=capability,
                       memory_total_bytes=stats.get("bytes_limit"), supports_tf32=major >= 8)
 
 
 @hookimpl
 def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
-    import dataclasses
-
     import jax
 
     applied = standard_precision(run, device)
@@ -127,7 +170,33 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
              f"nnx dtype={applied.compute_dtype}, param_dtype=float32, logits float32")
     if applied.compute_dtype != "float32":
         notes += (f"batch_norm=float32 parameters, statistics and arithmetic, output {applied.compute_dtype}",)
+    if run.distributed:
+        notes += data_parallel_notes(run, device)
     return dataclasses.replace(applied, notes=notes)
+
+
+def data_parallel_notes(run: RunSpec, device: DeviceInfo) -> tuple[str, ...]:
+    """What a data-parallel cell's record says: the engine, the batch's layout and BatchNorm's statistics."""
+    batch_norm = ("batch_norm_statistics=synchronized (batch moments averaged over the mesh)" if run.sync_batch_norm
+                  else "batch_norm_statistics=per replica; running statistics averaged over the replicas")
+    return (f"data_parallel=jax.jit(jax.shard_map) over a 1-D Mesh of {run.devices} {device.kind} devices; "
+            "gradient of the global batch's mean loss (lax.pmean of the replicas' losses)",
+            f"sharding=contiguous slice of {run.shard_size} per device of each global batch; parameters, "
+            "statistics and optimizer state replicated",
+            batch_norm)
+
+
+def placement(run: RunSpec, device: DeviceInfo) -> Placement:
+    """One device, or a 1-D mesh over ``run.devices`` devices with replicated state and sharded batches."""
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+    devices = tuple(jax.devices(device.kind)[:run.devices])
+    if not run.distributed:
+        one = SingleDeviceSharding(devices[0])
+        return Placement(devices, one, one)
+    mesh = Mesh(np.array(devices), (AXIS,))
+    return Placement(devices, NamedSharding(mesh, PartitionSpec()), NamedSharding(mesh, PartitionSpec(AXIS)), mesh)
 
 
 def _batch_norm_class() -> type:
@@ -149,13 +218,20 @@ def _batch_norm_class() -> type:
             self.offset = nnx.Param(jnp.zeros((channels,), jnp.float32))
             self.momentum, self.epsilon, self.compute_dtype = spec.momentum, spec.epsilon, compute_dtype
 
-        def __call__(self, x: Any, training: bool, stats: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
-            """``(y, new_stats)``: the statistics are passed in and returned, never assigned."""
+        def __call__(self, x: Any, training: bool, stats: dict[str, Any],
+                     sync_axis: str | None = None) -> tuple[Any, dict[str, Any]]:
+            """``(y, new_stats)``: the statistics are passed in and returned, never assigned.
+
+            Inside the data-parallel step, ``sync_axis`` (the mesh axis) makes the
+            batch moments those of the global batch: every replica's shard has the
+            same size, so the mean of the replicas' means is the global mean, and the
+            mean of their squared deviations from it the global (biased) variance.
+            """
             x = x.astype(jnp.float32)
             if training:
-                mean = jnp.mean(x, axis=(0, 1, 2))
-                var = jnp.mean(jnp.square(x - mean), axis=(0, 1, 2))
-                count = x.size // x.shape[-1]
+                mean = _mean_over_replicas(jnp.mean(x, axis=(0, 1, 2)), sync_axis)
+                var = _mean_over_replicas(jnp.mean(jnp.square(x - mean), axis=(0, 1, 2)), sync_axis)
+                count = x.size // x.shape[-1] * (jax.lax.axis_size(sync_axis) if sync_axis else 1)
                 stats = {"mean": (1 - self.momentum) * stats["mean"] + self.momentum * mean,
                          "var": (1 - self.momentum) * stats["var"] + self.momentum * var * (count / (count - 1))}
             else:
@@ -164,6 +240,13 @@ def _batch_norm_class() -> type:
             return y.astype(self.compute_dtype), stats
 
     return BatchNorm
+
+
+def _mean_over_replicas(value: Any, axis: str | None) -> Any:
+    """``value`` averaged over the mesh axis ``axis`` (inside ``shard_map``), or ``value`` itself."""
+    import jax
+
+    return value if axis is None else jax.lax.pmean(value, axis)
 
 
 def build_net(workload: Workload, compute_dtype: str, seed: int = 0) -> Any:
@@ -192,8 +275,12 @@ def build_net(workload: Workload, compute_dtype: str, seed: int = 0) -> Any:
 
 
 def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, stats: Stats,
-               record: Callable[[str, Any], None] | None = None) -> tuple[Any, Stats]:
-    """The forward pass of the layer vocabulary over ``net``'s modules (NHWC): ``(output, new_stats)``."""
+               record: Callable[[str, Any], None] | None = None,
+               sync_axis: str | None = None) -> tuple[Any, Stats]:
+    """The forward pass of the layer vocabulary over ``net``'s modules (NHWC): ``(output, new_stats)``.
+
+    ``sync_axis`` (a mesh axis, inside ``shard_map`` only) synchronizes BatchNorm's batch moments over it.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -205,12 +292,12 @@ def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, 
             if record:
                 record(kind, x)
         elif kind == "batch_norm":
-            x, stats[spec.name] = getattr(net, spec.name)(x, training, stats[spec.name])
+            x, stats[spec.name] = getattr(net, spec.name)(x, training, stats[spec.name], sync_axis)
         elif kind == "relu":
             x = jax.nn.relu(x)
         elif kind == "residual":
-            body, stats = run_layers(net, spec.body, x, training, stats, record)
-            shortcut, stats = run_layers(net, spec.shortcut, x, training, stats, record)
+            body, stats = run_layers(net, spec.body, x, training, stats, record, sync_axis)
+            shortcut, stats = run_layers(net, spec.shortcut, x, training, stats, record, sync_axis)
             x = body + shortcut
         elif kind in ("max_pool", "avg_pool"):
             window, strides = (1, spec.window, spec.window, 1), (1, spec.stride, spec.stride, 1)
@@ -225,6 +312,17 @@ def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, 
         else:
             raise ValueError(f"flax plugin cannot build layer kind {kind!r}")
     return x, stats
+
+
+def check_kinds(layers: tuple[LayerSpec, ...]) -> None:
+    """A one-line :class:`UnsupportedError` naming the first layer of a kind this backend does not build."""
+    from amp_suite.layers import iter_layers
+
+    for spec in iter_layers(layers):
+        if spec.kind not in KINDS:
+            where = f" (layer {spec.name!r})" if spec.name else ""
+            raise UnsupportedError(f"the flax backend does not build layer kind {spec.kind!r}{where}; "
+                                   f"it builds {', '.join(KINDS)}")
 
 
 def _owners(layers: tuple[LayerSpec, ...]) -> dict[str, str]:
@@ -293,41 +391,73 @@ def make_optimizer(spec: OptimizerSpec) -> Any:
 @hookimpl
 def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
                 initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo) -> FlaxModel:
+    check_kinds(workload.layers)
     import jax
     import jax.numpy as jnp
     import jmp
-    import optax
     from flax import nnx
 
-    dev = jax.devices("gpu")[0] if device.kind == "gpu" else jax.devices("cpu")[0]
+    where = placement(run, device)
     compute = applied.compute_dtype
     layers = workload.layers
     net = build_net(workload, compute, run.seed)
     stats = load_canonical(net, layers, initial_weights, initial_state)
     graphdef, params = nnx.split(net, nnx.Param)
-    params, stats = jax.device_put((params, stats), dev)
+    params, stats = jax.device_put((params, stats), where.state)
     optimizer = make_optimizer(workload.optimizer)
     if applied.loss_scaling == "dynamic":
         loss_scale = jmp.DynamicLossScale(jnp.asarray(applied.initial_loss_scale, jnp.float32),
                                           period=loss_scale_growth_interval(run))
     else:
         loss_scale = jmp.NoOpLossScale()
-    # Committed to the device from the start, as the step's outputs will be: else the second call retraces.
-    opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), dev)
+    # Committed where the step's outputs will be from the start: else the second call retraces.
+    opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), where.state)
     trace_count = [0]
 
-    def apply(p: Any, s: Stats, images: Any, training: bool) -> tuple[Any, Stats]:
-        logits, new_stats = run_layers(nnx.merge(graphdef, p), layers, images.astype(compute), training, s)
+    def apply(p: Any, s: Stats, images: Any, training: bool, sync_axis: str | None = None) -> tuple[Any, Stats]:
+        logits, new_stats = run_layers(nnx.merge(graphdef, p), layers, images.astype(compute), training, s,
+                                       sync_axis=sync_axis)
         return logits.astype(jnp.float32), new_stats
 
+    step = make_train_step(apply, optimizer, trace_count, AXIS if where.mesh is not None else None,
+                           run.sync_batch_norm)
+    if where.mesh is not None:
+        step = data_parallel(step, where.mesh)
+
+    def forward(p: Any, s: Any, images: Any, training: bool) -> Any:
+        return apply(p, s, images, training)[0]
+
+    return FlaxModel(graphdef, params, stats, opt_state, loss_scale, jax.jit(step, donate_argnums=(0, 1, 2)),
+                     jax.jit(forward, static_argnums=3), where, layers, compute, trace_count)
+
+
+def make_train_step(apply: Callable[..., tuple[Any, Stats]], optimizer: Any, trace_count: list[int],
+                    axis: str | None, sync_batch_norm: bool) -> Callable[..., tuple[Any, ...]]:
+    """One optimizer step: ``step(params, stats, opt_state, loss_scale, images, labels)``.
+
+    With a mesh ``axis`` the step is one replica's part of a data-parallel step
+    (run it under :func:`data_parallel`): its loss is the global batch's mean
+    (``lax.pmean`` of the replicas' mean losses), so ``jax.grad`` gives every
+    replica the global batch's gradient, and every replica applies the same
+    update.  BatchNorm uses the global batch's moments when
+    ``sync_batch_norm``, else its own shard's; the new running statistics are
+    the replicas' mean (already equal when synchronized).
+    """
+    import jax
+    import jmp
+    import optax
+
+    sync_axis = axis if sync_batch_norm else None
+
     def loss_fn(p: Any, s: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
-        logits, new_stats = apply(p, s, images, True)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+        logits, new_stats = apply(p, s, images, True, sync_axis)
+        loss = _mean_over_replicas(optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), axis)
         return scale.scale(loss), (loss, new_stats)
 
     def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any) -> tuple[Any, ...]:
         trace_count[0] += 1  # runs only while tracing
         grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, scale)
+        new_s = _mean_over_replicas(new_s, axis)
         grads = scale.unscale(grads)
         finite = jmp.all_finite(grads)
         new_scale = scale.adjust(finite)
@@ -337,18 +467,24 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
         new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
         return new_p, new_s, new_opt, new_scale, loss, finite
 
-    def forward(p: Any, s: Any, images: Any, training: bool) -> Any:
-        return apply(p, s, images, training)[0]
+    return step
 
-    return FlaxModel(graphdef, params, stats, opt_state, loss_scale, jax.jit(step, donate_argnums=(0, 1, 2)),
-                     jax.jit(forward, static_argnums=3), dev, layers, compute, trace_count)
+
+def data_parallel(step: Callable[..., tuple[Any, ...]], mesh: Any) -> Callable[..., tuple[Any, ...]]:
+    """``step`` over ``mesh``: state replicated in and out, images and labels sharded by rows."""
+    import jax
+    from jax.sharding import PartitionSpec
+
+    replicated, rows = PartitionSpec(), PartitionSpec(AXIS)
+    return jax.shard_map(step, mesh=mesh, in_specs=(replicated,) * 4 + (rows,) * 2, out_specs=replicated)
 
 
 @hookimpl
 def stage_batches(run: RunSpec, model: FlaxModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
     import jax
 
-    staged = [(jax.device_put(b.images, model.device), jax.device_put(b.labels, model.device)) for b in batches]
+    # On a mesh, device_put splits each global batch: device i gets the contiguous rows of replica i.
+    staged = [jax.device_put((b.images, b.labels), model.placement.batch) for b in batches]
     jax.block_until_ready(staged)
     return staged
 
@@ -368,6 +504,7 @@ def train_epoch(run: RunSpec, model: FlaxModel, staged: list[tuple[Any, Any]], e
         losses, finite = jax.device_get((jnp.stack([l for l, _ in outcomes]), jnp.stack([f for _, f in outcomes])))
         return [float(v) for v in losses], [bool(v) for v in finite]
 
+    # A staged batch on a mesh is the global batch (its shape is global), so samples count the global batch.
     result = timed_window(staged, step, wait=lambda outcome: jax.block_until_ready((model.params, outcome)),
                           fetch=fetch, guard=lambda: jax.transfer_guard_device_to_host("disallow"))
     scale = getattr(model.loss_scale, "loss_scale", None)
@@ -380,7 +517,8 @@ def train_epoch(run: RunSpec, model: FlaxModel, staged: list[tuple[Any, Any]], e
 def predict(run: RunSpec, model: FlaxModel, images: np.ndarray, training: bool) -> np.ndarray:
     import jax
 
-    x = jax.device_put(np.asarray(images, dtype=np.float32), model.device)
+    # On a mesh every device predicts the whole batch from its copy of the state: any batch size works.
+    x = jax.device_put(np.asarray(images, dtype=np.float32), model.placement.state)
     # forward returns the logits only: the statistics a training-mode pass computes are dropped.
     return np.asarray(model.forward(model.params, model.stats, x, bool(training)), dtype=np.float32)
 
@@ -399,8 +537,8 @@ def measure(run: RunSpec, model: FlaxModel, device: DeviceInfo) -> dict[str, Any
         "framework_version": ", ".join(f"{dist} {package_version(dist) or '?'}"
                                        for dist in ("flax", "jax", "jmp", "optax")),
     }
-    if device.kind == "gpu":
-        stats = model.device.memory_stats() or {}
-        if "peak_bytes_in_use" in stats:
-            figures["device_peak_memory_bytes"] = int(stats["peak_bytes_in_use"])
+    if device.kind == "gpu":  # the largest peak of the cell's devices
+        peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in model.placement.devices]
+        if all(peak is not None for peak in peaks):
+            figures["device_peak_memory_bytes"] = int(max(peaks))
     return figures

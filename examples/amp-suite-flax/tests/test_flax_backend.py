@@ -29,6 +29,7 @@ INSPECT = "amp_suite_flax.inspect_dtypes:layer_dtypes"
 
 class TestFlaxConformance(BackendConformance):
     framework = "flax"
+    reference = "jax"  # the built-in backend on the same XLA: agreement to float32 round-off
     plugin_modules = PLUGIN
     inspect = INSPECT
     param_count = 824_458  # the mnist_cnn of docs/workloads.md

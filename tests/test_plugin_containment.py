@@ -138,3 +138,16 @@ def test_host_measure_can_be_disabled(monkeypatch):
 ])
 def test_out_of_memory_is_classified_as_oom(exc, status):
     assert classify_exception(exc) == status
+
+
+def test_a_worker_loading_every_plugin_imports_no_pandas():
+    # pandas is half of a worker's start: only the reporters need it, and they import it when they write
+    import subprocess
+    import sys
+
+    code = ("import sys; from amp_suite.plugin_host import PluginHost\n"
+            "host = PluginHost(framework='torch'); host.frameworks()\n"
+            "print('pandas' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"

@@ -156,19 +156,19 @@ class BackendConformance:
         # every hyper-parameter away from its default, coupled weight decay, a cosine schedule
         assert_optimizer_arithmetic(probe(**self._oracle_fields("resnet8", optimizer)))
 
-    @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
-    def test_a_stable_trajectory_trains_like_the_reference(self, probe: Any, model: str) -> None:
-        # SGD at a rate where the loss falls: three steps stay within round-off of the reference's
+    def test_a_stable_trajectory_trains_like_the_reference(self, probe: Any) -> None:
+        # resnet8 (BatchNorm state, momentum carried across steps), SGD at a rate where the loss falls: three
+        # steps stay within round-off of the reference's.  deep_cnn's steps are covered by the step checks above.
         reference = self._reference()
-        fields = {"workload": model, "table": {**WORKLOADS[model], **OPTIMIZERS["sgd"]}, "steps": 3,
+        fields = {"workload": "resnet8", "table": {**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]}, "steps": 3,
                   "batch_size": 8}
         ours, theirs = probe(**fields), probe(reference, **fields)
         assert_trains_like_reference(ours, theirs, rtol=self.rtol)
         assert_training_predict_changes_nothing(ours)
-        if model == "resnet8":  # the running statistics really moved
-            import numpy as np
+        import numpy as np
 
-            assert not np.allclose(ours.variables["bn1/mean"], 0) and not np.allclose(ours.variables["bn1/var"], 1)
+        # the running statistics really moved
+        assert not np.allclose(ours.variables["bn1/mean"], 0) and not np.allclose(ours.variables["bn1/var"], 1)
 
     @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
     def test_batch_norm_computes_in_float32_under_amp(self, probe: Any, precision: str) -> None:

@@ -13,7 +13,6 @@ from typing import Any
 
 from amp_suite import hookimpl
 from amp_suite.records import CellResult
-from amp_suite.report import render_markdown, results_frame
 from amp_suite.results import to_plain
 from amp_suite.safe_files import write_files_atomically
 
@@ -21,6 +20,9 @@ from amp_suite.safe_files import write_files_atomically
 @hookimpl
 def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any],
                  sections: list[tuple[str, str]] = ()) -> list[Path]:
+    # imported here: every worker loads this plugin, and pandas alone is half a worker's start
+    from amp_suite.report import render_markdown, results_frame
+
     out_dir.mkdir(parents=True, exist_ok=True)
     contents = {
         out_dir / "report.md": render_markdown(results, environment, sections),

@@ -57,8 +57,9 @@ class SweepRequest:
     """What ``amp-suite run`` (or :func:`run`) was asked to do.
 
     ``overrides`` maps :class:`~amp_suite.config.SweepSettings` field names to
-    values that replace the config's ``[defaults]`` (``None`` keeps them).
-    ``cost`` holds ``price_per_hour``/``currency`` overrides of ``[cost]``.
+    values that replace the config's ``[defaults]`` and the preset's settings
+    (``None`` keeps them).  ``cost`` holds ``price_per_hour``/``currency``
+    overrides of ``[cost]``.
     """
 
     config: str | Path | None = None
@@ -68,6 +69,7 @@ class SweepRequest:
     inline: bool = False
     quiet: bool = False
     cost: dict[str, Any] = field(default_factory=dict)
+    preset: str | None = None  # a [presets.NAME] table filling the sweep before ``overrides``
 
 
 @dataclass
@@ -148,8 +150,9 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None):
     """Every cell of the sweep, repeats outermost so slow drifts spread over all cells.
 
-    Steps per epoch: ``--steps`` when given (``explicit_steps``), else the
-    workload's own ``steps``, else ``[defaults] steps``.  ``launchers`` maps
+    Steps per epoch: ``explicit_steps`` when given (``--steps``, else a
+    preset's ``steps``), else the workload's own ``steps``, else the
+    settings' ``steps``.  ``launchers`` maps
     a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
     cells start; empty: it has none, and those cells end ``unsupported``);
     one-device cells always run in one process.
@@ -224,7 +227,14 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     from amp_suite.output_dir import OutputLock, prepare_output_dir
 
     config = load_config(find_config(request.config))
-    settings = with_overrides(config.settings, **request.overrides)
+    plan = None
+    settings = config.settings
+    if request.preset is not None:
+        from amp_suite.presets import expand_preset
+
+        plan = expand_preset(config, request.preset, request.overrides)
+        settings = plan.settings
+    settings = with_overrides(settings, **request.overrides)
     settings.check()
     cost = cost_settings(config.cost, **request.cost)
     if request.inline and any(count != 1 for count in settings.devices):
@@ -232,6 +242,8 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
                          "or split into devices; drop --inline or use --devices 1")
     # "all" resolved once (it may ask nvidia-smi): the checks, the plan and the environment record agree.
     settings = replace(settings, devices=device_counts(settings))
+    if plan is not None and plan.preset.fit_devices and request.overrides.get("devices") is None:
+        settings = _fit_preset_devices(config, settings, plan.record)
     if request.inline and request.overrides.get("timeout") is not None:
         raise UsageError("--timeout cannot be enforced with --inline (cells then run in this process); "
                          "drop one of the two")
@@ -253,16 +265,36 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
     out_dir = prepare_output_dir(settings.out)
+    explicit_steps = request.overrides.get("steps")
+    if explicit_steps is None and plan is not None:
+        explicit_steps = plan.steps
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
-                       explicit_steps=request.overrides.get("steps"),
+                       explicit_steps=explicit_steps,
                        launchers={name: info.launcher for name, info in host.frameworks().items()})
     with OutputLock(out_dir):
         _fetch_data(settings)
-        return _run_locked(request, host, config, settings, cost, cells, out_dir, progress)
+        return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
+                           plan.record if plan is not None else None)
+
+
+def _fit_preset_devices(config: SuiteConfig, settings: SweepSettings, record: dict[str, Any]) -> SweepSettings:
+    """A ``fit_devices`` preset's device counts made to fit this machine (the change is recorded)."""
+    from amp_suite.launchers import visible_devices
+    from amp_suite.presets import fit_device_counts
+
+    visible = visible_devices(settings.device)
+    batches = [settings.batch_size or config.workloads[name].batch_size for name in settings.workloads]
+    fitted = fit_device_counts(tuple(int(n) for n in settings.devices), visible, batches)
+    if fitted != tuple(settings.devices):
+        record["adjusted"].append(
+            f"devices {', '.join(map(str, settings.devices))} asked; this machine offers {visible} "
+            f"(GPUs, else logical CPU devices, one per core): ran {', '.join(map(str, fitted))}")
+    return replace(settings, devices=fitted)
 
 
 def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: SweepSettings, cost: dict[str, Any],
-                cells, out_dir: Path, progress: Callable | None) -> SweepOutcome:
+                cells, out_dir: Path, progress: Callable | None,
+                preset: dict[str, Any] | None = None) -> SweepOutcome:
     from amp_suite.calibration import attach_calibration
     from amp_suite.environment import host_environment
     from amp_suite.results import ResultStore
@@ -273,8 +305,10 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     if request.resume:
         warn_skipped_lines(store)
     environment = host_environment(host.distributions())
-    environment["config_file"] = str(config.path)
+    environment["config_file"] = str(config.path) if config.path is not None else "none (the packaged catalog)"
     environment["settings"] = asdict(settings)
+    if preset is not None:
+        environment["preset"] = preset
     if cost:
         environment["cost"] = cost
     attach_calibration(environment)
@@ -327,6 +361,7 @@ def run(
     precisions: Iterable[str] | str | None = None,
     *,
     config: str | Path | None = None,
+    preset: str | None = None,
     plugins: Iterable[str] = (),
     resume: bool = False,
     inline: bool = False,
@@ -342,8 +377,9 @@ def run(
     ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``,
     ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
     ``out``, and the data-parallel ``devices`` (e.g. ``[1, 2]``),
-    ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from ``benchmarks.toml``'s
-    ``[defaults]``, exactly as for ``amp-suite run``; the output directory
+    ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from
+    ``preset`` (a ``[presets.NAME]`` table) when given, else from ``[defaults]`` (the packaged catalog's,
+    or that of ``benchmarks.toml``), exactly as for ``amp-suite run``; the output directory
     receives the same files.  The frame's ``attrs`` hold ``out_dir``,
     ``exit_code`` (that of ``amp-suite run``) and ``interrupted``.  With
     ``quiet=False`` the progress lines of ``amp-suite run`` go to stderr.
@@ -358,7 +394,7 @@ def run(
     from amp_suite.progress import SweepProgress
 
     request = SweepRequest(config=config, overrides=overrides, plugins=tuple(plugins), resume=resume,
-                           inline=inline, quiet=quiet, cost=cost)
+                           inline=inline, quiet=quiet, cost=cost, preset=preset)
     outcome = sweep(request, progress=SweepProgress())
     frame = results_table(outcome.results, outcome.environment)
     frame.attrs.update(out_dir=str(outcome.out_dir), exit_code=outcome.exit_code,

@@ -74,7 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="run a sweep and write report.md, results.jsonl, results.csv")
-    run.add_argument("--config", help="sweep configuration (default: ./benchmarks.toml)")
+    run.add_argument("--config", help="configuration extending the packaged catalog (default: ./benchmarks.toml "
+                                      "when there is one)")
+    run.add_argument("--preset", metavar="NAME",
+                     help="fill the sweep from [presets.NAME] (amp-suite list shows them); flags still win")
     run.add_argument("--frameworks", help="comma-separated, e.g. torch,keras,jax")
     run.add_argument("--workloads", help="comma-separated workload names from the config")
     run.add_argument("--precisions", help=f"comma-separated: {', '.join(PRECISIONS)}")
@@ -130,9 +133,16 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--force", action="store_true", help="measure again even if cached")
     cal.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
 
-    lst = sub.add_parser("list", help="frameworks (installed or not), workloads and precisions")
-    lst.add_argument("--config", help="sweep configuration (default: ./benchmarks.toml)")
+    lst = sub.add_parser("list", help="frameworks (installed or not), workloads, presets and precisions, "
+                                      "with where each workload and preset comes from")
+    lst.add_argument("--config", help="configuration extending the packaged catalog (default: ./benchmarks.toml "
+                                      "when there is one)")
     lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+
+    init = sub.add_parser("init", help="write a commented starter benchmarks.toml into the current directory",
+                          description="Write ./benchmarks.toml: every line commented, so it loads to the packaged "
+                                      "catalog unchanged; uncomment what you want to change.")
+    init.add_argument("--force", action="store_true", help="overwrite an existing benchmarks.toml")
 
     doctor = sub.add_parser("doctor", help="check that this machine measures what the suite says (run it first)",
                             description="Check each installed framework on this machine: the device it sees, "
@@ -157,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins,
-                   "calibrate": cmd_calibrate, "doctor": cmd_doctor}
+                   "calibrate": cmd_calibrate, "doctor": cmd_doctor, "init": cmd_init}
         with _stop_signals_interrupt():
             return handler[args.command](args)
     except UsageError as exc:
@@ -215,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
                            resume=args.resume, inline=args.inline, quiet=args.quiet,
-                           cost=_cost_overrides(args))
+                           cost=_cost_overrides(args), preset=args.preset)
     return sweep(request, progress=SweepProgress()).exit_code
 
 
@@ -261,18 +271,47 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"  {name:<8} {info.display_name:<12} {state}  [{precisions}]")
     try:
         config = load_config(find_config(getattr(args, "config", None)))
-        print(f"workloads ({config.path}):")
-        for name, workload in config.workloads.items():
-            print(f"  {name:<16} {workload.description or workload.model}, input "
-                  f"{workload.input_size}x{workload.input_size}x{workload.channels}, batch {workload.batch_size}")
     except UsageError as exc:
-        print(f"workloads: unavailable ({exc})")
+        print(f"workloads and presets: unavailable ({_one_line_text(exc)})")
+    else:
+        extended = f", extended by {config.path}" if config.path is not None else ""
+        print(f"workloads (the packaged catalog{extended}; [source] after each):")
+        width = max(map(len, config.workloads), default=0)
+        for name, workload in config.workloads.items():
+            print(f"  {name:<{width}}  {workload.description or workload.model}, input "
+                  f"{workload.input_size}x{workload.input_size}x{workload.channels}, batch {workload.batch_size}"
+                  f"  [{config.source('workloads.' + name)}]")
+        print("presets (amp-suite run --preset NAME; docs/presets.md):")
+        width = max(map(len, config.presets), default=0)
+        for name, preset in config.presets.items():
+            missing = [w for w in preset.settings.get("workloads", ()) if w not in config.workloads]
+            state = f" (needs workloads not declared: {', '.join(missing)})" if missing else ""
+            print(f"  {name:<{width}}  {preset.description}{state}  [{config.source('presets.' + name)}]")
     print("precisions:")
     for name, text in PRECISIONS.items():
         print(f"  {name:<9} {text}")
     from amp_suite.datasets import DATASETS
 
     print("datasets:\n  " + ", ".join(DATASETS))
+    return EXIT_OK
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from amp_suite.config import CONFIG_NAME
+    from amp_suite.safe_files import write_file_atomically
+    from amp_suite.starter import starter_text
+
+    path = Path.cwd() / CONFIG_NAME
+    if (path.exists() or path.is_symlink()) and not args.force:
+        raise UsageError(f"{path} already exists; pass --force to overwrite it")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"{path} exists and is not a regular file")
+    try:
+        write_file_atomically(path, starter_text())
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    print(f"wrote {path}: it extends the packaged catalog (amp-suite list shows it); uncomment what you "
+          "want to change")
     return EXIT_OK
 
 

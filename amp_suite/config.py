@@ -1,9 +1,18 @@
-"""Reads and checks ``benchmarks.toml``: sweep defaults, workloads, framework options.
+"""Reads and checks the catalog and ``benchmarks.toml``: defaults, workloads, presets, published figures.
+
+The catalog ships inside the package (``amp_suite/catalog/*.toml``): the sweep
+defaults, framework options, workloads, presets and the articles' published
+figures, in several files merged into one; a name defined in two of them is an
+error.  A ``benchmarks.toml`` in the working directory (or ``--config FILE``)
+extends the catalog: each table it defines (``[defaults]``, ``[cost]``,
+``[workloads.NAME]``, ``[frameworks.NAME]``, ``[presets.NAME]``,
+``[published.NAME]``) replaces the packaged table of the same name as a whole.
 
 Every value is checked before the first cell runs, against one typed schema
-(:data:`SETTINGS_FIELDS` for ``[defaults]`` and the ``run`` flags,
+(:data:`SETTINGS_FIELDS` for ``[defaults]``, the ``run`` flags and presets,
 :func:`framework_option_fields` for ``[frameworks.NAME]``); unknown keys are
-refused with the closest valid name.  Each problem is one line, exit 2.
+refused with the closest valid name.  Each problem is one line naming its
+file, exit 2.
 """
 
 from __future__ import annotations
@@ -26,7 +35,14 @@ else:  # Python 3.10: the same parser, published as tomli
     import tomli as tomllib
 
 CONFIG_NAME = "benchmarks.toml"
-TABLES = ("defaults", "workloads", "frameworks", "cost")
+# The catalog shipped inside the package: every *.toml here, these first, then the others by name.
+CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
+CATALOG_FIRST = ("defaults.toml", "workloads.toml")
+TABLES = ("defaults", "workloads", "frameworks", "cost", "presets", "published")
+# Tables of named tables ([workloads.NAME]); the others are one table each.
+NAMED_TABLES = ("workloads", "frameworks", "presets", "published")
+# How the sources of tables are shown: "package: workloads.toml".
+PACKAGE = "package"
 
 
 @dataclass(frozen=True)
@@ -145,15 +161,97 @@ def framework_option_fields(framework: str) -> dict[str, Field]:
     return {**FRAMEWORK_OPTIONS.get(framework, {}), **COMMON_FRAMEWORK_OPTIONS}
 
 
+# --- presets and published figures --------------------------------------------
+
+# Keys of a [presets.NAME] table besides the sweep settings it fills.
+PRESET_FIELDS: dict[str, Field] = {
+    "description": Field(str),  # one line, shown by `amp-suite list`
+    "published": Field(str, names=True),  # the [published.NAME] table of the article's figures
+    "notes": Field(tuple),  # how the preset differs from the article on every machine
+    "fit_devices": Field(bool),  # device counts above what the machine offers become the most it offers
+}
+# Settings a preset may fill: every [defaults] key except those that name one machine among several.
+PRESET_SETTINGS = tuple(name for name in SETTINGS_FIELDS if name not in ("nnodes", "node_rank", "coordinator"))
+
+# What a published figure measures, as a report names it.
+PUBLISHED_METRICS = {
+    "epoch_time": "time per epoch",
+    "total_time": "training time",
+    "peak_memory": "peak memory",
+    "val_accuracy": "validation accuracy",
+}
+# Keys of a [published.NAME] table (its figures apart).
+PUBLISHED_FIELDS: dict[str, Field] = {
+    "article": Field(str),
+    "framework": Field(str),
+    "hardware": Field(str),
+    "setup": Field(str),
+    "context": Field(str),
+    "precision": Field(str, names=True),  # the precision here that stands for the article's AMP
+}
+# Keys of one [[published.NAME.figures]] entry.
+FIGURE_FIELDS: dict[str, Field] = {
+    "workload": Field(str, names=True),
+    "metric": Field(str, choices=tuple(PUBLISHED_METRICS)),
+    "unit": Field(str),
+    "baseline": Field(float, minimum=0),
+    "compared": Field(float, minimum=0),
+    "ratio_min": Field(float, above=0),
+    "ratio_max": Field(float, above=0),
+    "compare": Field(str, choices=("precision", "devices")),
+    "devices": Field(int, minimum=2, maximum=4096),
+    "precision": Field(str, names=True),
+    "where": Field(str),
+    "hardware": Field(str),
+    "note": Field(str),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A ``[presets.NAME]`` table: the sweep settings it fills and what it reproduces."""
+
+    name: str
+    description: str
+    settings: dict[str, Any]  # checked SweepSettings fields
+    published: str | None = None  # the [published.NAME] table of its article's figures
+    notes: tuple[str, ...] = ()
+    fit_devices: bool = False
+
+
 @dataclass(frozen=True)
 class SuiteConfig:
-    """A loaded ``benchmarks.toml``."""
+    """The packaged catalog, extended by a ``benchmarks.toml``.
+
+    ``path`` is that file (``None``: the catalog alone).  ``sources`` maps
+    every table (``"defaults"``, ``"workloads.mnist_cnn"``) to the file that
+    defines it; ``replaced`` holds the tables the file took over from the
+    catalog.  Tables of the file come first in every mapping.
+    """
 
     path: Path | None
     settings: SweepSettings
     workloads: dict[str, Workload]
     framework_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     cost: dict[str, Any] = field(default_factory=dict)  # the checked [cost] table
+    presets: dict[str, Preset] = field(default_factory=dict)
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)  # checked [published.NAME] tables
+    sources: dict[str, Path] = field(default_factory=dict)
+    replaced: frozenset[str] = frozenset()
+
+    def source(self, key: str) -> str:
+        """Where table ``key`` comes from: ``package: workloads.toml``, or the file's path."""
+        path = self.sources.get(key)
+        if path is None:
+            return "built in"
+        if is_packaged(path):
+            return f"{PACKAGE}: {path.name}"
+        return f"{path} (replaces the packaged one)" if key in self.replaced else str(path)
+
+
+def is_packaged(path: Path) -> bool:
+    """Whether ``path`` is a file of the catalog shipped in the package."""
+    return path.parent == CATALOG_DIR
 
 
 def check_names(kind: str, given: tuple[str, ...] | list[str], allowed: Any) -> None:
@@ -176,12 +274,13 @@ def check_framework_tables(config: SuiteConfig, frameworks: Any, absent: Any = (
     known = list(dict.fromkeys([*frameworks, *FRAMEWORK_OPTIONS, *absent]))
     for name in config.framework_options:
         if name not in known:
-            raise UsageError(f"{config.path}: [frameworks.{name}] names no known framework"
+            where = config.sources.get(f"frameworks.{name}", config.path)
+            raise UsageError(f"{where}: [frameworks.{name}] names no known framework"
                              f"{closest(name, known)}; known: {', '.join(known)}")
 
 
-def find_config(explicit: str | Path | None) -> Path:
-    """``--config``, else ``./benchmarks.toml``, else the one beside the source tree."""
+def find_config(explicit: str | Path | None) -> Path | None:
+    """``--config``, else ``./benchmarks.toml``; ``None``: the packaged catalog alone."""
     if explicit is not None:
         if not str(explicit).strip() or "\0" in str(explicit):
             raise UsageError(f"config file name {shown(str(explicit))} is empty or holds a NUL character")
@@ -191,10 +290,8 @@ def find_config(explicit: str | Path | None) -> Path:
         if not path.is_file():
             raise UsageError(f"config file {str(path)!r} does not exist")
         return path
-    for candidate in (Path.cwd() / CONFIG_NAME, Path(__file__).resolve().parent.parent / CONFIG_NAME):
-        if candidate.is_file():
-            return candidate
-    raise UsageError(f"no {CONFIG_NAME} in the current directory; pass --config PATH")
+    candidate = Path.cwd() / CONFIG_NAME
+    return candidate if candidate.is_file() else None
 
 
 def _settings_from_table(table: Any, path: Path) -> SweepSettings:
@@ -228,37 +325,150 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path}: malformed TOML: {message}") from None
 
 
-def _workload(name: Any, table: Any, path: Path) -> Workload:
-    check_name("workload", name)
-    if not isinstance(table, dict):
-        raise UsageError(f"{path}: workloads.{name} must be a table ([workloads.{name}]), got {shown(table)}")
-    return workload_from_config(name, table)
-
-
-def load_config(path: Path) -> SuiteConfig:
-    """Parse and check a config file; every problem is a one-line :class:`UsageError`."""
+def _tables_of(path: Path) -> dict[str, Any]:
+    """The tables of one file by key (``"defaults"``, ``"workloads.NAME"``), in file order."""
     data = _read_toml(path)
     unknown = [name for name in data if name not in TABLES]
     if unknown:
         raise UsageError(
             f"{path}: unknown table {shown(unknown[0])}{closest(unknown[0], TABLES)}; allowed: {', '.join(TABLES)}"
         )
-    settings = _settings_from_table(data.get("defaults", {}), path)
-    workload_tables = data.get("workloads", {})
-    if not isinstance(workload_tables, dict):
-        raise UsageError(f"{path}: workloads must be tables [workloads.NAME], got {shown(workload_tables)}")
-    if not workload_tables:
-        raise UsageError(f"{path}: no [workloads.NAME] table declares a workload")
-    workloads = {name: _workload(name, table, path) for name, table in workload_tables.items()}
-    option_tables = data.get("frameworks", {})
-    if not isinstance(option_tables, dict):
-        raise UsageError(f"{path}: frameworks must be tables [frameworks.NAME], got {shown(option_tables)}")
+    tables: dict[str, Any] = {}
+    for kind, value in data.items():
+        if kind not in NAMED_TABLES:
+            tables[kind] = value
+            continue
+        if not isinstance(value, dict):
+            raise UsageError(f"{path}: {kind} must be tables [{kind}.NAME], got {shown(value)}")
+        for name, table in value.items():
+            tables[f"{kind}.{name}"] = table
+    return tables
+
+
+def catalog_files() -> list[Path]:
+    """The catalog's files in the order they are read."""
+    found = sorted(CATALOG_DIR.glob("*.toml")) if CATALOG_DIR.is_dir() else []
+    first = [CATALOG_DIR / name for name in CATALOG_FIRST if CATALOG_DIR / name in found]
+    return first + [path for path in found if path not in first]
+
+
+def _catalog_tables() -> tuple[dict[str, Any], dict[str, Path]]:
+    """Every table of the packaged catalog, and the file of each; a table defined twice is an error."""
+    tables: dict[str, Any] = {}
+    sources: dict[str, Path] = {}
+    for path in catalog_files():
+        for key, table in _tables_of(path).items():
+            if key in sources:
+                raise UsageError(f"{path}: [{key}] is already defined in {sources[key]}; the packaged "
+                                 "catalog defines each name once")
+            tables[key], sources[key] = table, path
+    return tables, sources
+
+
+def _workload(name: Any, table: Any, path: Path) -> Workload:
+    check_name("workload", name)
+    if not isinstance(table, dict):
+        raise UsageError(f"{path}: workloads.{name} must be a table ([workloads.{name}]), got {shown(table)}")
+    try:
+        return workload_from_config(name, table)
+    except UsageError as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def _preset(name: str, table: Any, path: Path) -> Preset:
+    """A checked ``[presets.NAME]`` table."""
+    check_name("preset", name)
+    where = f"{path}: [presets.{name}]"
+    if not isinstance(table, dict):
+        raise UsageError(f"{where} must be a table, got {shown(table)}")
+    spelled: dict[str, Any] = {}
+    for key, value in table.items():
+        if key.replace("-", "_") in spelled:
+            raise UsageError(f"{where}: {key.replace('-', '_')} is given twice")
+        spelled[key.replace("-", "_")] = value
+    values = check_table(spelled, {**PRESET_FIELDS, **{k: SETTINGS_FIELDS[k] for k in PRESET_SETTINGS}}, where)
+    if "description" not in values:
+        raise UsageError(f"{where}: description is missing (the one line `amp-suite list` shows)")
+    try:
+        check_names("precision", values.get("precisions", ("fp32",)), PRECISIONS)
+        if values.get("device", "auto") not in ("auto", "cpu", "gpu"):
+            raise UsageError(f"unknown device {shown(values['device'])}; allowed: auto, cpu, gpu")
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc}") from None
+    settings = {key: value for key, value in values.items() if key in PRESET_SETTINGS}
+    return Preset(name, " ".join(values["description"].split()), settings, values.get("published"),
+                  tuple(values.get("notes", ())), values.get("fit_devices", False))
+
+
+def _published(name: str, table: Any, path: Path) -> dict[str, Any]:
+    """A checked ``[published.NAME]`` table: the article, its hardware and its figures."""
+    check_name("published figures", name)
+    where = f"{path}: [published.{name}]"
+    if not isinstance(table, dict):
+        raise UsageError(f"{where} must be a table, got {shown(table)}")
+    figures = table.get("figures")
+    values = check_table({k: v for k, v in table.items() if k != "figures"}, PUBLISHED_FIELDS, where)
+    for required in ("article", "hardware"):
+        if required not in values:
+            raise UsageError(f"{where}: {required} is missing")
+    if not isinstance(figures, list) or not figures:
+        raise UsageError(f"{where}: figures must be a list of tables ([[published.{name}.figures]]), "
+                         f"got {shown(figures)}")
+    values["figures"] = [_figure(figure, f"{where} figure {index + 1}") for index, figure in enumerate(figures)]
+    return values
+
+
+def _figure(table: Any, where: str) -> dict[str, Any]:
+    figure = check_table(table, FIGURE_FIELDS, where)
+    for required in ("workload", "metric", "where"):
+        if required not in figure:
+            raise UsageError(f"{where}: {required} is missing")
+    ranged = "ratio_min" in figure or "ratio_max" in figure
+    if ranged and not ("ratio_min" in figure and "ratio_max" in figure):
+        raise UsageError(f"{where}: ratio_min and ratio_max come together")
+    if ranged and figure["ratio_min"] > figure["ratio_max"]:
+        raise UsageError(f"{where}: ratio_min ({figure['ratio_min']}) is above ratio_max ({figure['ratio_max']})")
+    if not ranged and "compared" not in figure:
+        raise UsageError(f"{where}: give compared (and baseline), or ratio_min and ratio_max")
+    if figure.get("compare") == "devices" and not ("devices" in figure and "baseline" in figure):
+        raise UsageError(f"{where}: compare = \"devices\" needs devices (the count published) and baseline")
+    return figure
+
+
+def load_config(path: Path | None) -> SuiteConfig:
+    """The packaged catalog extended by ``path`` (when given), checked; every problem is one line."""
+    tables, sources = _catalog_tables()
+    replaced: frozenset[str] = frozenset()
+    if path is not None:
+        local = _tables_of(path)
+        replaced = frozenset(key for key in local if key in tables)
+        tables = {**local, **{key: table for key, table in tables.items() if key not in local}}
+        sources = {**{key: path for key in local}, **{key: sources[key] for key in tables if key not in local}}
+
+    def named(kind: str) -> list[tuple[str, Any, Path]]:
+        prefix = f"{kind}."
+        return [(key[len(prefix):], table, sources[key]) for key, table in tables.items() if key.startswith(prefix)]
+
+    here = path if path is not None else CATALOG_DIR
+    settings = (_settings_from_table(tables["defaults"], sources["defaults"]) if "defaults" in tables
+                else SweepSettings())
+    workloads = {name: _workload(name, table, where) for name, table, where in named("workloads")}
+    if not workloads:
+        raise UsageError(f"{here}: no [workloads.NAME] table declares a workload")
     options = {}
-    for name, table in option_tables.items():
+    for name, table, where in named("frameworks"):
         check_name("framework", name)
-        options[name] = check_table(table, framework_option_fields(name), f"{path}: [frameworks.{name}]")
-    cost = check_table(data.get("cost", {}), COST_FIELDS, f"{path}: [cost]")
-    return SuiteConfig(path, settings, workloads, options, cost)
+        options[name] = check_table(table, framework_option_fields(name), f"{where}: [frameworks.{name}]")
+    cost = check_table(tables.get("cost", {}), COST_FIELDS, f"{sources.get('cost', here)}: [cost]")
+    published = {name: _published(name, table, where) for name, table, where in named("published")}
+    presets = {}
+    for name, table, where in named("presets"):
+        preset = _preset(name, table, where)
+        if preset.published is not None and preset.published not in published:
+            raise UsageError(f"{where}: [presets.{name}] names published figures {preset.published!r} that no "
+                             f"[published.NAME] table declares{closest(preset.published, list(published))}")
+        presets[name] = preset
+    return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced)
 
 
 def with_overrides(settings: SweepSettings, **overrides: Any) -> SweepSettings:

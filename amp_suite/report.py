@@ -14,7 +14,9 @@ ceiling (the measured peak of the AMP dtype over the fp32 peak) and each
 achieved TFLOP/s beside the fraction of its dtype's peak.  With a price
 (``cost`` in the environment record) each cell gets its cost per epoch and per
 million training images.  Accuracy on synthetic data is ``n/a``: it says
-nothing about a real task.
+nothing about a real task.  A sweep run from a preset (``preset`` in the
+environment record) gets a section putting the article's published figures
+beside the ratios measured here (:mod:`amp_suite.published`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import pandas as pd
 from amp_suite.calibration import ceiling_ratio, datasheet_peaks, peak_tflops
 from amp_suite.cost import cell_cost
 from amp_suite.precision import BASELINE, PRECISIONS
+from amp_suite.published import published_section
 from amp_suite.records import CellResult
 
 MIB = 1024 * 1024
@@ -500,6 +503,10 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
             f"seed {settings.get('seed')}, device {settings.get('device')}"
             + (f", config {environment['config_file']}" if environment.get("config_file") else "")
         )
+    preset = environment.get("preset")
+    if isinstance(preset, dict) and preset.get("name"):
+        lines.append(f"- preset: {preset['name']} ({preset.get('source', '?')}); flags given on the command line: "
+                     + (", ".join(preset.get("command_line") or {}) or "none"))
     return lines
 
 
@@ -574,6 +581,10 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
             "its dtype's peak.", ""]
     for title, table in comparison_tables(summary, environment).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+    published = published_section(summary, cells, environment,
+                                  substituted=any((r.metrics or {}).get("dataset_substituted") for r in results))
+    if published is not None:
+        out += [f"## {flat_text(published[0])}", "", published[1], ""]
     for title, body in sections:
         out += [f"## {flat_text(title)}", "", body, ""]
     scaling = scaling_table(summary)

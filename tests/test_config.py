@@ -34,7 +34,7 @@ def test_malformed_toml_names_the_line(tmp_path):
 @pytest.mark.parametrize("text,needle", [
     ("[defaults]\nstepz = 3\n[workloads.a]\n", "unknown key 'stepz'"),
     ("[defaults]\nsteps = 'many'\n[workloads.a]\n", "steps must be an integer"),
-    ("[defaults]\n", "no [workloads.NAME] table"),
+    ("[presets.p]\nsteps = 3\n", "[presets.p]: description is missing"),
     ("[workloads.a]\nmodel = 'resnet9'\n", "unknown model 'resnet9'"),
     ("[workloads.a]\nmodel = 'mnist_cnn'\ninput_size = 2\n", "too small"),
     ("[wrkloads.a]\n", "unknown table 'wrkloads'"),

@@ -12,6 +12,10 @@ update only when every gradient is finite and adjust the scale.  BatchNorm
 state travels through the step beside the parameters (``hk.transform_with_state``).
 The whole step is jitted once with parameters, state and optimizer state donated.
 
+A staged batch is the pytree ``(images, labels, masks)``: the host's dropout
+masks enter the jitted step beside the images (sharded like them on a mesh)
+and the model multiplies them in; evaluation and ``predict`` pass none.
+
 Data parallel (``--devices N``): ``jax.sharding`` with a 1-D ``Mesh`` over N
 devices (axis ``"data"``; on a CPU, N host devices made with
 ``--xla_force_host_platform_device_count`` before JAX starts).  Parameters,
@@ -39,6 +43,7 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
+from amp_suite.layers import iter_layers
 from amp_suite.plugin_kit import (
     cpu_device,
     loss_scale_growth_interval,
@@ -93,6 +98,7 @@ class JaxModel:
     mesh: Any = None  # the data-parallel Mesh, else None
     process: Any = None  # the DistributedSpec of a data-parallel cell, else None
     batch_shapes: Any = None  # a staged batch's shapes, dtypes and shardings (for the compiled step's memory)
+    depthwise: set[str] = field(default_factory=set)  # canonical names of depthwise kernels (layout differs)
 
 
 def _host_devices(run: RunSpec) -> None:
@@ -168,7 +174,10 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     notes = (f"jax_default_matmul_precision={matmul}", f"jmp_policy=params=float32,compute={applied.compute_dtype},"
              "output=float32")
     if applied.compute_dtype != "float32":
-        notes += (f"batch_norm=jmp policy params=float32,compute=float32,output={applied.compute_dtype}",)
+        notes += (f"batch_norm=jmp policy params=float32,compute=float32,output={applied.compute_dtype}",
+                  f"sigmoid={applied.compute_dtype} (jax.nn activations, the squeeze-and-excitation gate included, "
+                  "compute in the model's jmp compute dtype); dropout masks multiplied in "
+                  f"{applied.compute_dtype}")
     if run.distributed:
         notes += (f"data_parallel=jax.jit(shard_map) over a 1-D Mesh of {run.devices} {device.kind} devices"
                   + (f" in {run.nnodes} processes (jax.distributed)" if run.nnodes > 1 else "")
@@ -221,39 +230,70 @@ def _module_classes(workload: Workload, sync_axis: str | None = None, replicas: 
                 mean, var = running_mean.astype(x.dtype), running_var.astype(x.dtype)
             return (x - mean) * (scale * jax.lax.rsqrt(var + self.epsilon)) + offset
 
+    def run(specs: tuple[LayerSpec, ...], x: Any, is_training: bool, sync: bool = False,
+            masks: dict[str, Any] | None = None) -> Any:
+        """The layer graph on ``x`` in the compute dtype.
+
+        A plain function, not a method of ``SpecNet``: haiku applies a class's
+        jmp policy to every method call, so a method would hand each residual
+        branch and gate back in float32 (the policy's output dtype) and what
+        follows would compute in float32.
+        """
+        for spec in specs:
+            kind = spec.kind
+            if kind == "conv2d":
+                pad = ((spec.padding, spec.padding),) * 2
+                x = hk.Conv2D(spec.features, spec.kernel_size, stride=spec.stride, padding=pad,
+                              with_bias=spec.use_bias, name=spec.name)(x)
+            elif kind == "depthwise_conv2d":  # haiku's kernel is (k, k, 1, c): see _to_haiku_layout
+                pad = ((spec.padding, spec.padding),) * 2
+                x = hk.DepthwiseConv2D(1, spec.kernel_size, stride=spec.stride, padding=pad,
+                                       with_bias=spec.use_bias, name=spec.name)(x)
+            elif kind == "batch_norm":
+                x = BatchNorm(spec)(x, is_training, sync)
+            elif kind == "relu":
+                x = jax.nn.relu(x)
+            elif kind == "relu6":
+                x = jax.nn.relu6(x)
+            elif kind == "swish":
+                x = jax.nn.swish(x)
+            elif kind == "sigmoid":
+                x = jax.nn.sigmoid(x)
+            elif kind == "residual":
+                x = (run(spec.body, x, is_training, sync, masks)
+                     + run(spec.shortcut, x, is_training, sync, masks))
+            elif kind == "multiply":  # squeeze-and-excitation: body(x) is (n, 1, 1, c), broadcast
+                x = x * run(spec.body, x, is_training, sync, masks)
+            elif kind == "dropout":
+                if masks is not None:
+                    keep = masks[spec.name].astype(x.dtype)
+                    x = x * (keep.reshape((-1,) + (1,) * (x.ndim - 1)) if keep.ndim == 1 else keep)
+            elif kind == "zero_pad":
+                top, bottom, left, right = spec.pads
+                x = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
+            elif kind in ("max_pool", "avg_pool"):
+                pool = hk.max_pool if kind == "max_pool" else hk.avg_pool
+                x = pool(x, window_shape=(1, spec.window, spec.window, 1),
+                         strides=(1, spec.stride, spec.stride, 1), padding="VALID")
+            elif kind == "global_avg_pool":
+                x = jnp.mean(x, axis=(1, 2), keepdims=spec.keepdims)
+            elif kind == "flatten":
+                x = hk.Flatten()(x)
+            elif kind == "dense":
+                x = hk.Linear(spec.features, with_bias=spec.use_bias, name=spec.name)(x)
+            else:
+                raise ValueError(f"jax plugin cannot build layer kind {kind!r}")
+        return x
+
     class SpecNet(hk.Module):
+        """The layer graph; ``masks`` (dropout name -> host mask) only in a training step, else no dropout."""
+
         def __init__(self) -> None:
             super().__init__(name=MODULE_NAME)
 
-        def __call__(self, x: Any, is_training: bool, sync: bool = False) -> Any:
-            return self.run(workload.layers, x, is_training, sync)
-
-        def run(self, specs: tuple[LayerSpec, ...], x: Any, is_training: bool, sync: bool = False) -> Any:
-            for spec in specs:
-                kind = spec.kind
-                if kind == "conv2d":
-                    pad = ((spec.padding, spec.padding),) * 2
-                    x = hk.Conv2D(spec.features, spec.kernel_size, stride=spec.stride, padding=pad,
-                                  with_bias=spec.use_bias, name=spec.name)(x)
-                elif kind == "batch_norm":
-                    x = BatchNorm(spec)(x, is_training, sync)
-                elif kind == "relu":
-                    x = jax.nn.relu(x)
-                elif kind == "residual":
-                    x = self.run(spec.body, x, is_training, sync) + self.run(spec.shortcut, x, is_training, sync)
-                elif kind in ("max_pool", "avg_pool"):
-                    pool = hk.max_pool if kind == "max_pool" else hk.avg_pool
-                    x = pool(x, window_shape=(1, spec.window, spec.window, 1),
-                             strides=(1, spec.stride, spec.stride, 1), padding="VALID")
-                elif kind == "global_avg_pool":
-                    x = jnp.mean(x, axis=(1, 2))
-                elif kind == "flatten":
-                    x = hk.Flatten()(x)
-                elif kind == "dense":
-                    x = hk.Linear(spec.features, with_bias=spec.use_bias, name=spec.name)(x)
-                else:
-                    raise ValueError(f"jax plugin cannot build layer kind {kind!r}")
-            return x
+        def __call__(self, x: Any, is_training: bool, sync: bool = False,
+                     masks: dict[str, Any] | None = None) -> Any:
+            return run(workload.layers, x, is_training, sync, masks)
 
     return SpecNet, BatchNorm
 
@@ -262,13 +302,29 @@ def _canonical_key(module_path: str, leaf: str) -> str:
     return f"{module_path.split('/')[-1]}/{leaf}"
 
 
-def _load_canonical(tree: Any, variables: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
-    """Replace haiku's initial values by the canonical ones (same layouts: HWIO, (in, out), NHWC)."""
+def _depthwise_kernels(workload: Workload) -> set[str]:
+    """Canonical names of the depthwise kernels, the one variable whose layout differs from haiku's."""
+    return {f"{spec.name}/w" for spec in iter_layers(workload.layers) if spec.kind == "depthwise_conv2d"}
+
+
+def _to_haiku_layout(key: str, value: np.ndarray, depthwise: set[str]) -> np.ndarray:
+    """Canonical depthwise kernel (k, k, c, 1) -> haiku's (k, k, 1, c) (the same memory order); else as is."""
+    return value.reshape(*value.shape[:2], 1, value.shape[2]) if key in depthwise else value
+
+
+def _from_haiku_layout(key: str, value: np.ndarray, depthwise: set[str]) -> np.ndarray:
+    return value.reshape(*value.shape[:2], value.shape[3], 1) if key in depthwise else value
+
+
+def _load_canonical(tree: Any, variables: dict[str, np.ndarray],
+                    depthwise: set[str]) -> dict[str, dict[str, np.ndarray]]:
+    """Replace haiku's initial values by the canonical ones (same layouts, HWIO, (in, out), NHWC, but depthwise)."""
     loaded = {}
     for module_path, leaves in tree.items():
         loaded[module_path] = {}
         for leaf, value in leaves.items():
-            canonical = variables[_canonical_key(module_path, leaf)]
+            key = _canonical_key(module_path, leaf)
+            canonical = _to_haiku_layout(key, variables[key], depthwise)
             if canonical.shape != value.shape:
                 raise ValueError(f"{module_path}/{leaf}: canonical shape {canonical.shape} != haiku {value.shape}")
             loaded[module_path][leaf] = canonical
@@ -321,12 +377,15 @@ def build_model(
                                                         output_dtype=jnp.float32))
     hk.mixed_precision.set_policy(bn_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.float32,
                                                        output_dtype=compute))
-    net = hk.transform_with_state(lambda x, is_training, sync=False: net_class()(x, is_training, sync))
+    net = hk.transform_with_state(
+        lambda x, is_training, sync=False, masks=None: net_class()(x, is_training, sync, masks))
     sync = bool(mesh is not None and run.sync_batch_norm)  # only the train step runs inside shard_map
     example = jnp.zeros((1, *workload.input_shape), jnp.float32)
-    params, state = net.init(jax.random.PRNGKey(run.seed), example, True)
-    params = _load_canonical(params, initial_weights)
-    state = _load_canonical(state, initial_state)
+    # evaluation mode: the same variables, and no batch statistics of a one-example batch (n - 1 = 0 at 1x1)
+    params, state = net.init(jax.random.PRNGKey(run.seed), example, False)
+    depthwise = _depthwise_kernels(workload)
+    params = _load_canonical(params, initial_weights, depthwise)
+    state = _load_canonical(state, initial_state, depthwise)
     put = (lambda tree: _replicate(jax, mesh, tree)) if mesh is not None else (lambda tree: jax.device_put(tree, dev))
     params, state = put(params), put(state)
     optimizer = _make_optimizer(workload.optimizer)
@@ -344,14 +403,14 @@ def build_model(
     trace_count = [0]
     dynamic = applied.loss_scaling == "dynamic"
 
-    def loss_fn(p: Any, s: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
-        logits, new_state = net.apply(p, s, None, images, True, sync)
+    def loss_fn(p: Any, s: Any, images: Any, labels: Any, masks: Any, scale: Any) -> tuple[Any, Any]:
+        logits, new_state = net.apply(p, s, None, images, True, sync, masks)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean()
         return scale.scale(loss), (loss, new_state)
 
-    def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any):
+    def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any, masks: Any):
         trace_count[0] += 1  # runs only while tracing
-        grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, scale)
+        grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, masks, scale)
         if mesh is not None:
             # The gradient of replicated parameters comes out of shard_map's autodiff already summed
             # over the mesh (JAX's varying-manual-axes rule: a replicated input's cotangent is psum'd);
@@ -375,11 +434,12 @@ def build_model(
     if mesh is not None:
         from jax.sharding import PartitionSpec as P
 
-        step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P(), P(), P(AXIS), P(AXIS)),
+        step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P(), P(), P(AXIS), P(AXIS), P(AXIS)),
                              out_specs=P())
     train_step = jax.jit(step, donate_argnums=(0, 1, 2))
     return JaxModel(params, state, opt_state, loss_scale, train_step,
-                    jax.jit(forward, static_argnums=3), dev, trace_count, net_class, mesh, process)
+                    jax.jit(forward, static_argnums=3), dev, trace_count, net_class, mesh, process,
+                    depthwise=depthwise)
 
 
 AXIS = "data"
@@ -400,29 +460,30 @@ def _local(jax: Any, tree: Any) -> Any:
 
 
 @hookimpl
-def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
+def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
+    """Each batch as the step's pytree ``(images, labels, masks)`` on the device (masks: float32, maybe ``{}``)."""
     import jax
 
     if model.mesh is not None:
         staged = [_shard_batch(jax, run, model, b) for b in batches]
     else:
-        staged = [(jax.device_put(b.images, model.device), jax.device_put(b.labels, model.device))
-                  for b in batches]
+        staged = [jax.device_put((b.images, b.labels, dict(b.masks)), model.device) for b in batches]
     jax.block_until_ready(staged)
     if staged and model.batch_shapes is None:
-        model.batch_shapes = tuple(jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding) for a in staged[0])
+        model.batch_shapes = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
     return staged
 
 
-def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any]:
-    """A global batch sharded over the mesh; this process supplies the rows of its own devices."""
+def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any, Any]:
+    """A global batch sharded over the mesh (masks along axis 0 too); this process supplies its devices' rows."""
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     sharding = NamedSharding(model.mesh, P(AXIS))
     first = model.process.first_replica * run.shard_size
     rows = slice(first, first + model.process.local_devices * run.shard_size)
-    return tuple(jax.make_array_from_process_local_data(sharding, array[rows], array.shape)
-                 for array in (batch.images, batch.labels))
+    return jax.tree_util.tree_map(lambda array: jax.make_array_from_process_local_data(
+        sharding, array[rows], array.shape), (batch.images, batch.labels, dict(batch.masks)))
 
 
 def _scale_value(model: JaxModel) -> float | None:
@@ -433,12 +494,12 @@ def _scale_value(model: JaxModel) -> float | None:
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
+def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
     import jax
 
     import jax.numpy as jnp
 
-    def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:
+    def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
         model.params, model.state, model.opt_state, model.loss_scale, loss, finite = model.train_step(
             model.params, model.state, model.opt_state, model.loss_scale, *batch)
         return loss, finite
@@ -486,7 +547,8 @@ def get_variables(run: RunSpec, model: JaxModel) -> dict[str, np.ndarray]:
         for module_path, leaves in tree.items():
             for leaf, value in leaves.items():
                 # a copy: a CPU array may share its buffer, which the next (donating) step reuses
-                out[_canonical_key(module_path, leaf)] = np.array(value, dtype=np.float32, copy=True)
+                key = _canonical_key(module_path, leaf)
+                out[key] = _from_haiku_layout(key, np.array(value, dtype=np.float32, copy=True), model.depthwise)
     return out
 
 

@@ -2,7 +2,8 @@
 
 Imported by the Keras plugin inside its hooks only (this module imports
 Keras).  Built-in Keras differs from the suite's definitions in three places,
-each fixed here with Keras's own extension points:
+each fixed here with Keras's own extension points (and ``HostDropout`` takes
+the host's dropout masks instead of drawing its own):
 
 * ``BatchNormalization`` moves its moving variance towards the *biased* batch
   variance; the suite (like PyTorch) uses the unbiased one, ``n / (n - 1)``.
@@ -55,6 +56,32 @@ class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
         out = ops.batch_normalization(x, mean=mean, variance=variance, axis=self.axis, offset=self.beta,
                                       scale=self.gamma, epsilon=self.epsilon)
         return ops.cast(out, self.compute_dtype)
+
+
+class HostDropout(keras.layers.Layer):
+    """Dropout with the host's mask: ``x * keep`` in a training call, ``x`` otherwise.
+
+    ``keep`` is the layer's mask input, already scaled (0 or ``1 / (1 - rate)``),
+    ``(n, *activation)`` elementwise or ``(n,)`` per sample (broadcast over the
+    rest, EfficientNet's stochastic depth); it is multiplied in the layer's
+    compute dtype.  Evaluation, and any call without a mask (``predict`` in
+    either mode), drops nothing.
+    """
+
+    def __init__(self, per_sample: bool = False, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.per_sample = per_sample
+
+    def call(self, inputs: Any, keep: Any = None, training: Any = None) -> Any:
+        if keep is None or not training:
+            return inputs
+        keep = ops.cast(keep, inputs.dtype)
+        if self.per_sample:
+            keep = ops.reshape(keep, (-1,) + (1,) * (len(inputs.shape) - 1))
+        return inputs * keep
+
+    def get_config(self) -> dict[str, Any]:
+        return {**super().get_config(), "per_sample": self.per_sample}
 
 
 class _SuiteOptimizer(keras.optimizers.Optimizer):

@@ -8,6 +8,11 @@ softmax and loss run in float32; ``mixed_float16`` trains through a dynamic
 gradients are not finite.  The train step is one ``tf.function``, XLA-compiled
 unless ``[frameworks.keras] jit_compile = false``.
 
+Dropout: a model with ``dropout`` layers takes ``[images, *masks]``, one
+optional input per dropout layer (``keras_parts.HostDropout``); the train
+step's ``tf.function`` takes the staged masks as a dict input (traced once),
+and evaluation and ``predict`` pass ``None`` (no dropout).
+
 Data parallel (``--devices N``): ``tf.distribute.MirroredStrategy`` over N
 GPUs, or over N logical CPU devices made with
 ``tf.config.set_logical_device_configuration`` before TensorFlow starts, so
@@ -34,7 +39,7 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
-from amp_suite.layers import iter_layers
+from amp_suite.layers import iter_layers, walk
 from amp_suite.plugin_kit import (
     cpu_device,
     loss_scale_growth_interval,
@@ -82,6 +87,14 @@ class KerasModel:
     loss_scaled: bool
     named: dict[str, LayerSpec]
     strategy: Any = None  # the tf.distribute strategy of a data-parallel cell, else None
+    mask_names: tuple[str, ...] = ()  # the dropout layers, in the order of the model's mask inputs
+
+
+def _inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | None) -> Any:
+    """The model's inputs: ``images`` alone without dropout, else ``[images, *masks]`` (None: no dropout)."""
+    if not mask_names:
+        return images
+    return [images, *((masks or {}).get(name) for name in mask_names)]
 
 
 def _jit(run: RunSpec) -> bool:
@@ -135,7 +148,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         f"jit_compile={_jit(run)}",
     )
     if applied.compute_dtype != "float32":
-        notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",)
+        notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",
+                  f"sigmoid={applied.compute_dtype} (Activation layers, the squeeze-and-excitation gate included, "
+                  f"compute in the policy's compute dtype); dropout masks multiplied in {applied.compute_dtype}")
     if run.distributed:
         engine = "MultiWorkerMirroredStrategy (TF_CONFIG)" if run.nnodes > 1 else "MirroredStrategy"
         notes += (f"data_parallel={engine} over {run.devices} {device.kind} devices"
@@ -151,24 +166,35 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
 
 
 def _conv(keras: Any, spec: LayerSpec, x: Any) -> Any:
-    """conv2d with symmetric zero padding: 'same' where Keras's own padding is the same thing."""
+    """conv2d or depthwise_conv2d with symmetric zero padding: 'same' where Keras's own padding is the same thing."""
     padding = "valid"
     if spec.padding and spec.stride == 1 and spec.kernel_size % 2 == 1 and spec.padding == spec.kernel_size // 2:
         padding = "same"
     elif spec.padding:
         x = keras.layers.ZeroPadding2D(spec.padding, name=f"{spec.name}_pad")(x)
+    if spec.kind == "depthwise_conv2d":  # kernel (k, k, c, 1): the canonical layout
+        return keras.layers.DepthwiseConv2D(spec.kernel_size, strides=spec.stride, padding=padding,
+                                            depth_multiplier=1, use_bias=spec.use_bias, name=spec.name)(x)
     return keras.layers.Conv2D(spec.features, spec.kernel_size, strides=spec.stride, padding=padding,
                                use_bias=spec.use_bias, name=spec.name)(x)
 
 
-def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False) -> Any:
-    """Translate the layer vocabulary into Keras functional calls on ``x``."""
-    from amp_suite_plugins.keras_parts import UnbiasedBatchNormalization
+def _mask_input(keras: Any, item: Any) -> Any:
+    """The optional model input carrying a dropout layer's host mask: (n,) per sample, else (n, *activation)."""
+    shape = () if item.layer.per_sample else tuple(item.input_shape)
+    return keras.Input(shape=shape, name=f"{item.layer.name}_mask", optional=True)
+
+
+def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False,
+           masks: dict[str, Any] | None = None) -> Any:
+    """Translate the layer vocabulary into Keras functional calls on ``x``; ``masks``: dropout name -> mask input."""
+    from amp_suite_plugins.keras_parts import HostDropout, UnbiasedBatchNormalization
 
     layers = keras.layers
+    masks = masks or {}
     for spec in specs:
         kind = spec.kind
-        if kind == "conv2d":
+        if kind in ("conv2d", "depthwise_conv2d"):
             x = _conv(keras, spec, x)
         elif kind == "batch_norm":
             # PyTorch's momentum 0.1 is Keras's 0.9 (the weight of the old value).
@@ -176,15 +202,26 @@ def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool 
                                            synchronized=synchronized)(x)
         elif kind == "relu":
             x = layers.ReLU()(x)
+        elif kind == "relu6":
+            x = layers.ReLU(max_value=6.0)(x)
+        elif kind in ("swish", "sigmoid"):  # Keras's swish is x * sigmoid(x)
+            x = layers.Activation(kind)(x)
         elif kind == "residual":
-            body = _apply(keras, spec.body, x, synchronized)
-            x = layers.Add()([body, _apply(keras, spec.shortcut, x, synchronized)])
+            body = _apply(keras, spec.body, x, synchronized, masks)
+            x = layers.Add()([body, _apply(keras, spec.shortcut, x, synchronized, masks)])
+        elif kind == "multiply":  # squeeze-and-excitation: body(x) is (1, 1, c), broadcast
+            x = layers.Multiply()([x, _apply(keras, spec.body, x, synchronized, masks)])
+        elif kind == "dropout":
+            x = HostDropout(per_sample=spec.per_sample, name=spec.name)(x, masks[spec.name])
+        elif kind == "zero_pad":
+            top, bottom, left, right = spec.pads
+            x = layers.ZeroPadding2D(((top, bottom), (left, right)))(x)
         elif kind == "max_pool":
             x = layers.MaxPooling2D(spec.window, strides=spec.stride)(x)
         elif kind == "avg_pool":
             x = layers.AveragePooling2D(spec.window, strides=spec.stride)(x)
         elif kind == "global_avg_pool":
-            x = layers.GlobalAveragePooling2D()(x)
+            x = layers.GlobalAveragePooling2D(keepdims=spec.keepdims)(x)
         elif kind == "flatten":
             x = layers.Flatten()(x)
         elif kind == "dense":
@@ -195,20 +232,28 @@ def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool 
 
 
 # canonical leaf -> Keras weight position, per layer kind (Keras orders a layer's weights so)
-_LEAVES = {"conv2d": ("w", "b"), "dense": ("w", "b"), "batch_norm": ("scale", "offset", "mean", "var")}
+_LEAVES = {"conv2d": ("w", "b"), "depthwise_conv2d": ("w", "b"), "dense": ("w", "b"),
+           "batch_norm": ("scale", "offset", "mean", "var")}
 
 
 def _named_layers(workload: Workload) -> dict[str, LayerSpec]:
     return {spec.name: spec for spec in iter_layers(workload.layers) if spec.kind in _LEAVES}
 
 
+def _dropouts(workload: Workload) -> list[Any]:
+    """The dropout layers with the activation shapes they see, in definition order."""
+    return [item for item in walk(workload.layers, workload.input_shape) if item.layer.kind == "dropout"]
+
+
 def _build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
                        synchronized: bool = False) -> Any:
+    """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`_inputs`)."""
     inputs = keras.Input(shape=workload.input_shape)
+    masks = {item.layer.name: _mask_input(keras, item) for item in _dropouts(workload)}
     # Logits leave the mixed-precision region in float32.
     outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(
-        _apply(keras, workload.layers, inputs, synchronized))
-    model = keras.Model(inputs, outputs, name=workload.name)
+        _apply(keras, workload.layers, inputs, synchronized, masks))
+    model = keras.Model([inputs, *masks.values()] if masks else inputs, outputs, name=workload.name)
     # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
     for name, spec in _named_layers(workload).items():
         leaves = [leaf for leaf in _LEAVES[spec.kind] if f"{name}/{leaf}" in variables]
@@ -240,10 +285,11 @@ def build_model(
             )
         optimizer.build(model.trainable_variables)
     variables = model.trainable_variables
+    mask_names = tuple(item.layer.name for item in _dropouts(workload))
 
-    def step(images: Any, labels: Any) -> tuple[Any, Any]:
+    def step(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            logits = tf.cast(model(images, training=True), tf.float32)
+            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), tf.float32)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
             target = optimizer.scale_loss(loss) if loss_scaled else loss
         grads = tape.gradient(target, variables)
@@ -253,14 +299,14 @@ def build_model(
         return loss, finite
 
     def forward(images: Any) -> Any:
-        return tf.cast(model(images, training=False), tf.float32)
+        return tf.cast(model(_inputs(mask_names, images, None), training=False), tf.float32)
 
     train_step = tf.function(step, jit_compile=_jit(run), reduce_retracing=True)
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     if device.kind == "gpu":
         tf.config.experimental.reset_memory_stats("GPU:0")
     return KerasModel(model, optimizer, train_step, predict_fn, device_name, loss_scaled,
-                      _named_layers(workload))
+                      _named_layers(workload), mask_names=mask_names)
 
 
 def _strategy(tf: Any, run: RunSpec, device: DeviceInfo) -> Any:
@@ -303,10 +349,11 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
                 inner, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))
         optimizer.build(model.trainable_variables)
     variables_ = model.trainable_variables
+    mask_names = tuple(item.layer.name for item in _dropouts(workload))
 
-    def gradients(images: Any, labels: Any) -> tuple[Any, Any]:
+    def gradients(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            logits = tf.cast(model(images, training=True), tf.float32)
+            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), tf.float32)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             target = optimizer.scale_loss(loss) if loss_scaled else loss
@@ -317,29 +364,29 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     compiled = gradients if run.sync_batch_norm else tf.function(gradients, jit_compile=_jit(run),
                                                                  reduce_retracing=True)
 
-    def replica_step(images: Any, labels: Any) -> tuple[Any, Any]:
-        loss, grads = compiled(images, labels)
+    def replica_step(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
+        loss, grads = compiled(images, labels, masks)
         context = tf.distribute.get_replica_context()
         grads = context.all_reduce(tf.distribute.ReduceOp.SUM, grads)  # the global batch's mean gradient
         finite = optimizer.check_finite(grads) if loss_scaled else tf.constant(True)
         optimizer.apply(grads, variables_)
         return context.all_reduce(tf.distribute.ReduceOp.SUM, loss), finite
 
-    def step(images: Any, labels: Any) -> tuple[Any, Any]:
-        loss, finite = strategy.run(replica_step, args=(images, labels))
+    def step(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
+        loss, finite = strategy.run(replica_step, args=(images, labels, masks))
         return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(finite)[0]
 
     def forward(images: Any) -> Any:
-        return tf.cast(model(images, training=False), tf.float32)
+        return tf.cast(model(_inputs(mask_names, images, None), training=False), tf.float32)
 
     train_step = tf.function(step, reduce_retracing=True)
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     return KerasModel(model, optimizer, train_step, predict_fn, "/CPU:0" if device.kind == "cpu" else "/GPU:0",
-                      loss_scaled, _named_layers(workload), strategy)
+                      loss_scaled, _named_layers(workload), strategy, mask_names)
 
 
-def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple[Any, Any]:
-    """A global batch as per-replica values: replica i gets the contiguous slice i (on its device).
+def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple[Any, Any, Any]:
+    """A global batch as per-replica values: replica i gets the contiguous slice i (on its device), masks too.
 
     ``replica_id_in_sync_group`` counts the replicas of every worker, so on
     several nodes each takes its own slice of the same global batch.
@@ -352,17 +399,18 @@ def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple
             return tf.identity(tf.constant(array[first:first + size]))
         return model.strategy.experimental_distribute_values_from_function(value)
 
-    return shard(batch.images), shard(batch.labels)
+    return shard(batch.images), shard(batch.labels), {name: shard(mask) for name, mask in batch.masks.items()}
 
 
 @hookimpl
-def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
+def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
     import tensorflow as tf
 
     if model.strategy is not None:
         return [_distribute(tf, run, model, b) for b in batches]
     with tf.device(model.device_name):
-        return [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels))) for b in batches]
+        return [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels)),
+                 {name: tf.identity(tf.constant(mask)) for name, mask in b.masks.items()}) for b in batches]
 
 
 def _scale(model: KerasModel) -> float | None:
@@ -370,7 +418,7 @@ def _scale(model: KerasModel) -> float | None:
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
+def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
     import tensorflow as tf
 
     def fetch(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
@@ -419,7 +467,7 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
         # A training-mode call moves the moving statistics: put them back afterwards.
         saved = [v.numpy() for v in model.model.non_trainable_variables]
         try:
-            return tf.cast(model.model(x, training=True), tf.float32).numpy()
+            return tf.cast(model.model(_inputs(model.mask_names, x, None), training=True), tf.float32).numpy()
         finally:
             for variable, value in zip(model.model.non_trainable_variables, saved):
                 variable.assign(value)

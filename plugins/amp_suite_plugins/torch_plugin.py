@@ -12,6 +12,11 @@ the inputs of convolutions and matmuls, and ``batch_norm`` runs on the
 reduced-precision activations with float32 weights, statistics and
 accumulation.
 
+Dropout: the host's masks (``Batch.masks``) are staged with their batch as
+tensors in the compute dtype (an elementwise mask of an image in the model's
+memory format) and multiplied in by the training forward pass,
+``net(images, masks)``; evaluation and ``predict`` pass no masks.
+
 Data parallel (``--devices N``): ``DistributedDataParallel`` with one process
 per device, started by torchrun (``FrameworkInfo.launcher``); gloo on CPUs,
 NCCL on GPUs (PyTorch docs, "Distributed communication package").  Every
@@ -35,7 +40,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
-from amp_suite.layers import NAMED_KINDS, dense_after_flatten, walk
+from amp_suite.layers import dense_after_flatten, walk
 from amp_suite.plugin_kit import (
     STANDARD_PRECISIONS,
     chw_rows_to_hwc,
@@ -133,6 +138,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         notes.append("torch.compile=inductor (compiled in the warm-up steps)")
     if applied.compute_dtype != "float32":
         notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
+        notes.append(f"sigmoid={applied.compute_dtype} (autocast leaves sigmoid, swish and relu6 to their "
+                     "reduced-precision input: the squeeze-and-excitation gate computes in the compute dtype); "
+                     f"dropout masks multiplied in {applied.compute_dtype}")
     if run.distributed:
         notes += _data_parallel_notes(run, device)
     return dataclasses.replace(applied, notes=tuple(notes))
@@ -158,13 +166,17 @@ def _data_parallel_notes(run: RunSpec, device: DeviceInfo) -> list[str]:
 
 
 def _spec_net(torch: Any, workload: Workload, flatten_channels_last: bool = False) -> Any:
-    """An ``nn.Module`` that owns one torch layer per named spec and runs the spec graph.
+    """An ``nn.Module`` that owns one torch layer per layer with variables and runs the spec graph.
 
     ``flatten_channels_last`` flattens activations in their channels-last memory
     order (NHWC, a view: the canonical HWC row order of the dense weights);
     otherwise in PyTorch's logical NCHW order, which copies a channels-last
     tensor in the forward and the backward pass and hands the layers below a
     contiguous gradient (slower, measured by ``benchmarks/overhead.py``).
+
+    ``forward(x, masks)`` multiplies each ``dropout`` layer's activation by its
+    host-drawn mask (see :func:`_stage_masks`); ``masks=None`` (evaluation,
+    ``predict``) applies no dropout.
     """
     nn, functional = torch.nn, torch.nn.functional
 
@@ -172,34 +184,58 @@ def _spec_net(torch: Any, workload: Workload, flatten_channels_last: bool = Fals
         def __init__(self) -> None:
             super().__init__()
             self.specs = workload.layers
-            named = {}
+            named, self.kinds = {}, {}
             for item in walk(workload.layers, workload.input_shape):
                 spec, fan_in = item.layer, item.input_shape[-1]
                 if spec.kind == "conv2d":
                     named[spec.name] = nn.Conv2d(fan_in, spec.features, spec.kernel_size, stride=spec.stride,
                                                  padding=spec.padding, bias=spec.use_bias)
+                elif spec.kind == "depthwise_conv2d":  # depth multiplier 1: one group per channel
+                    named[spec.name] = nn.Conv2d(fan_in, fan_in, spec.kernel_size, stride=spec.stride,
+                                                 padding=spec.padding, groups=fan_in, bias=spec.use_bias)
                 elif spec.kind == "batch_norm":
                     named[spec.name] = nn.BatchNorm2d(fan_in, eps=spec.epsilon, momentum=spec.momentum)
                 elif spec.kind == "dense":
                     named[spec.name] = nn.Linear(fan_in, spec.features, bias=spec.use_bias)
+                else:
+                    continue
+                self.kinds[spec.name] = spec.kind
             self.named = nn.ModuleDict(named)
 
-        def forward(self, x: Any) -> Any:
-            return self.run(self.specs, x)
+        def forward(self, x: Any, masks: dict[str, Any] | None = None) -> Any:
+            return self.run(self.specs, x, masks)
 
-        def run(self, specs: tuple[LayerSpec, ...], x: Any) -> Any:
+        def run(self, specs: tuple[LayerSpec, ...], x: Any, masks: dict[str, Any] | None) -> Any:
             for spec in specs:
                 kind = spec.kind
-                if kind in NAMED_KINDS:
+                if spec.name in self.kinds:  # a layer with variables: conv, depthwise, BatchNorm, dense
                     x = self.named[spec.name](x)
                 elif kind == "relu":
                     x = functional.relu(x)
+                elif kind == "relu6":
+                    x = functional.relu6(x)
+                elif kind == "swish":
+                    x = functional.silu(x)
+                elif kind == "sigmoid":
+                    x = torch.sigmoid(x)
                 elif kind == "residual":
-                    x = self.run(spec.body, x) + self.run(spec.shortcut, x)
+                    x = self.run(spec.body, x, masks) + self.run(spec.shortcut, x, masks)
+                elif kind == "multiply":  # squeeze-and-excitation: body(x) is (n, c, 1, 1), broadcast
+                    x = x * self.run(spec.body, x, masks)
+                elif kind == "dropout":
+                    if masks is not None:
+                        mask = masks[spec.name]
+                        # per sample: (n,) broadcast over the rest; elementwise: staged in x's layout
+                        x = x * (mask.view(-1, *(1,) * (x.dim() - 1)) if mask.dim() == 1 else mask)
+                elif kind == "zero_pad":
+                    top, bottom, left, right = spec.pads
+                    x = functional.pad(x, (left, right, top, bottom))  # NCHW: last dim (width) first
                 elif kind == "max_pool":
                     x = functional.max_pool2d(x, spec.window, spec.stride)
                 elif kind == "avg_pool":
                     x = functional.avg_pool2d(x, spec.window, spec.stride)
+                elif kind == "global_avg_pool" and spec.keepdims:
+                    x = functional.adaptive_avg_pool2d(x, 1)
                 elif kind == "global_avg_pool":
                     x = torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1)
                 elif kind == "flatten" and flatten_channels_last:
@@ -218,7 +254,9 @@ _LEAVES = {"w": "weight", "b": "bias", "scale": "weight", "offset": "bias", "mea
            "var": "running_var"}
 
 
-def _to_torch_layout(leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
+def _to_torch_layout(kind: str, leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
+    if leaf == "w" and kind == "depthwise_conv2d":
+        return value.transpose(2, 3, 0, 1)  # (k, k, c, 1) -> (c, 1, k, k): groups=c, one filter each
     if leaf == "w" and value.ndim == 4:
         return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
     if leaf == "w":
@@ -228,7 +266,10 @@ def _to_torch_layout(leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int
     return value
 
 
-def _from_torch_layout(leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
+def _from_torch_layout(kind: str, leaf: str, value: np.ndarray,
+                       flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
+    if leaf == "w" and kind == "depthwise_conv2d":
+        return value.transpose(2, 3, 0, 1)  # (c, 1, k, k) -> (k, k, c, 1)
     if leaf == "w" and value.ndim == 4:
         return value.transpose(2, 3, 1, 0)
     if leaf == "w":
@@ -243,7 +284,7 @@ def _load(torch: Any, net: Any, variables: dict[str, np.ndarray], flattened: dic
             layer, leaf = key.rsplit("/", 1)
             target = getattr(net.named[layer], _LEAVES[leaf])
             target.copy_(torch.from_numpy(np.ascontiguousarray(_to_torch_layout(
-                leaf, value, flattened.get(layer)))))
+                net.kinds[layer], leaf, value, flattened.get(layer)))))
 
 
 def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any) -> tuple[Any, Any]:
@@ -330,16 +371,33 @@ def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
     return tensor.contiguous(memory_format=model.memory_format).to(model.device)
 
 
+def _stage_masks(torch: Any, model: TorchModel, masks: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The host's dropout masks as device tensors in the compute dtype (none: an empty dict).
+
+    A per-sample mask stays ``(n,)`` (the forward pass views it as
+    ``(n, 1, 1, 1)``); an elementwise mask of an image activation becomes
+    logical NCHW in the model's memory format, like the images.
+    """
+    dtype = model.autocast_dtype or torch.float32
+    out = {}
+    for name, mask in masks.items():
+        tensor = torch.from_numpy(np.ascontiguousarray(mask))
+        if tensor.dim() == 4:
+            tensor = tensor.permute(0, 3, 1, 2).contiguous(memory_format=model.memory_format)
+        out[name] = tensor.to(model.device, dtype)
+    return out
+
+
 @hookimpl
-def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
+def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
     import torch
 
-    if model.process is not None:  # this rank's contiguous slice of every global batch
+    if model.process is not None:  # this rank's contiguous slice of every global batch (masks too)
         size = run.shard_size
         first = model.process.first_replica * size
-        batches = [Batch(b.images[first:first + size], b.labels[first:first + size]) for b in batches]
-    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int64)).to(model.device))
-              for b in batches]
+        batches = [b.rows(first, first + size) for b in batches]
+    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int64)).to(model.device),
+               _stage_masks(torch, model, b.masks)) for b in batches]
     if model.device_type == "cuda":
         torch.cuda.synchronize()
     return staged
@@ -351,9 +409,9 @@ def _autocast(torch: Any, model: TorchModel) -> Any:
                           enabled=model.autocast_dtype is not None)
 
 
-def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any) -> Any:
+def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any, masks: dict[str, Any]) -> Any:
     with _autocast(torch, model):
-        logits = model.train_forward(images)
+        logits = model.train_forward(images, masks)
         return torch.nn.functional.cross_entropy(logits.float(), labels)
 
 
@@ -365,10 +423,10 @@ def make_step(torch: Any, model: TorchModel):
     synchronizing ``get_scale()``), else ``True``.
     """
 
-    def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:
-        images, labels = batch
+    def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+        images, labels, masks = batch
         model.optimizer.zero_grad(set_to_none=True)
-        loss = _forward_loss(torch, model, images, labels)
+        loss = _forward_loss(torch, model, images, labels, masks)
         if model.scaler is None:
             loss.backward()
             model.optimizer.step()
@@ -400,7 +458,7 @@ def _fetch(torch: Any, outcomes: list[tuple[Any, Any]]) -> tuple[list[float], li
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
+def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
     import torch
 
     model.module.train()
@@ -410,7 +468,7 @@ def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any]], 
         torch.cuda.synchronize()
         plain_step = step
 
-        def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:  # noqa: F811 - the same step, between two events
+        def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:  # noqa: F811 - the same step, between two events
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             outcome = plain_step(batch)
@@ -487,7 +545,8 @@ def get_variables(run: RunSpec, model: TorchModel) -> dict[str, np.ndarray]:
                 continue
             value = tensor.detach().float().cpu().numpy()
             # a copy: on the CPU the numpy array would share the tensor's memory
-            out[f"{layer}/{leaf}"] = np.array(_from_torch_layout(leaf, value, model.flattened.get(layer)))
+            out[f"{layer}/{leaf}"] = np.array(_from_torch_layout(model.module.kinds[layer], leaf, value,
+                                                                 model.flattened.get(layer)))
     return out
 
 

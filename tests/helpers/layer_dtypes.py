@@ -10,15 +10,34 @@ import numpy as np
 
 
 def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[str]]:
-    """Which dtypes the layers compute (convolutions, dense layers) and keep (BatchNorm variables)."""
-    out: dict[str, set[str]] = {"conv_output": set(), "bn_variable": set(), "dense_output": set()}
+    """Which dtypes the layers compute and keep.
+
+    ``conv_output``, ``depthwise_output`` and ``dense_output``: what convolutions,
+    depthwise convolutions and dense layers return; ``sigmoid_output``: what the
+    ``sigmoid`` layer kind returns (the squeeze-and-excitation gate; ``swish``
+    is not counted); ``bn_variable``: BatchNorm's parameters and statistics.
+    A kind the model does not have stays empty.
+    """
+    out: dict[str, set[str]] = {"conv_output": set(), "depthwise_output": set(), "bn_variable": set(),
+                                "dense_output": set(), "sigmoid_output": set()}
     if framework == "torch":
         import torch
+        from torch.overrides import TorchFunctionMode
+
+        class SigmoidDtypes(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                result = func(*args, **(kwargs or {}))
+                if func in (torch.sigmoid, torch.Tensor.sigmoid):
+                    out["sigmoid_output"].add(str(result.dtype).replace("torch.", ""))
+                return result
 
         handles = []
         for module in model.module.named.values():
-            kind = "conv_output" if isinstance(module, torch.nn.Conv2d) else (
-                "dense_output" if isinstance(module, torch.nn.Linear) else None)
+            kind = None
+            if isinstance(module, torch.nn.Conv2d):
+                kind = "depthwise_output" if module.groups > 1 else "conv_output"
+            elif isinstance(module, torch.nn.Linear):
+                kind = "dense_output"
             if kind:
                 handles.append(module.register_forward_hook(
                     lambda m, args, result, kind=kind: out[kind].add(str(result.dtype).replace("torch.", ""))))
@@ -27,7 +46,7 @@ def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[st
                     out["bn_variable"].add(str(tensor.dtype).replace("torch.", ""))
         model.module.eval()  # a training-mode forward would move the running statistics
         with torch.no_grad(), torch.autocast("cpu", dtype=model.autocast_dtype or torch.float32,
-                                             enabled=model.autocast_dtype is not None):
+                                             enabled=model.autocast_dtype is not None), SigmoidDtypes():
             model.module(torch.from_numpy(images).permute(0, 3, 1, 2))
         for handle in handles:
             handle.remove()
@@ -35,24 +54,45 @@ def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[st
     elif framework == "keras":
         import keras
 
-        convs = [l for l in model.model.layers if isinstance(l, keras.layers.Conv2D)]
-        denses = [l for l in model.model.layers if isinstance(l, keras.layers.Dense)]
-        probe = keras.Model(model.model.inputs, [l.output for l in convs + denses])
-        outputs = probe(images, training=False)
-        for layer, value in zip(convs + denses, outputs):
-            out["conv_output" if layer in convs else "dense_output"].add(str(value.dtype.name))
+        kinds = {}
+        for layer in model.model.layers:
+            if isinstance(layer, keras.layers.DepthwiseConv2D):
+                kinds[layer.name] = "depthwise_output"
+            elif isinstance(layer, keras.layers.Conv2D):
+                kinds[layer.name] = "conv_output"
+            elif isinstance(layer, keras.layers.Dense):
+                kinds[layer.name] = "dense_output"
+            elif isinstance(layer, keras.layers.Activation) and \
+                    getattr(layer.activation, "__name__", "") == "sigmoid":
+                kinds[layer.name] = "sigmoid_output"
+        layers = [model.model.get_layer(name) for name in kinds]
+        probe = keras.Model(model.model.inputs, [l.output for l in layers])
+        # a model with dropout takes [images, *masks]; no mask (None) is an evaluation call
+        inputs = [images] + [None] * (len(model.model.inputs) - 1) if len(model.model.inputs) > 1 else images
+        outputs = probe(inputs, training=False)
+        for layer, value in zip(layers, outputs):
+            out[kinds[layer.name]].add(str(value.dtype.name))
         for layer in model.model.layers:
             if isinstance(layer, keras.layers.BatchNormalization):
                 out["bn_variable"].update(v.dtype for v in layer.weights)
     elif framework == "jax":
         import haiku as hk
         import jax
+        import jax.numpy as jnp
 
         def record(next_f, args, kwargs, context):
             result = next_f(*args, **kwargs)
-            kind = {"Conv2D": "conv_output", "Linear": "dense_output"}.get(type(context.module).__name__)
+            kind = {"Conv2D": "conv_output", "DepthwiseConv2D": "depthwise_output",
+                    "Linear": "dense_output"}.get(type(context.module).__name__)
             if kind and context.method_name == "__call__":
                 out[kind].add(str(result.dtype))
+            return result
+
+        plain_sigmoid = jax.nn.sigmoid
+
+        def sigmoid(x):  # the plugin's sigmoid kind calls jax.nn.sigmoid (jax.nn.swish does not)
+            result = plain_sigmoid(x)
+            out["sigmoid_output"].add(str(jnp.dtype(result.dtype)))
             return result
 
         def forward(x):
@@ -60,12 +100,16 @@ def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[st
                 return model.net_class()(x, False)
 
         params, state = model.params, model.state
-        jax.eval_shape(lambda p, s, x: hk.transform_with_state(forward).apply(p, s, None, x), params, state,
-                       images)
-        for tree in (params, state):
-            for module_path, leaves in tree.items():
-                if "bn" in module_path.split("/")[-1]:
-                    out["bn_variable"].update(str(v.dtype) for v in leaves.values())
+        jax.nn.sigmoid = sigmoid
+        try:
+            jax.eval_shape(lambda p, s, x: hk.transform_with_state(forward).apply(p, s, None, x), params, state,
+                           images)
+        finally:
+            jax.nn.sigmoid = plain_sigmoid
+        for module_path, leaves in state.items():  # BatchNorm is the module with running statistics
+            if {"mean", "var"} <= set(leaves):
+                out["bn_variable"].update(str(v.dtype) for v in leaves.values())
+                out["bn_variable"].update(str(v.dtype) for v in params[module_path].values())
     return {k: sorted(v) for k, v in out.items()}
 
 

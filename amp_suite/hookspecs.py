@@ -125,7 +125,14 @@ def stage_batches(run: RunSpec, model: Any, batches: list[Batch]) -> Any | None:
     :param run: the cell being run.
     :param model: the handle from :func:`build_model`.
     :param batches: the epoch's batches in the host's order (NHWC float32).
-        Change only the layout; never reorder or re-normalize.
+        Change only the layout; never reorder or re-normalize.  A model with
+        ``dropout`` layers gets each batch's masks in ``Batch.masks`` (layer
+        name -> float32 array, already scaled by ``1 / (1 - rate)``; shape
+        ``(batch, *activation)``, or ``(batch,)`` for ``per_sample``): stage
+        them with the batch, and multiply each dropout layer's activation by
+        its mask in the training step; evaluation and :func:`predict` apply no
+        dropout.  ``Batch.rows(start, stop)`` slices images, labels and masks
+        together for a replica's shard.
     :return: framework-native staged batches for :func:`train_epoch`.
     """
 

@@ -353,3 +353,16 @@ def test_cifar_through_load_dataset_with_a_known_checksum(tmp_path, monkeypatch)
                         val_split="test", data_dir=str(tmp_path), allow_download=False)
     assert data.train_images.shape == (10, 32, 32, 3) and data.val_labels.tolist() == [7, 8]
     assert data.train_images.dtype == np.float32 and data.train_images.max() <= 1.0
+
+
+def test_synthetic_validation_shrinks_for_large_inputs_only():
+    # accuracy on synthetic data is n/a: an ImageNet-sized input validates on 41 images, not 512
+    from amp_suite.datasets import load_dataset
+    from amp_suite.workloads import workload_from_config
+
+    small = workload_from_config("small", {"model": "mnist_cnn", "input_size": 28, "batch_size": 8})
+    large = workload_from_config("large", {"model": "mnist_cnn", "input_size": 224, "channels": 3,
+                                           "batch_size": 2})
+    assert load_dataset("synthetic", small, steps=2, batch_size=8, seed=0).val_labels.shape[0] == 512
+    data = load_dataset("synthetic", large, steps=3, batch_size=2, seed=0)
+    assert data.val_labels.shape[0] == 41 and data.train_labels.shape[0] == 6

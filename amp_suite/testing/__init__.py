@@ -286,7 +286,7 @@ def relative_error(a: np.ndarray, b: np.ndarray) -> float:
 
 def relative_l2(a: np.ndarray, b: np.ndarray) -> float:
     """``|a - b| / |b|`` in the L2 norm."""
-    return float(np.linalg.norm(np.asarray(a, np.float64) - b) / max(np.linalg.norm(b), 1e-12))
+    return relative_l2_floored(a, b, 1e-12)
 
 
 def assert_matches_reference(result: ProbeResult, reference: ProbeResult, *, rtol: float = 1e-4,
@@ -374,9 +374,7 @@ def assert_optimizer_arithmetic(result: ProbeResult, *, rtol: float = 5e-5) -> N
     hyper-parameter (momentum, ``rho``, ``beta1``, ``beta2``, ``epsilon``,
     weight decay) or an ignored schedule changes the updates by far more.
     """
-    from amp_suite.testing.optimizer_reference import ReferenceOptimizer
-
-    from amp_suite.testing.optimizer_reference import describe
+    from amp_suite.testing.optimizer_reference import ReferenceOptimizer, describe
     from amp_suite.workloads import learning_rate_at
 
     assert result.gradient_steps, "probe with ProbeRequest(gradient_oracle=True)"

@@ -89,7 +89,7 @@ class JaxModel:
     params: Any
     state: Any
     opt_state: Any
-    loss_scale: Any
+    loss_scale: Any  # (scale, counter) arrays under dynamic loss scaling, () otherwise
     train_step: Any
     forward: Any
     device: Any
@@ -389,11 +389,14 @@ def build_model(
     put = (lambda tree: _replicate(jax, mesh, tree)) if mesh is not None else (lambda tree: jax.device_put(tree, dev))
     params, state = put(params), put(state)
     optimizer = _make_optimizer(workload.optimizer)
-    if applied.loss_scaling == "dynamic":
-        loss_scale = jmp.DynamicLossScale(jnp.asarray(applied.initial_loss_scale, jnp.float32),
-                                          period=loss_scale_growth_interval(run))
-    else:
-        loss_scale = jmp.NoOpLossScale()
+    dynamic = applied.loss_scaling == "dynamic"
+    period = loss_scale_growth_interval(run)
+    # The loss scale crosses the jit boundary as plain arrays (scale, counter) and becomes
+    # jmp's DynamicLossScale only inside the trace: jmp 0.0.4 runs jax.eval_shape twice in the
+    # class's __post_init__, at every unflatten of the step's outputs, which cost 0.5 ms a step
+    # on a CPU host and 1.6 ms on an H100's (JAX amp_fp16 ran at 0.2x fp32 on mnist_cnn).
+    loss_scale = ((jnp.asarray(applied.initial_loss_scale, jnp.float32), jnp.zeros((), jnp.int32))
+                  if dynamic else ())
     # Everything the step takes is committed to the device from the start, as its
     # outputs will be: otherwise the second call compiles the step again.
     if mesh is None:
@@ -401,15 +404,18 @@ def build_model(
     else:
         opt_state, loss_scale = put(jax.device_get((optimizer.init(params), loss_scale)))
     trace_count = [0]
-    dynamic = applied.loss_scaling == "dynamic"
+
+    def scaler(arrays: Any) -> Any:
+        return jmp.DynamicLossScale(arrays[0], arrays[1], period=period) if dynamic else jmp.NoOpLossScale()
 
     def loss_fn(p: Any, s: Any, images: Any, labels: Any, masks: Any, scale: Any) -> tuple[Any, Any]:
         logits, new_state = net.apply(p, s, None, images, True, sync, masks)
         loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean()
         return scale.scale(loss), (loss, new_state)
 
-    def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any, masks: Any):
+    def step(p: Any, s: Any, opt: Any, scale_arrays: Any, images: Any, labels: Any, masks: Any):
         trace_count[0] += 1  # runs only while tracing
+        scale = scaler(scale_arrays)
         grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, masks, scale)
         if mesh is not None:
             # The gradient of replicated parameters comes out of shard_map's autodiff already summed
@@ -421,12 +427,13 @@ def build_model(
         updates, new_opt = optimizer.update(grads, opt, p)
         new_p = optax.apply_updates(p, updates)
         if not dynamic:  # fp32, tf32, bf16: every step is applied, as in PyTorch, Keras and a plain jitted step
-            return new_p, new_s, new_opt, scale, loss, jnp.asarray(True)
+            return new_p, new_s, new_opt, scale_arrays, loss, jnp.asarray(True)
         finite = jmp.all_finite(grads)
         # A step whose gradients overflowed changes no parameter (the running
         # statistics of its forward pass are kept, as in PyTorch and Keras).
         new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
-        return new_p, new_s, new_opt, scale.adjust(finite), loss, finite
+        adjusted = scale.adjust(finite)
+        return new_p, new_s, new_opt, (adjusted.loss_scale, adjusted.counter), loss, finite
 
     def forward(p: Any, s: Any, images: Any, is_training: bool) -> Any:
         return net.apply(p, s, None, images, is_training)[0].astype(jnp.float32)
@@ -487,10 +494,12 @@ def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple
 
 
 def _scale_value(model: JaxModel) -> float | None:
-    value = getattr(model.loss_scale, "loss_scale", None)
-    if value is not None and hasattr(value, "addressable_data") and model.mesh is not None:
+    if not model.loss_scale:  # no loss scaling: ()
+        return None
+    value = model.loss_scale[0]
+    if hasattr(value, "addressable_data") and model.mesh is not None:
         value = value.addressable_data(0)
-    return None if value is None or not hasattr(value, "shape") else float(value)
+    return float(value)
 
 
 @hookimpl
@@ -594,7 +603,26 @@ def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]
                                                               if d.process_index == jax.process_index()]
         peaks = [int((d.memory_stats() or {}).get("peak_bytes_in_use", -1)) for d in devices]
         if peaks and min(peaks) >= 0:
-            figures["device_peak_memory_bytes"] = max(peaks)
-            if model.mesh is not None:
-                figures["device_peak_memory_bytes_per_device"] = peaks
+            # JAX cannot reset this peak: it counts from the process's start (compilation and
+            # autotuning scratch included), so it is kept under its own name only.
+            figures["device_peak_memory_since_start_bytes"] = max(peaks)
+        step_bytes = figures.get("compiled_step_memory_bytes")
+        if step_bytes is not None and model.batch_shapes is not None:
+            # The same meaning as PyTorch's and Keras's post-warm-up allocator peak without the
+            # staged inputs: what one training step holds at its peak (parameters, state,
+            # optimizer state, gradients, activations), from XLA's analysis of the compiled step,
+            # less the batch it takes as arguments.  Per device.
+            batch = sum(_per_device_bytes(leaf) for leaf in jax.tree_util.tree_leaves(model.batch_shapes))
+            figures["device_peak_memory_bytes"] = max(int(step_bytes) - batch, 0)
+            figures["device_peak_memory_excludes_inputs"] = True
+            figures["device_peak_memory_method"] = "XLA memory analysis of the compiled train step, less its batch"
     return figures
+
+
+def _per_device_bytes(leaf: Any) -> int:
+    """Bytes one device holds of an array described by ``leaf`` (a ShapeDtypeStruct, maybe sharded)."""
+    shape = tuple(leaf.shape)
+    sharding = getattr(leaf, "sharding", None)
+    if sharding is not None and hasattr(sharding, "shard_shape"):
+        shape = tuple(sharding.shard_shape(shape))
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize

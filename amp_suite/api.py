@@ -36,6 +36,7 @@ from amp_suite.config import (
     check_framework_tables,
     check_names,
     find_config,
+    for_device_kind,
     load_config,
     with_overrides,
 )
@@ -174,6 +175,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
                     steps=steps, epochs=settings.epochs, warmup=settings.warmup,
                     window_steps=settings.window_steps, latency_steps=settings.latency_steps,
+                    window_seconds=settings.window_seconds, settle_warmup=settings.settle_warmup,
+                    min_timed_steps=settings.min_timed_steps, min_timed_seconds=settings.min_timed_seconds,
                     batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
                     dataset=settings.dataset, train_split=settings.train_split,
                     val_split=settings.val_split,
@@ -227,6 +230,7 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     from amp_suite.output_dir import OutputLock, prepare_output_dir
 
     config = load_config(find_config(request.config))
+    config = for_device_kind(config, sweep_device_kind(config, request))
     plan = None
     settings = config.settings
     if request.preset is not None:
@@ -275,6 +279,23 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         _fetch_data(settings)
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
                            plan.record if plan is not None else None)
+
+
+def sweep_device_kind(config: SuiteConfig, request: SweepRequest) -> str:
+    """``"gpu"`` or ``"cpu"``: the device the sweep asks for (flag, else preset, else [defaults]).
+
+    ``auto`` is a GPU when the machine has an NVIDIA one (nvidia-smi or the
+    driver's /proc entry; no framework is imported).
+    """
+    device = request.overrides.get("device")
+    if device is None and request.preset is not None and request.preset in config.presets:
+        device = config.presets[request.preset].settings.get("device")
+    device = device or config.settings.device
+    if device in ("cpu", "gpu"):
+        return device
+    from amp_suite.devices import detect_nvidia
+
+    return "gpu" if detect_nvidia().present else "cpu"
 
 
 def _fit_preset_devices(config: SuiteConfig, settings: SweepSettings, record: dict[str, Any]) -> SweepSettings:

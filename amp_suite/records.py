@@ -216,6 +216,10 @@ class RunSpec:
     warmup: int = 5
     window_steps: int = 32
     latency_steps: int = 10
+    window_seconds: float = 0.0  # > 0: windows sized from the measured step time to last this long
+    settle_warmup: bool = False  # warm up beyond ``warmup`` until the step time settles
+    min_timed_steps: int = 8  # fewer timed steps: the cell's timing is flagged
+    min_timed_seconds: float = 0.02  # shorter timed windows in all: flagged
     batch_size: int = 128
     seed: int = 0
     dataset: str = "synthetic"

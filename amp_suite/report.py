@@ -44,7 +44,8 @@ CELL_COLUMNS = [
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "dataset",
-    "batch_size", "steps", "epochs", "warmup",
+    "batch_size", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
+    "sm_clock_mhz_median", "telemetry_source", "measurement_flags",
 ]
 # Why synthetic data has no accuracy figure.
 SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
@@ -174,6 +175,12 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "steps": (r.config or {}).get("steps"),
             "epochs": (r.config or {}).get("epochs"),
             "warmup": (r.config or {}).get("warmup"),
+            "staged_input_mib": _mib(m.get("staged_input_bytes")),
+            "energy_per_image_mj": _milli(m.get("energy_per_image_j")),
+            "mean_power_w": _num(m.get("mean_power_w")),
+            "sm_clock_mhz_median": _num(m.get("sm_clock_mhz_median")),
+            "telemetry_source": flat_text(m.get("telemetry_source", "")),
+            "measurement_flags": "; ".join(flat_text(f) for f in (m.get("measurement_flags") or [])),
         })
     frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
     _fill_device_kind(frame)
@@ -212,13 +219,19 @@ def _giga(value: Any) -> float | None:
     return None if number is None else number / 1e9
 
 
+def _milli(value: Any) -> float | None:
+    number = _num(value)
+    return None if number is None else number * 1000.0
+
+
 def _ms(seconds: Any) -> float | None:
     value = _num(seconds)
     return None if value is None else value * 1000.0
 
 
 SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", "precision", "status", "ok_repeats",
-                   "repeats", "throughput", "speedup", "peak_memory_mib", "memory_ratio", "final_loss",
+                   "repeats", "throughput", "speedup", "speedup_over_tf32", "peak_memory_mib", "memory_ratio",
+                   "energy_per_image_mj", "energy_ratio", "flagged", "final_loss",
                    "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency", "error"]
@@ -247,6 +260,8 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "ok_repeats": len(ok), "repeats": len(group),
             "throughput": _median(ok["throughput"]) if len(ok) else math.nan,
             "peak_memory_mib": _median(ok["peak_memory_mib"]) if len(ok) else math.nan,
+            "energy_per_image_mj": _median(ok["energy_per_image_mj"]) if len(ok) else math.nan,
+            "flagged": bool((ok["measurement_flags"].fillna("") != "").any()) if len(ok) else False,
             "final_loss": _median(ok["final_loss"]) if len(ok) else math.nan,
             "val_accuracy": _median(ok["val_accuracy"]) if len(ok) else math.nan,
             "achieved_tflops": _median(ok["achieved_tflops"]) if len(ok) else math.nan,
@@ -263,10 +278,13 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind", "devices"])
     keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"], summary["devices"]))
 
-    def relative(column: str, how: str) -> list[float]:
+    tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] == "ok")].set_index(
+        ["workload", "framework", "device_kind", "devices"])
+
+    def relative(column: str, how: str, to: pd.DataFrame = base) -> list[float]:
         out = []
         for key, value in zip(keys, summary[column]):
-            ref = base[column].get(key, math.nan) if key in base.index else math.nan
+            ref = to[column].get(key, math.nan) if key in to.index else math.nan
             if how == "ratio":
                 out.append(value / ref if ref and not math.isnan(ref) else math.nan)
             else:
@@ -274,7 +292,11 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
         return out
 
     summary["speedup"] = relative("throughput", "ratio")
+    # On Ampere and newer, TF32 is what an untouched PyTorch convolution (and XLA's default) runs:
+    # NVIDIA's DeepLearningExamples quote AMP against it, so both speed-ups are reported.
+    summary["speedup_over_tf32"] = relative("throughput", "ratio", tf32)
     summary["memory_ratio"] = relative("peak_memory_mib", "ratio")
+    summary["energy_ratio"] = relative("energy_per_image_mj", "ratio")
     summary["accuracy_delta"] = relative("val_accuracy", "difference")
     saving = [-d for d in relative("cost_per_million_images", "difference")]
     base_cost = [c + s for c, s in zip(summary["cost_per_million_images"], saving)]
@@ -378,10 +400,19 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
     cost = (environment or {}).get("cost") or {}
 
     def throughput(row) -> str:
-        text = _fmt(row["throughput"], "{:,.0f}")
+        text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
+            over_tf32 = row.get("speedup_over_tf32")
             ceiling = row.get("ceiling_ratio")
-            text += f" ({row['speedup']:.2f}x" + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")")
+            text += (f" ({row['speedup']:.2f}x"
+                     + (f"; {over_tf32:.2f}x over tf32" if row["precision"] != "tf32" and _known(over_tf32) else "")
+                     + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")"))
+        return text
+
+    def energy(row) -> str:
+        text = _fmt(row["energy_per_image_mj"], "{:.4g}")
+        if row["precision"] != BASELINE and _known(row.get("energy_ratio")):
+            text += f" ({row['energy_ratio']:.2f}x)"
         return text
 
     def memory(row) -> str:
@@ -416,14 +447,18 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
             text += " less)" if saving >= 0 else " more)"
         return text
 
+    has_tf32 = bool(((summary["precision"] == "tf32") & (summary["status"] == "ok")).any())
     tables = {
-        "Throughput, images/s (speed-up over fp32)": _pivot(summary, throughput),
+        "Throughput, images/s (speed-up over fp32" + ("; over tf32" if has_tf32 else "") + ")":
+            _pivot(summary, throughput),
         "Peak memory, MiB (ratio to fp32)": _pivot(summary, memory),
         "Validation accuracy (difference from fp32)": _pivot(summary, accuracy),
         "Final training loss": _pivot(summary, lambda row: _fmt(row["final_loss"], "{:.4f}")),
         "Achieved training TFLOP/s (% of the measured peak of the precision's dtype, TFLOP/s)":
             _pivot(summary, achieved),
     }
+    if summary["energy_per_image_mj"].notna().any():
+        tables["Energy per training image, mJ (ratio to fp32)"] = _pivot(summary, energy)
     if cost:
         tables[f"Cost in {cost.get('currency', '')} at {cost['price_per_hour']:g} per hour: per epoch / per "
                "million training images (AMP's saving over fp32)"] = _pivot(summary, money)
@@ -476,9 +511,20 @@ def runtime_lines(results: list[CellResult]) -> list[str]:
         if env.get("cuda_runtime_version") or env.get("cudnn_version"):
             seen.setdefault(r.framework, set()).add(
                 f"CUDA {env.get('cuda_runtime_version') or '?'}, cuDNN {env.get('cudnn_version') or '?'}")
+    loaded: dict[str, set[str]] = {}
+    for r in results:
+        libraries = (r.environment or {}).get("loaded_libraries") or {}
+        names = [f"{name} {libraries[name]}" for name in ("cudart", "cudnn", "cublas", "cublasLt", "nccl")
+                 if libraries.get(name)]
+        if names:
+            loaded.setdefault(r.framework, set()).add(", ".join(names))
     if not seen:
         return ["- CUDA runtime / cuDNN: none used (no run reached a CUDA device)"]
-    return ["- CUDA runtime / cuDNN: " + "; ".join(f"{f} {' / '.join(sorted(v))}" for f, v in seen.items())]
+    lines = ["- CUDA runtime / cuDNN: " + "; ".join(f"{f} {' / '.join(sorted(v))}" for f, v in seen.items())]
+    if loaded:
+        lines.append("- CUDA libraries as loaded by the workers (from /proc/self/maps): "
+                     + "; ".join(f"{f}: {' / '.join(sorted(v))}" for f, v in loaded.items()))
+    return lines
 
 
 def environment_lines(environment: dict[str, Any]) -> list[str]:
@@ -515,7 +561,7 @@ DETAIL_FORMATS = {
     "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "repeat": "{:d}",
     "status": "{}", "devices": "{:d}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
-    "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "peak_memory_mib": "{:,.0f}",
+    "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "timed_steps": "{:d}", "peak_memory_mib": "{:,.0f}",
     "rss_growth_mib": "{:,.0f}", "compiled_step_mib": "{:,.1f}", "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
     "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "peak_fraction": "{:.3f}",
     "compilation": "{}",
@@ -563,8 +609,13 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
             out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
-        "Peak memory is the framework allocator's peak on a GPU and the worker process's "
-        "peak resident memory on a CPU. Figures are medians over ok repeats; every ratio "
+        "Peak memory on a GPU is the training step's device memory without the staged input batches "
+        "(PyTorch and Keras: the allocator's peak after warm-up, less the bytes of the largest window's "
+        "batches; JAX, whose peak cannot be reset: XLA's memory analysis of the compiled step, less its "
+        "batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
+        "step times) is single steps each waited for on the host, in every framework. Energy, where a "
+        "table shows it, is the GPU's energy counter (NVML) or the CPU package's (RAPL) over the timed "
+        "windows, divided by the images trained in them. Figures are medians over ok repeats; every ratio "
         "compares with the same framework's fp32 run of the same workload. Training FLOPs per "
         "image are three times the forward pass's convolution and dense multiply-adds (2 FLOPs "
         "each); achieved TFLOP/s is throughput times that.",
@@ -581,6 +632,15 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
             "its dtype's peak.", ""]
     for title, table in comparison_tables(summary, environment).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+    flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
+    if not flagged.empty:
+        out += ["## Measurement flags", "",
+                "⚑ in the throughput table: a cell whose timing is not to be trusted as it stands, for the "
+                "reasons below (docs/measurement.md).", ""]
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "")
+                          + f" / repeat {r.repeat}: {r.measurement_flags}") for r in flagged.itertuples()]
+        out.append("")
     published = published_section(summary, cells, environment,
                                   substituted=any((r.metrics or {}).get("dataset_substituted") for r in results))
     if published is not None:

@@ -26,9 +26,10 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from amp_suite import devices, host_measure, progress
+from amp_suite import devices, host_measure, progress, telemetry
 from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.environment import cpu_info
+from amp_suite.loaded_libraries import loaded_cuda_libraries, numerics_environment
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
@@ -42,7 +43,7 @@ from amp_suite.records import (
     workload_from_dict,
 )
 from amp_suite.results import to_plain
-from amp_suite.stats import Phase, plan_epoch, steady_state
+from amp_suite.stats import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.workloads import forward_flops_per_image, init_variables, train_flops_per_image
 
 # Environment variable naming the host's pid; the worker ends itself when its parent is another.
@@ -233,22 +234,43 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     model = host.build_model(run, workload, weights, state, applied, device)
 
     parts: list[tuple[Phase, EpochResult]] = []
-    warmed = run.warmup == 0
+    warmed = False
+    plan = MeasurementPlan(pipeline.steps_per_epoch, run.warmup, run.window_steps, run.latency_steps,
+                           window_seconds=run.window_seconds, settle_warmup=run.settle_warmup)
+    meter = telemetry.open_meter(device.kind, device_index())
+    staged_peak = 0  # bytes of the largest window's batches on one device, staged after the peak reset
     for epoch in range(run.epochs):
-        for phase in plan_epoch(epoch, pipeline.steps_per_epoch, warmup=run.warmup,
-                                window_steps=run.window_steps, latency_steps=run.latency_steps):
+        for phase in plan.phases(epoch):
+            batches = pipeline.batches(epoch, phase.start, phase.stop)
+            if not plan.batch_bytes and batches:
+                plan.batch_bytes = staged_bytes(batches[:1], run.devices)
             if not warmed and phase.kind != "warmup":
                 # Memory peaks count training only: warm-up (compilation, autotuning) is behind us.
                 host.reset_memory_peak(run, model, device)
                 warmed = True
-            staged = host.stage_batches(run, model, pipeline.batches(epoch, phase.start, phase.stop))
+            staged = host.stage_batches(run, model, batches)
+            if phase.kind != "warmup":
+                staged_peak = max(staged_peak, staged_bytes(batches, run.devices))
+            if phase.kind == "window":
+                meter.start()
             part = host.train_epoch(run, model, staged, epoch)
-            del staged
+            if phase.kind == "window":
+                meter.stop(part.samples)
+            del staged, batches
             _check_finite(part.step_losses, epoch, phase.start)
             parts.append((phase, part))
+            plan.observe(phase, part)
             progress.step_done(phase.stop, pipeline.steps_per_epoch)  # between windows, never inside one
 
     metrics: dict[str, Any] = steady_state(parts)
+    metrics["warmup_settled"] = plan.settled() if run.settle_warmup else None
+    metrics["measurement_flags"] = timing_flags(
+        metrics, min_timed_steps=run.min_timed_steps, min_timed_seconds=run.min_timed_seconds,
+        settle_asked=run.settle_warmup, settled=plan.settled(), steps_per_epoch=pipeline.steps_per_epoch,
+        epochs=run.epochs, latency_steps=run.latency_steps)
+    meter.close()
+    metrics.update(meter.summary())
+    metrics["measurement_flags"] += meter.flags()
     metrics["dataset_note"] = data.note
     metrics["dataset_substituted"] = data.substituted
     metrics["train_examples"] = int(data.train_labels.shape[0])
@@ -258,8 +280,9 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
     metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics)))
     # Measured before validation, so memory peaks are those of training.
-    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS))
+    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS))
     metrics.update(measured)
+    metrics.update(memory_without_inputs(measured, staged_peak))
     if measured.get("peak_rss_bytes") is not None and rss_before is not None:
         metrics["rss_growth_bytes"] = int(measured["peak_rss_bytes"]) - int(rss_before)
     metrics.update(validate(host, run, model, pipeline, run.batch_size))
@@ -267,11 +290,63 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     result.environment = {
         "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),
         **{k: v for k, v in measured.items() if k.endswith("_version")},
+        # Variables that change numerics or speed (TF32 overrides, XLA flags, allocator, NCCL), as set.
+        "numerics_environment": numerics_environment(),
     }
+    if device.kind == "gpu":
+        # The CUDA libraries this process loaded (not those the framework was built with), and the
+        # GPU's state: persistence, MIG, ECC, compute mode, application clocks, power limit.
+        result.environment["loaded_libraries"] = loaded_cuda_libraries()
+        result.environment["gpu_state"] = telemetry.nvml_machine_info(device_index())
     if run.distributed:
         from amp_suite.launchers import this_process
 
         result.environment["process"] = asdict(this_process(run))
+
+
+# Figures the host derives from a plugin's device peak (see memory_without_inputs).
+MEMORY_KEYS = ("staged_input_bytes", "device_peak_memory_with_inputs_bytes")
+
+
+def staged_bytes(batches: list[Any], devices: int = 1) -> int:
+    """Bytes of ``batches`` as the host hands them to ``stage_batches`` (images, labels, masks), per device."""
+    total = 0
+    for batch in batches:
+        total += int(batch.images.nbytes) + int(batch.labels.nbytes)
+        total += sum(int(mask.nbytes) for mask in batch.masks.values())
+    return total // max(devices, 1)
+
+
+def memory_without_inputs(measured: dict[str, Any], staged: int) -> dict[str, Any]:
+    """The device peak without the staged input batches, beside the peak with them.
+
+    The worker resets the allocator's peak before the first timed window and
+    then stages each window's batches on the device, so an allocator peak
+    (PyTorch's ``max_memory_allocated``, TensorFlow's ``peak``) holds up to a
+    window of float32 batches that no training step needs: ``staged`` bytes
+    are taken off it.  A plugin whose figure has no inputs in it (JAX's XLA
+    memory analysis) says so with ``device_peak_memory_excludes_inputs``.
+    """
+    peak = measured.get("device_peak_memory_bytes")
+    if peak is None:
+        return {}
+    out: dict[str, Any] = {"staged_input_bytes": int(staged)}
+    if measured.get("device_peak_memory_excludes_inputs"):
+        return out
+    out["device_peak_memory_with_inputs_bytes"] = int(peak)
+    out["device_peak_memory_bytes"] = max(int(peak) - int(staged), 0)
+    return out
+
+
+def device_index(environ: Any = None) -> int:
+    """The CUDA device number, as this process sees it, of the GPU it trains on.
+
+    The first visible GPU, or the ``LOCAL_RANK``-th under torchrun;
+    :class:`amp_suite.telemetry.NvmlMeter` maps it through
+    ``CUDA_VISIBLE_DEVICES`` to NVML's numbering.
+    """
+    local = (os.environ if environ is None else environ).get("LOCAL_RANK", "0")
+    return int(local) if local.isdigit() else 0
 
 
 def die_with_host(host_pid: int) -> None:

@@ -53,8 +53,10 @@ def test_every_png_exists_decodes_and_has_the_stated_size(written):
 
     out, paths = written
     sidecar = json.loads((out / charts.SIDECAR).read_text())
-    assert {p.name for p in paths} == {*charts.CHARTS.values(), charts.SIDECAR}
-    for name, file in charts.CHARTS.items():
+    # No tf32 cell ran (a CPU sweep): no speed-up-over-tf32 chart.
+    drawn = {name: file for name, file in charts.CHARTS.items() if name != "speedup_tf32"}
+    assert {p.name for p in paths} == {*drawn.values(), charts.SIDECAR}
+    for name, file in drawn.items():
         with Image.open(out / file) as image:
             image.load()  # decodes every pixel
             assert image.format == "PNG"
@@ -97,16 +99,20 @@ def test_plotted_values_match_results_csv(written):
 def test_report_links_the_charts(written):
     out, _ = written
     text = (out / "report.md").read_text()
-    for file in charts.CHARTS.values():
+    for name, file in charts.CHARTS.items():
+        if name == "speedup_tf32":  # no tf32 cell here: neither link nor file
+            assert f"]({file})" not in text and not (out / file).exists()
+            continue
         assert f"]({file})" in text and (out / file).exists()
 
 
 def test_the_same_results_give_the_same_files(written, tmp_path_factory):
     out, _ = written
     again = tmp_path_factory.mktemp("again")
-    charts.write_report(RESULTS, again, {"calibration": CALIBRATION})
-    for file in charts.CHARTS.values():
-        assert (again / file).read_bytes() == (out / file).read_bytes()
+    paths = charts.write_report(RESULTS, again, {"calibration": CALIBRATION})
+    assert len(paths) >= 5
+    for path in paths:
+        assert path.read_bytes() == (out / path.name).read_bytes()
 
 
 def test_without_matplotlib_nothing_is_written_and_the_report_says_why(tmp_path, monkeypatch):
@@ -136,3 +142,19 @@ def test_nan_losses_become_null_in_the_sidecar(tmp_path):
     charts.write_report([bad], tmp_path, {})
     sidecar = json.loads((tmp_path / charts.SIDECAR).read_text())
     assert sidecar["loss"]["panels"][0]["curves"][0]["losses"] == [2.0, None, 1.0]
+
+
+def test_a_tf32_cell_adds_the_speedup_over_tf32_chart(tmp_path):
+    with_tf32 = [*RESULTS, cell("torch", "tf32", 200.0, 400, 0.95, [[2.3, 1.0, 0.5], [0.4, 0.3]])]
+    paths = charts.write_report(with_tf32, tmp_path, {})
+    assert charts.CHARTS["speedup_tf32"] in {p.name for p in paths}
+    sidecar = json.loads((tmp_path / charts.SIDECAR).read_text())["speedup_tf32"]
+    assert [s["precision"] for s in sidecar["series"]] == ["amp_fp16", "amp_bf16"]
+    torch_index = [g["framework"] for g in sidecar["groups"]].index("torch")
+    fp16 = next(s for s in sidecar["series"] if s["precision"] == "amp_fp16")
+    assert fp16["values"][torch_index] == pytest.approx(60.0 / 200.0)
+    jax_index = [g["framework"] for g in sidecar["groups"]].index("jax")
+    assert fp16["values"][jax_index] is None  # jax ran no tf32 cell
+    section = charts.report_sections(with_tf32)[0][1]
+    assert charts.CHARTS["speedup_tf32"] in section
+    assert charts.CHARTS["speedup_tf32"] not in charts.report_sections(RESULTS)[0][1]

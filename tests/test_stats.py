@@ -6,7 +6,7 @@ import pytest
 
 from amp_suite.plugin_kit import timed_window
 from amp_suite.records import EpochResult
-from amp_suite.stats import Phase, plan_epoch, steady_state
+from amp_suite.stats import MAX_STAGED_BYTES, MeasurementPlan, Phase, plan_epoch, steady_state, timing_flags
 
 
 def test_an_epoch_is_warm_up_then_windows_then_latency_steps():
@@ -43,10 +43,76 @@ def test_throughput_comes_from_windows_and_latency_from_synchronized_steps():
     assert s["step_losses"] == [[2.0, 1.5, 1.2, 1.1, 1.0, 0.9, 0.8]]
 
 
-def test_device_event_step_times_replace_the_latency_phase():
+def test_device_event_step_times_stand_in_for_latency_only_without_a_latency_phase():
     parts = [(Phase("window", 0, 0, 3), _window([1.0, 1.0, 1.0], 3.0, 30, step_times=[0.9, 1.0, 1.1]))]
     s = steady_state(parts)
     assert s["latency_source"] == "device events" and s["step_time_median_s"] == 1.0
+    # With a latency phase, every framework's latency is host-synchronized single steps;
+    # PyTorch's CUDA events inside windows stay a figure of their own.
+    parts.append((Phase("latency", 0, 3, 4), _window([1.0], 2.5)))
+    s = steady_state(parts)
+    assert s["latency_source"] == "synchronized steps" and s["step_time_median_s"] == 2.5
+    assert s["window_event_step_time_median_s"] == 1.0
+
+
+def _run_plan(plan, step_times, epochs=1):
+    """Drive ``plan`` as the worker does; ``step_times(phase)`` gives each phase's seconds."""
+    seen = []
+    for epoch in range(epochs):
+        for phase in plan.phases(epoch):
+            steps = phase.stop - phase.start
+            seen.append(phase)
+            plan.observe(phase, _window([1.0] * steps, step_times(phase) * steps, samples=steps))
+    return seen
+
+
+def test_the_plan_without_seconds_or_settling_is_plan_epoch():
+    plan = MeasurementPlan(20, 2, 8, 4)
+    assert _run_plan(plan, lambda phase: 0.01, epochs=2) == (
+        plan_epoch(0, 20, warmup=2, window_steps=8, latency_steps=4)
+        + plan_epoch(1, 20, warmup=2, window_steps=8, latency_steps=4))
+
+
+def test_warm_up_goes_on_until_the_step_time_settles():
+    # compilation, then autotuning: the step time falls, then holds at 10 ms from step 6 on
+    times = [5.0, 0.5, 0.2, 0.05, 0.03, 0.02, 0.010, 0.010, 0.0101, 0.0099, 0.010]
+    plan = MeasurementPlan(400, 2, 8, 4, settle_warmup=True)
+    phases = _run_plan(plan, lambda phase: times[phase.start] if phase.kind == "warmup" else 0.01)
+    warm = [p for p in phases if p.kind == "warmup"]
+    assert len(warm) == 11  # the first five steps agreeing within 10 % are steps 6-10
+    assert plan.settled()
+    # never settling: warm-up stops at a quarter of the epoch and says so
+    jitter = MeasurementPlan(40, 2, 8, 4, settle_warmup=True)
+    phases = _run_plan(jitter, lambda phase: 0.01 * (1 + (phase.start % 2)))
+    assert sum(p.kind == "warmup" for p in phases) == 10 and not jitter.settled()
+    assert [i for p in phases for i in range(p.start, p.stop)] == list(range(40))
+
+
+def test_windows_are_sized_to_last_the_asked_seconds_at_the_measured_step_time():
+    plan = MeasurementPlan(2000, 5, 32, 10, window_seconds=1.0)
+    phases = _run_plan(plan, lambda phase: 0.004)  # 4 ms a step: 250 steps a second
+    windows = [p for p in phases if p.kind == "window"]
+    assert [p.stop - p.start for p in windows][:3] == [250, 250, 250]
+    assert [i for p in phases for i in range(p.start, p.stop)] == list(range(2000))
+    # a window never stages more than MAX_STAGED_BYTES of batches
+    big = MeasurementPlan(2000, 5, 32, 10, window_seconds=1.0, batch_bytes=MAX_STAGED_BYTES // 100)
+    windows = [p for p in _run_plan(big, lambda phase: 0.004) if p.kind == "window"]
+    assert max(p.stop - p.start for p in windows) == 100
+
+
+def test_a_short_timed_region_is_flagged_with_the_steps_it_needs():
+    figures = {"timed_steps": 96, "window_time_s": 0.027, "warmup_steps": 50}
+    flags = timing_flags(figures, min_timed_steps=300, min_timed_seconds=1.0, settle_asked=True, settled=True,
+                         steps_per_epoch=200, epochs=2, latency_steps=10)
+    assert len(flags) == 1 and "96 steps in 0.027 s" in flags[0]
+    # 0.28 ms a step: a second is 3,556 steps, 1,778 per epoch, + 10 latency + 50 warm-up
+    assert flags[0].endswith("use --steps 1838 or more")
+    assert timing_flags({"timed_steps": 400, "window_time_s": 2.0}, min_timed_steps=300, min_timed_seconds=1.0,
+                        settle_asked=False, settled=False, steps_per_epoch=500, epochs=1, latency_steps=10) == []
+    unsettled = timing_flags({"timed_steps": 400, "window_time_s": 2.0, "warmup_steps": 100}, min_timed_steps=300,
+                             min_timed_seconds=1.0, settle_asked=True, settled=False, steps_per_epoch=500,
+                             epochs=1, latency_steps=10)
+    assert len(unsettled) == 1 and "had not settled after 100 warm-up steps" in unsettled[0]
 
 
 def test_no_timed_window_is_an_error_not_a_zero():

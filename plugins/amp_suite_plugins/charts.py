@@ -43,6 +43,7 @@ from amp_suite.safe_files import write_files_atomically
 SIDECAR = "charts.json"
 CHARTS = {
     "speedup": "chart-speedup.png",
+    "speedup_tf32": "chart-speedup-over-tf32.png",
     "memory": "chart-memory.png",
     "loss": "chart-loss.png",
     "accuracy": "chart-accuracy.png",
@@ -111,9 +112,13 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
 
     labels = [{"workload": w, "framework": f, "label": _label(w, f, workloads)} for w, f in groups]
     synthetic = _synthetic(results)
+    half = [p for p in amp if p != "tf32"]
+    over_tf32 = ({"speedup_tf32": {"groups": labels, "series": bars("speedup_over_tf32", half),
+                                   "unit": "x over tf32"}} if "tf32" in precisions and half else {})
     return {
         "speedup": {"groups": labels, "series": bars("speedup", amp, extra="ceiling_ratio"),
                     "unit": "x over fp32"},
+        **over_tf32,
         "memory": {"groups": labels, "series": bars("memory_ratio", amp), "unit": "x fp32"},
         "accuracy": {"groups": labels, "series": bars("val_accuracy", precisions, extra="accuracy_delta"),
                      "unit": "fraction of validation images", "synthetic": synthetic},
@@ -290,6 +295,10 @@ def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]
                                   if data["accuracy"]["synthetic"] else ""),
         "loss": _loss_figure(data["loss"]["panels"]),
     }
+    if "speedup_tf32" in data:  # a GPU with TF32: AMP against what an untouched model runs there
+        figures["speedup_tf32"] = _grouped_bars(
+            data["speedup_tf32"], title="Training speed-up over tf32 (higher is better)",
+            ylabel="speed-up over tf32 (x)", reference=1.0, reference_label="tf32 = 1x", value_format="{:.2f}x")
     out = {}
     for name, fig in figures.items():
         width, height = fig.get_size_inches() * fig.dpi
@@ -313,6 +322,10 @@ def report_sections(results: list[CellResult]) -> list[tuple[str, str]]:
         "Speed-up over fp32 per framework and AMP precision; the black bar over each is the hardware "
         "ceiling (the measured peak of the dtype over fp32's) when the machine is calibrated.",
         "",
+        *([f"![Speed-up over tf32]({CHARTS['speedup_tf32']})", "",
+           "Speed-up of fp16 and bf16 over tf32, where a tf32 cell ran (a GPU with TF32: what PyTorch's "
+           "convolutions and XLA run by default there).", ""]
+          if {"tf32"} < {r.precision for r in results if r.status == "ok"} - {BASELINE} else []),
         f"![Peak memory ratio]({CHARTS['memory']})",
         "",
         f"![Training loss per step]({CHARTS['loss']})",

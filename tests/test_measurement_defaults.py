@@ -1,0 +1,111 @@
+"""Per-device-kind defaults, staged inputs kept out of peak memory, and the flags a report shows."""
+
+import numpy as np
+import pytest
+
+from amp_suite import devices
+from amp_suite.api import SweepRequest, plan_cells, sweep_device_kind
+from amp_suite.config import for_device_kind, load_config
+from amp_suite.errors import UsageError
+from amp_suite.records import Batch, CellResult
+from amp_suite.report import render_markdown, summary_frame
+from amp_suite.worker import device_index, memory_without_inputs, staged_bytes
+
+
+def _machine(monkeypatch, gpus: int) -> None:
+    inventory = devices.NvidiaInventory(
+        gpus=tuple(devices.NvidiaGpu(index=i, name="NVIDIA H100 80GB HBM3") for i in range(gpus)))
+    monkeypatch.setattr(devices, "detect_nvidia", lambda *a, **k: inventory)
+
+
+def test_a_cpu_sweep_has_no_tf32_column_unless_asked(monkeypatch):
+    _machine(monkeypatch, 0)
+    config = load_config(None)
+    kind = sweep_device_kind(config, SweepRequest())
+    assert kind == "cpu"
+    assert "tf32" not in for_device_kind(config, kind).settings.precisions
+    assert "tf32" in config.settings.precisions  # [defaults] itself keeps every precision
+    # a flag still wins: with_overrides comes after the device kind's table
+    asked = SweepRequest(overrides={"device": "cpu"})
+    assert sweep_device_kind(config, asked) == "cpu"
+
+
+def test_a_gpu_sweep_times_long_settled_windows(monkeypatch):
+    _machine(monkeypatch, 1)
+    config = load_config(None)
+    assert sweep_device_kind(config, SweepRequest()) == "gpu"
+    assert sweep_device_kind(config, SweepRequest(overrides={"device": "cpu"})) == "cpu"
+    gpu = for_device_kind(config, "gpu")
+    cells = plan_cells(gpu, gpu.settings)
+    run = cells[0].run
+    assert "tf32" in gpu.settings.precisions
+    assert run.steps == 1500 and run.settle_warmup and run.window_seconds == 1.0
+    assert run.min_timed_steps == 300 and run.min_timed_seconds == 1.0
+    cpu_run = plan_cells(for_device_kind(config, "cpu"), for_device_kind(config, "cpu").settings)[0].run
+    assert cpu_run.steps == 20 and not cpu_run.settle_warmup and cpu_run.window_seconds == 0
+
+
+def test_a_device_kind_table_cannot_set_the_device(tmp_path):
+    path = tmp_path / "benchmarks.toml"
+    path.write_text('[defaults]\nsteps = 10\n[defaults.on_gpu]\ndevice = "cpu"\n')
+    with pytest.raises(UsageError, match=r"\[defaults.on_gpu\]: device cannot depend"):
+        load_config(path)
+    path.write_text('[defaults]\nsteps = 10\n[defaults.on_cpu]\nprecisions = ["fp64"]\n')
+    with pytest.raises(UsageError, match="unknown precision 'fp64'"):
+        load_config(path)
+
+
+def _batch(rows: int, masks: bool = False) -> Batch:
+    return Batch(np.zeros((rows, 28, 28, 1), np.float32), np.zeros(rows, np.int32),
+                 {"drop": np.ones((rows, 10), np.float32)} if masks else {})
+
+
+def test_staged_bytes_count_images_labels_and_masks_per_device():
+    one = 128 * 28 * 28 * 4 + 128 * 4
+    assert staged_bytes([_batch(128)] * 3) == 3 * one
+    assert staged_bytes([_batch(128, masks=True)], devices=2) == (one + 128 * 10 * 4) // 2
+
+
+def test_an_allocator_peak_loses_the_staged_inputs_and_keeps_them_beside():
+    # a fake allocator whose peak holds 300 MiB of training and 256 MiB of staged batches
+    staged = 256 * 2**20
+    figures = memory_without_inputs({"device_peak_memory_bytes": 300 * 2**20 + staged}, staged)
+    assert figures == {"staged_input_bytes": staged, "device_peak_memory_with_inputs_bytes": 300 * 2**20 + staged,
+                       "device_peak_memory_bytes": 300 * 2**20}
+    # JAX's figure (XLA's analysis of the step less its batch) has no inputs in it
+    jax = memory_without_inputs({"device_peak_memory_bytes": 300 * 2**20,
+                                 "device_peak_memory_excludes_inputs": True}, staged)
+    assert jax == {"staged_input_bytes": staged}
+    assert memory_without_inputs({"peak_rss_bytes": 10}, staged) == {}  # a CPU: RSS, nothing to take off
+
+
+def test_the_telemetry_device_follows_local_rank():
+    assert device_index({}) == 0
+    assert device_index({"LOCAL_RANK": "3"}) == 3
+
+
+def _cell(precision: str, throughput: float, flags=(), energy=None) -> CellResult:
+    metrics = {"throughput": throughput, "measurement_flags": list(flags), "final_loss": 0.1,
+               "device_peak_memory_bytes": 100 * 2**20}
+    if energy is not None:
+        metrics["energy_per_image_j"] = energy
+    return CellResult(key=f"torch/w/{precision}/r0", framework="torch", workload="w", precision=precision,
+                      repeat=0, status="ok", metrics=metrics,
+                      device={"kind": "gpu", "name": "NVIDIA H100 80GB HBM3"}, config={"dataset": "mnist"})
+
+
+def test_amp_is_reported_over_tf32_too_with_energy_and_flags():
+    results = [_cell("fp32", 1000.0, energy=0.004), _cell("tf32", 2500.0, energy=0.002),
+               _cell("amp_bf16", 5000.0, flags=["timed region too short: 96 steps in 0.027 s"], energy=0.001)]
+    summary = summary_frame(results).set_index("precision")
+    assert summary.loc["amp_bf16", "speedup"] == pytest.approx(5.0)
+    assert summary.loc["amp_bf16", "speedup_over_tf32"] == pytest.approx(2.0)
+    assert summary.loc["amp_bf16", "energy_ratio"] == pytest.approx(0.25)
+    text = render_markdown(results, {})
+    assert "5,000 ⚑ (5.00x; 2.00x over tf32)" in text
+    assert "2,500 (2.50x)" in text  # tf32 itself: only its speed-up over fp32
+    assert "## Energy per training image, mJ (ratio to fp32)" in text and "1 (0.25x)" in text
+    assert "## Measurement flags" in text and "w / torch / amp_bf16 / repeat 0: timed region too short" in text
+    # without a tf32 cell, neither the heading nor a cell speaks of tf32
+    plain = render_markdown([results[0], results[2]], {})
+    assert "over tf32" not in plain

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="steps dispatched back to back with one wait at the end (default 32)")
     run.add_argument("--latency-steps", type=int,
                      help="last steps of each epoch run one by one to measure per-step latency (default 10)")
+    run.add_argument("--window-seconds", type=float,
+                     help="size each timed window from the measured step time to last this long; 0: "
+                          "--window-steps steps per window (default: 1 on a GPU, 0 on a CPU)")
     run.add_argument("--batch-size", type=int, help="override every workload's batch size")
     run.add_argument("--repeats", type=int, help="runs of each cell")
     run.add_argument("--timeout", type=float, help="seconds per cell before its worker is killed")
@@ -152,6 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the device you expect: auto (a GPU if the machine has an NVIDIA one), cpu or gpu")
     doctor.add_argument("--frameworks", help="comma-separated (default: every framework plugin)")
     doctor.add_argument("--timeout", type=float, default=600.0, help="seconds per framework probe")
+    doctor.add_argument("--acceptance", action="store_true",
+                        help="run the whole acceptance checklist (doctor, TF32 through XLA, calibration, a "
+                             "four-precision ResNet-18 sweep, the fused fp16 optimizer, data parallel), skipping "
+                             "with its reason each check this machine cannot run; docs/gpu.md")
+    doctor.add_argument("--report", metavar="PATH",
+                        help="with --acceptance: where the markdown report goes (default ./amp-suite-acceptance.md)")
     doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
 
     plugins = sub.add_parser("plugins", help="loaded plugins with their versions and hooks")
@@ -218,7 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         dataset=args.dataset, train_split=args.train_split, val_split=args.val_split,
         data_dir=args.data_dir, download=args.download, synthetic_fallback=args.synthetic_fallback,
         steps=args.steps, epochs=args.epochs, warmup=args.warmup,
-        window_steps=args.window_steps, latency_steps=args.latency_steps,
+        window_steps=args.window_steps, latency_steps=args.latency_steps, window_seconds=args.window_seconds,
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
         device=args.device, out=args.out, devices=_devices(args.devices), sync_batch_norm=args.sync_batch_norm,
         nnodes=args.nnodes, node_rank=args.node_rank, coordinator=args.coordinator,
@@ -323,6 +332,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     known = _host(args.plugin).frameworks()
     names = _csv(args.frameworks) or tuple(known)
     check_names("framework", names, known)
+    if args.acceptance:
+        from amp_suite.acceptance import run_acceptance
+
+        return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
+                              report=args.report, plugins=args.plugin, emit=lambda line: print(line, flush=True),
+                              progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
+    if args.report is not None:
+        raise UsageError("--report goes with --acceptance")
     plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout)
     rows = run_checks(plan, progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
     print(render_table(rows))

@@ -63,6 +63,10 @@ class SweepSettings:
     warmup: int = 5
     window_steps: int = 32    # steps dispatched back to back between two waits (and staged at once)
     latency_steps: int = 10   # last steps of each epoch run one by one, for per-step latency
+    window_seconds: float = 0.0  # > 0: size each timed window to last this long (window_steps then ignored)
+    settle_warmup: bool = False  # after `warmup` steps, keep warming up until the step time settles
+    min_timed_steps: int = 8     # a cell with fewer timed steps is flagged in the report
+    min_timed_seconds: float = 0.02  # a cell whose timed windows last less in all is flagged
     batch_size: int | None = None  # None: each workload's own batch size
     repeats: int = 1
     timeout: float = 900.0
@@ -130,6 +134,10 @@ SETTINGS_FIELDS: dict[str, Field] = {
     "warmup": Field(int, minimum=0, maximum=1_000_000),
     "window_steps": Field(int, minimum=1, maximum=1_000_000),
     "latency_steps": Field(int, minimum=0, maximum=1_000_000),
+    "window_seconds": Field(float, minimum=0, maximum=3600),
+    "settle_warmup": Field(bool),
+    "min_timed_steps": Field(int, minimum=1, maximum=1_000_000),
+    "min_timed_seconds": Field(float, minimum=0, maximum=24 * 3600),
     "batch_size": Field(int, minimum=1, maximum=65_536, optional=True),
     "repeats": Field(int, minimum=1, maximum=1_000),
     "timeout": Field(float, above=0, maximum=7 * 24 * 3600),
@@ -150,7 +158,8 @@ COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
 }
 # Options of the built-in framework plugins, beyond the common ones.
 FRAMEWORK_OPTIONS: dict[str, dict[str, Field]] = {
-    "torch": {"channels_last": Field(bool), "cudnn_benchmark": Field(bool), "compile": Field(bool)},
+    "torch": {"channels_last": Field(bool), "cudnn_benchmark": Field(bool), "compile": Field(bool),
+              "fused": Field(bool)},
     "keras": {"jit_compile": Field(bool)},
     "jax": {},
 }
@@ -238,6 +247,8 @@ class SuiteConfig:
     published: dict[str, dict[str, Any]] = field(default_factory=dict)  # checked [published.NAME] tables
     sources: dict[str, Path] = field(default_factory=dict)
     replaced: frozenset[str] = frozenset()
+    # [defaults.on_gpu] / [defaults.on_cpu]: settings that replace [defaults]' own on that device kind
+    device_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def source(self, key: str) -> str:
         """Where table ``key`` comes from: ``package: workloads.toml``, or the file's path."""
@@ -294,12 +305,37 @@ def find_config(explicit: str | Path | None) -> Path | None:
     return candidate if candidate.is_file() else None
 
 
+# Sub-tables of [defaults] whose values replace [defaults]' own when the sweep runs on that device kind.
+DEVICE_KIND_TABLES = {"on_gpu": "gpu", "on_cpu": "cpu"}
+
+
+def _device_kind_defaults(table: dict[str, Any], path: Path) -> dict[str, dict[str, Any]]:
+    """The checked ``[defaults.on_gpu]`` and ``[defaults.on_cpu]`` tables, by device kind."""
+    found: dict[str, dict[str, Any]] = {}
+    for name, kind in DEVICE_KIND_TABLES.items():
+        sub = table.get(name)
+        if sub is None:
+            continue
+        where = f"{path}: [defaults.{name}]"
+        if not isinstance(sub, dict):
+            raise UsageError(f"{where} must be a table, got {shown(sub)}")
+        values = check_table({key.replace("-", "_"): value for key, value in sub.items()}, SETTINGS_FIELDS, where)
+        if "device" in values:
+            raise UsageError(f"{where}: device cannot depend on the device kind; set it in [defaults]")
+        if "precisions" in values:
+            check_names("precision", values["precisions"], PRECISIONS)
+        found[kind] = values
+    return found
+
+
 def _settings_from_table(table: Any, path: Path) -> SweepSettings:
     where = f"{path}: [defaults]"
     if not isinstance(table, dict):
         raise UsageError(f"{where} must be a table, got {shown(table)}")
     spelled: dict[str, Any] = {}
     for key, value in table.items():
+        if key in DEVICE_KIND_TABLES:
+            continue
         name = key.replace("-", "_")
         if name in spelled:
             raise UsageError(f"{where}: {name} is given twice")
@@ -452,6 +488,8 @@ def load_config(path: Path | None) -> SuiteConfig:
     here = path if path is not None else CATALOG_DIR
     settings = (_settings_from_table(tables["defaults"], sources["defaults"]) if "defaults" in tables
                 else SweepSettings())
+    by_kind = (_device_kind_defaults(tables["defaults"], sources["defaults"])
+               if isinstance(tables.get("defaults"), dict) else {})
     workloads = {name: _workload(name, table, where) for name, table, where in named("workloads")}
     if not workloads:
         raise UsageError(f"{here}: no [workloads.NAME] table declares a workload")
@@ -468,7 +506,15 @@ def load_config(path: Path | None) -> SuiteConfig:
             raise UsageError(f"{where}: [presets.{name}] names published figures {preset.published!r} that no "
                              f"[published.NAME] table declares{closest(preset.published, list(published))}")
         presets[name] = preset
-    return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced)
+    return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced, by_kind)
+
+
+def for_device_kind(config: SuiteConfig, kind: str) -> SuiteConfig:
+    """``config`` with ``[defaults.on_KIND]`` applied over ``[defaults]`` (presets and flags still win)."""
+    values = config.device_defaults.get(kind)
+    if not values:
+        return config
+    return replace(config, settings=replace(config.settings, **values))
 
 
 def with_overrides(settings: SweepSettings, **overrides: Any) -> SweepSettings:

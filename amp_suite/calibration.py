@@ -15,10 +15,17 @@ timed for ``budget`` seconds after two warm-up calls, and the fastest call
 gives the figure (a peak: other processes only ever slow a call down).  A dtype's peak is the larger of its matmul and conv
 figures.
 
+On a GPU the PyTorch and JAX probes dispatch :data:`GPU_CALLS_PER_SYNC`
+calls between two waits (a wait per call would time the launch gap too), and
+PyTorch's convolutions run with ``cudnn.benchmark`` on, as the suite's cells
+do.  ``--device gpu`` measures a GPU or nothing: a framework that cannot use
+the GPU fails its calibration with the reason, and nothing is cached for it.
+
 Results are cached as JSON under the user cache directory
 (``$AMP_SUITE_CACHE``, else ``$XDG_CACHE_HOME/amp-suite``, else
 ``~/.cache/amp-suite``), in ``calibration/<machine key>.json``; the key hashes
-the CPU model, its reduced-precision flags, the core count and the GPU names.
+the CPU model, its reduced-precision flags, the core count and, per GPU, its
+name, MIG profile, power limit and driver (each changes the peaks).
 Each framework's entry records its version.  Reports look the file up for the
 machine a sweep ran on.
 
@@ -29,8 +36,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import math
+import os
+import re
 import subprocess
 import sys
 import time
@@ -45,6 +53,8 @@ TARGET_CALL_S = 0.02
 MATMUL_SIZES = {"cpu": (256, 512, 1024, 2048), "gpu": (1024, 2048, 4096, 8192)}
 CONV_BATCHES = {"cpu": (1, 4, 16, 64), "gpu": (16, 64, 256, 1024)}
 CONV_HW, CONV_CHANNELS, CONV_KERNEL = 28, 64, 3
+# Calls dispatched between two waits on a GPU (one call per wait on a CPU).
+GPU_CALLS_PER_SYNC = 10
 PROBE_TIMEOUT_S = 600
 # A probe's entry: as a worker's, the import path is the host's without the current directory.
 PROBE_BOOTSTRAP = (
@@ -52,48 +62,97 @@ PROBE_BOOTSTRAP = (
     "from amp_suite.calibration import probe_main; sys.exit(probe_main(sys.argv[1:]))"
 )
 
-# Dense (no sparsity) tensor-core peaks in TFLOP/s from NVIDIA's datasheets.
-# fp32 is the non-tensor FP32 figure.  Sources:
-#   V100 SXM2: "NVIDIA Tesla V100 GPU Accelerator" datasheet (2018): FP32 15.7, tensor 125.
-#   T4: "NVIDIA T4 Tensor Core GPU" datasheet: FP32 8.1, FP16 (mixed) 65.
-#   A100 SXM4: "NVIDIA A100 Tensor Core GPU" datasheet (2021): FP32 19.5, TF32 156,
-#     BF16/FP16 312 (the datasheet's 624 is with sparsity).
-#   H100 SXM5: "NVIDIA H100 Tensor Core GPU" datasheet: FP32 67, TF32 494.5, BF16/FP16 989.5
-#     (the datasheet prints the sparse figures 989/1,979; dense is half).
-#   L4: "NVIDIA L4 Tensor Core GPU" datasheet: FP32 30.3, TF32 60, BF16/FP16 121 (dense; 242 sparse).
-# Matched against the GPU name by substring, longest first.
+# Dense (no sparsity) peaks in TFLOP/s from NVIDIA's published specifications.
+# fp32 is the non-tensor FP32 figure; tf32, fp16 and bf16 are tensor-core
+# figures with float32 accumulation.  NVIDIA prints the tensor-core figures
+# "with sparsity": the dense peak is half of that.  A dtype a GPU has no
+# tensor cores for is absent (no TF32 or BF16 before Ampere).  Sources:
+#   H100 SXM5, H100 PCIe, H100 NVL: "NVIDIA H100 Tensor Core GPU" datasheet
+#     (SXM: FP32 67, TF32 989*, BF16/FP16 1,979*; PCIe: 51, 756*, 1,513*;
+#     NVL: 60, 835*, 1,671*; * = with sparsity).
+#   H200 SXM, H200 NVL: "NVIDIA H200 Tensor Core GPU" datasheet (SXM: the H100 SXM
+#     figures; NVL: 60, 835*, 1,671*).
+#   A100 40GB/80GB, SXM4 and PCIe: "NVIDIA A100 Tensor Core GPU" datasheet (2021):
+#     FP32 19.5, TF32 156 (312*), BF16/FP16 312 (624*) for all four.
+#   L4: "NVIDIA L4 Tensor Core GPU" datasheet: FP32 30.3, TF32 120*, BF16/FP16 242*.
+#   L40S: "NVIDIA L40S GPU" datasheet: FP32 91.6, TF32 366*, BF16/FP16 733*.
+#   T4: "NVIDIA T4 Tensor Core GPU" datasheet: FP32 8.1, FP16 (mixed) 65; no TF32/BF16.
+#   V100: "NVIDIA Tesla V100 GPU Accelerator" datasheet (2018): SXM2 FP32 15.7,
+#     tensor 125; PCIe 14, 112; V100S PCIe 16.4, 130; no TF32/BF16.
+#   RTX 4090: "NVIDIA Ada GPU Architecture" whitepaper, appendix table of the
+#     GeForce RTX 4090: FP32 82.6, TF32 82.6 (165.2*), FP16/BF16 with FP32
+#     accumulate 165.2 (330.4*).
+# Matched against the GPU name by substring, longest key first; a MIG slice
+# matches nothing (see datasheet_peaks).
+_H100_SXM = {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5}
+_NVL = {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5}
+_A100 = {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}
 DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
-    "V100-SXM2": {"fp32": 15.7, "fp16": 125.0},
-    "T4": {"fp32": 8.1, "fp16": 65.0},
-    "A100-SXM4": {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0},
-    "H100 80GB HBM3": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
-    "H100 SXM": {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5},
+    "H100 80GB HBM3": _H100_SXM,  # what an H100 SXM5 calls itself
+    "H100 SXM": _H100_SXM,
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5},
+    "H100 NVL": _NVL,
+    "H200": _H100_SXM,  # the SXM board: "NVIDIA H200"
+    "H200 NVL": _NVL,
+    "A100-SXM4-40GB": _A100,
+    "A100-SXM4-80GB": _A100,
+    "A100-SXM4": _A100,
+    "A100-PCIE-40GB": _A100,
+    "A100 80GB PCIe": _A100,
+    "A100-PCIE": _A100,
     "L4": {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},
+    "L40S": {"fp32": 91.6, "tf32": 183.0, "fp16": 366.5, "bf16": 366.5},
+    "T4": {"fp32": 8.1, "fp16": 65.0},
+    "V100-SXM2": {"fp32": 15.7, "fp16": 125.0},
+    "V100-PCIE": {"fp32": 14.0, "fp16": 112.0},
+    "V100S": {"fp32": 16.4, "fp16": 130.0},
+    "RTX 4090": {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},
 }
+# Keys that must be whole words of the name ("L4" is not in "L40S").
+_WHOLE_WORD_KEYS = ("T4", "L4")
+# "NVIDIA H100 80GB HBM3 MIG 1g.10gb", "MIG 3g.40gb": a slice of a GPU.
+_MIG_NAME = re.compile(r"\bMIG\b|\b\d+g\.\d+gb\b", re.IGNORECASE)
+
+
+def is_mig_name(gpu_name: str) -> bool:
+    """Whether a device name is a MIG slice rather than a whole GPU."""
+    return bool(_MIG_NAME.search(gpu_name or ""))
 
 
 def datasheet_peaks(gpu_name: str) -> dict[str, float] | None:
-    """The datasheet's dense peaks of a GPU named like ``NVIDIA A100-SXM4-80GB``, if known."""
+    """The datasheet's dense peaks of a GPU named like ``NVIDIA A100-SXM4-80GB``, if known.
+
+    A MIG slice gets None: it has a fraction of the GPU's SMs, and the whole
+    GPU's peak would make every figure look far from its ceiling.
+    """
+    if is_mig_name(gpu_name):
+        return None
+    name = (gpu_name or "").replace("Tesla ", "").replace("tesla ", "")
     for key in sorted(DATASHEET_TFLOPS, key=len, reverse=True):
-        if key.lower() in gpu_name.lower().replace("tesla ", ""):
-            if key == "T4" and "T4" not in gpu_name.split():  # "T4" must be a word of the name
+        if key.lower() in name.lower():
+            if key in _WHOLE_WORD_KEYS and key not in name.split():
                 continue
-            if key == "L4" and "L4" not in gpu_name.split():
-                continue
-            return DATASHEET_TFLOPS[key]
+            return dict(DATASHEET_TFLOPS[key])
     return None
 
 
 # --- the machine and its cache file ------------------------------------------
 
 
+def gpu_identity(gpu: dict[str, Any]) -> str:
+    """What of one GPU decides its peaks: name, MIG profile (if any), power limit, driver."""
+    mig = gpu.get("mig_profiles") or ([gpu["mig_mode"]] if gpu.get("mig_mode") else [])
+    return json.dumps([gpu.get("name", ""), sorted(str(p) for p in mig), gpu.get("power_limit_w"),
+                       gpu.get("driver", "")])
+
+
 def machine_key(environment: dict[str, Any]) -> str:
-    """A short hash of what decides the peaks: CPU model, flags, core count, GPU names."""
+    """A short hash of what decides the peaks: CPU model, flags, core count, and each GPU's identity."""
     identity = {
         "cpu_model": environment.get("cpu_model"),
         "cpu_flags": sorted(environment.get("cpu_flags") or []),
         "cpu_count": environment.get("cpu_count"),
-        "gpus": sorted(g.get("name", "") for g in environment.get("gpus") or []),
+        "gpus": sorted(gpu_identity(g) for g in environment.get("gpus") or []),
     }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -187,17 +246,43 @@ def _conv_flops(batch: int) -> float:
     return 2.0 * batch * CONV_HW * CONV_HW * CONV_CHANNELS * CONV_CHANNELS * CONV_KERNEL * CONV_KERNEL
 
 
+def _gpu_unusable(framework: str, reason: str) -> RuntimeError:
+    return RuntimeError(f"--device gpu: {framework} cannot use a GPU here ({reason}); nothing measured")
+
+
 def _probe_torch(device: str, budget_s: float) -> dict[str, Any]:
+    import warnings
+
     import torch
 
-    gpu = torch.cuda.is_available() and device != "cpu"
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    if device == "gpu" and not available:
+        reason = "; ".join(str(w.message) for w in said) or (
+            "a CPU-only build" if torch.version.cuda is None else "torch.cuda.is_available() is False")
+        raise _gpu_unusable("PyTorch", " ".join(reason.split())[:300])
+    gpu = available and device != "cpu"
     dev = "cuda" if gpu else "cpu"
     kind = "gpu" if gpu else "cpu"
     sync = torch.cuda.synchronize if gpu else (lambda: None)
+    repeats = GPU_CALLS_PER_SYNC if gpu else 1
     tf32_ok = gpu and torch.cuda.get_device_capability()[0] >= 8
+    if gpu:
+        torch.backends.cudnn.benchmark = True  # as the suite's GPU cells: cuDNN picks its fastest kernel
     dtypes = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
     out: dict[str, Any] = {"device": torch.cuda.get_device_name() if gpu else "cpu", "kind": kind,
-                           "version": torch.__version__, "threads": torch.get_num_threads()}
+                           "version": torch.__version__, "threads": torch.get_num_threads(),
+                           "calls_per_sync": repeats, "cudnn_benchmark": bool(gpu)}
+
+    def batched(op):
+        """``repeats`` dispatches of ``op``, then one wait."""
+        def call():
+            for _ in range(repeats):
+                op()
+            sync()
+        return call
+
     for dtype_name, dtype in dtypes.items():
         if dtype_name == "tf32" and not tf32_ok:
             continue
@@ -207,20 +292,20 @@ def _probe_torch(device: str, budget_s: float) -> dict[str, Any]:
         def matmul(n, dtype=dtype):
             a = torch.randn(n, n, device=dev).to(dtype)
             b = torch.randn(n, n, device=dev).to(dtype)
-            return lambda: (torch.mm(a, b), sync())
+            return batched(lambda: torch.mm(a, b))
 
         def conv(batch, dtype=dtype, layout=torch.contiguous_format):
             x = torch.randn(batch, CONV_CHANNELS, CONV_HW, CONV_HW, device=dev).to(dtype)
             w = torch.randn(CONV_CHANNELS, CONV_CHANNELS, CONV_KERNEL, CONV_KERNEL, device=dev).to(dtype)
             x, w = x.contiguous(memory_format=layout), w.contiguous(memory_format=layout)
-            return lambda: (torch.nn.functional.conv2d(x, w, padding=1), sync())
+            return batched(lambda: torch.nn.functional.conv2d(x, w, padding=1))
 
         def conv_channels_last(batch, dtype=dtype):
             return conv(batch, dtype, torch.channels_last)
 
-        # PyTorch picks different CPU kernels per memory format; the peak is the faster one.
-        _measure_both(out, dtype_name, kind, matmul, conv, budget_s)
-        _measure_both(out, dtype_name, kind, None, conv_channels_last, budget_s)
+        # PyTorch picks different kernels per memory format; the peak is the faster one.
+        _measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
+        _measure_both(out, dtype_name, kind, None, conv_channels_last, budget_s, repeats)
     return out
 
 
@@ -231,6 +316,9 @@ def _probe_keras(device: str, budget_s: float) -> dict[str, Any]:
     gpus = tf.config.list_physical_devices("GPU")
     for gpu in gpus:
         tf.config.experimental.set_memory_growth(gpu, True)
+    if device == "gpu" and not gpus:
+        reason = "a CPU-only build" if not tf.test.is_built_with_cuda() else "TensorFlow lists no GPU"
+        raise _gpu_unusable("TensorFlow", reason)
     use_gpu = bool(gpus) and device != "cpu"
     kind = "gpu" if use_gpu else "cpu"
     name = "/GPU:0" if use_gpu else "/CPU:0"
@@ -270,13 +358,29 @@ def _probe_jax(device: str, budget_s: float) -> dict[str, Any]:
 
     if device == "cpu":
         target = jax.devices("cpu")[0]
+    elif device == "gpu":
+        try:
+            target = jax.devices("gpu")[0]
+        except RuntimeError as exc:
+            raise _gpu_unusable("JAX", " ".join(str(exc).split())[:300]) from None
     else:
         target = jax.devices()[0]
     kind = "cpu" if target.platform == "cpu" else "gpu"
+    repeats = GPU_CALLS_PER_SYNC if kind == "gpu" else 1
     tf32_ok = kind == "gpu" and float(getattr(target, "compute_capability", "0") or 0) >= 8.0
     dtypes = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
+
+    def batched(fn, *args):
+        """``repeats`` dispatches of ``fn(*args)``, then a wait for the last (they run in order)."""
+        def call():
+            result = None
+            for _ in range(repeats):
+                result = fn(*args)
+            result.block_until_ready()
+        return call
+
     out: dict[str, Any] = {"device": getattr(target, "device_kind", target.platform), "kind": kind,
-                           "version": jax.__version__}
+                           "version": jax.__version__, "calls_per_sync": repeats}
     for dtype_name, dtype in dtypes.items():
         if dtype_name == "tf32" and not tf32_ok:
             continue
@@ -287,7 +391,7 @@ def _probe_jax(device: str, budget_s: float) -> dict[str, Any]:
             a = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
             b = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
             fn = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
-            return lambda: fn(a, b).block_until_ready()
+            return batched(fn, a, b)
 
         def conv(batch, dtype=dtype, precision=precision):
             key = jax.random.PRNGKey(0)
@@ -297,20 +401,24 @@ def _probe_jax(device: str, budget_s: float) -> dict[str, Any]:
                                                        CONV_CHANNELS)).astype(dtype), target)
             fn = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
                 x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision))
-            return lambda: fn(x, w).block_until_ready()
+            return batched(fn, x, w)
 
-        _measure_both(out, dtype_name, kind, matmul, conv, budget_s)
+        _measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
     return out
 
 
-def _measure_both(out: dict[str, Any], dtype_name: str, kind: str, matmul, conv, budget_s: float) -> None:
-    """Matmul and conv figures of one dtype into ``out`` (a second measurement keeps the faster)."""
+def _measure_both(out: dict[str, Any], dtype_name: str, kind: str, matmul, conv, budget_s: float,
+                  repeats: int = 1) -> None:
+    """Matmul and conv figures of one dtype into ``out`` (a second measurement keeps the faster).
+
+    One timed call of ``make(size)`` runs the operation ``repeats`` times.
+    """
     for op, sizes, make, flops in (("matmul", MATMUL_SIZES[kind], matmul, _matmul_flops),
                                    ("conv", CONV_BATCHES[kind], conv, _conv_flops)):
         if make is None:
             continue
         try:
-            figure = _grow(sizes, make, flops, budget_s)
+            figure = _grow(sizes, make, lambda size, flops=flops: repeats * flops(size), budget_s)
         except Exception as exc:  # a dtype the framework cannot run here
             out.setdefault("errors", {})[f"{op}/{dtype_name}"] = " ".join(str(exc).split())[:300]
             continue
@@ -336,7 +444,10 @@ def probe_main(argv: list[str]) -> int:
 def _run_probe(framework: str, device: str, budget_s: float, env: dict[str, str]) -> dict[str, Any]:
     from amp_suite.runner import worker_import_path
 
-    child_env = {**os.environ, **env, "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path())}
+    child_env = dict(os.environ)
+    for key, value in env.items():  # the plugin's defaults, as a worker sets them: the user's value wins
+        child_env.setdefault(key, value)
+    child_env["AMP_SUITE_WORKER_PATH"] = os.pathsep.join(worker_import_path())
     done = subprocess.run([sys.executable, "-c", PROBE_BOOTSTRAP, framework, device, str(budget_s)],
                           capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=child_env)
     for line in done.stdout.splitlines():
@@ -384,6 +495,11 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
             figures = _run_probe(name, device, budget_s, dict(info.env))
         except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
             print(f"{name}: calibration failed: {' '.join(str(exc).split())}", file=sys.stderr)
+            failed = True
+            continue
+        if device == "gpu" and figures.get("kind") != "gpu":
+            print(f"{name}: calibration failed: --device gpu, but the probe measured "
+                  f"{figures.get('kind')} {figures.get('device', '')}; nothing cached", file=sys.stderr)
             failed = True
             continue
         figures["seconds"] = round(time.perf_counter() - started, 1)

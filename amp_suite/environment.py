@@ -10,6 +10,7 @@ import datetime as _dt
 import importlib.metadata
 import os
 import platform
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,14 +61,65 @@ def cpu_info(cpuinfo_text: str | None = None) -> dict[str, Any]:
 
 
 def gpu_info() -> list[dict[str, Any]]:
-    """NVIDIA GPUs as ``nvidia-smi`` reports them, with clocks and power limit (empty without a driver)."""
-    from amp_suite.devices import detect_nvidia
+    """NVIDIA GPUs as ``nvidia-smi`` reports them, with clocks, power limit and MIG (empty without a driver).
 
+    ``mig_mode`` is ``nvidia-smi``'s current MIG mode (``Enabled``/``Disabled``;
+    ``""`` where it does not say) and ``mig_profiles`` the profiles of the MIG
+    devices on that GPU (``["1g.10gb", ...]``): a slice has a fraction of the
+    GPU's peak.
+    """
+    from amp_suite.devices import detect_nvidia, find_smi
+
+    gpus = detect_nvidia().gpus
+    modes, profiles = mig_layout(find_smi()) if gpus else ({}, {})
     return [{"name": g.name, "driver": g.driver,
              "memory": f"{g.memory_total_mib:.0f} MiB" if g.memory_total_mib is not None else "",
              "compute_capability": g.compute_capability, "sm_clock_max_mhz": g.sm_clock_max_mhz,
-             "memory_clock_max_mhz": g.memory_clock_max_mhz, "power_limit_w": g.power_limit_w}
-            for g in detect_nvidia().gpus]
+             "memory_clock_max_mhz": g.memory_clock_max_mhz, "power_limit_w": g.power_limit_w,
+             "mig_mode": modes.get(g.index, ""), "mig_profiles": profiles.get(g.index, [])}
+            for g in gpus]
+
+
+def _smi(smi: str, *args: str) -> str | None:
+    try:
+        done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def parse_mig_modes(text: str) -> dict[int, str]:
+    """``index, mig.mode.current`` CSV rows -> {index: "Enabled"/"Disabled"}; ``[N/A]`` is left out."""
+    modes = {}
+    for line in (text or "").strip().splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 2 and parts[0].isdigit() and parts[1] in ("Enabled", "Disabled"):
+            modes[int(parts[0])] = parts[1]
+    return modes
+
+
+def parse_mig_devices(text: str) -> dict[int, list[str]]:
+    """``nvidia-smi -L`` -> {GPU index: [MIG profile of each MIG device under it]}."""
+    found: dict[int, list[str]] = {}
+    current = None
+    for line in (text or "").splitlines():
+        gpu = re.match(r"\s*GPU (\d+):", line)
+        if gpu:
+            current = int(gpu.group(1))
+            continue
+        mig = re.match(r"\s+MIG (\S+)\s+Device", line)
+        if mig and current is not None:
+            found.setdefault(current, []).append(mig.group(1))
+    return found
+
+
+def mig_layout(smi: str | None) -> tuple[dict[int, str], dict[int, list[str]]]:
+    """MIG modes and MIG device profiles per GPU index (empty when ``nvidia-smi`` does not tell)."""
+    if not smi:
+        return {}, {}
+    modes = parse_mig_modes(_smi(smi, "--query-gpu=index,mig.mode.current", "--format=csv,noheader") or "")
+    devices = parse_mig_devices(_smi(smi, "-L") or "") if "Enabled" in modes.values() else {}
+    return modes, devices
 
 
 def git_commit(start: Path | None = None) -> str | None:

@@ -33,6 +33,9 @@ GPU_REPORT = {
 }
 TORCH = FrameworkInfo(name="torch", display_name="PyTorch", modules=("torch",), extra="torch",
                       precisions={"cpu": ("fp32",), "gpu": ("fp32",)})
+KERAS = FrameworkInfo(name="keras", display_name="Keras", modules=("tensorflow",), extra="tf",
+                      precisions={"cpu": ("fp32",), "gpu": ("fp32",)},
+                      env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"})
 
 
 # --- the pure verdicts, on the numbers a GPU gives ------------------------------------
@@ -190,3 +193,138 @@ def test_doctor_on_this_machine_passes_its_cpu_checks_and_skips_gpu_ones():
         # the timing row passes, or is skipped as inconclusive on a busy shared machine
         assert all("TF32" in row or "peak-memory" in row or "busy CPU" in row for row in skipped)
     assert "GPU checks are skipped" in out.stdout and " 0 failed" in out.stdout
+
+
+# --- why a framework misses the GPU, and the fix that matches the cause ---------------
+
+OLD_DRIVER = "570.86.10"
+JAX_PLUGIN_REASON = ("Unable to initialize backend 'cuda': INTERNAL: no supported devices found for platform CUDA")
+JAX_PLUGIN_LOG = ("Jax plugin configuration error: Exception when calling jax_plugins.xla_cuda13.initialize(): "
+                  "RuntimeError: cuInit failed: CUDA_ERROR_NO_DEVICE")
+WHEEL_CUDNN = "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib/libcudnn.so.9"
+SYSTEM_CUDNN = "/usr/lib/x86_64-linux-gnu/libcudnn.so.8"
+
+
+def _unseen(**facts):
+    return {"kind": "cpu", "cuda_build": True, "cuda_build_version": "13.0", **facts}
+
+
+def test_an_old_driver_says_update_the_driver_not_reinstall():
+    result = checks.judge_device("torch", _unseen(gpu_error="The NVIDIA driver on your system is too old"),
+                                 expect_gpu=True, machine=A100.describe(), install_line=GPU_INSTALL["torch"],
+                                 machine_driver=OLD_DRIVER)
+    assert result.status == FAILED
+    assert "update the NVIDIA driver to >= 580" in result.detail and OLD_DRIVER in result.detail
+    assert GPU_INSTALL["torch"] not in result.detail and "too old" in result.detail
+    # a CUDA 12 build on the same driver is fine: the cause lies elsewhere
+    assert checks.driver_problem(OLD_DRIVER, "12.9") is None
+    assert checks.driver_problem("520.61.05", "12") is not None and checks.driver_problem("", "13.0") is None
+
+
+def test_a_jax_plugin_that_failed_to_start_shows_its_reason():
+    section = _unseen(cuda_build_version="13", gpu_error=JAX_PLUGIN_REASON, log_notes=[JAX_PLUGIN_LOG])
+    result = checks.judge_device("jax", section, expect_gpu=True, machine=A100.describe(),
+                                 install_line=GPU_INSTALL["jax"], machine_driver="580.65.06")
+    assert result.status == FAILED
+    assert "GPU backend failed to start" in result.detail and "no supported devices found" in result.detail
+    assert "CUDA_ERROR_NO_DEVICE" in result.detail  # the plugin's own log line
+    # a plugin whose log blames the driver gets the driver fix
+    blamed = _unseen(cuda_build_version="12", gpu_error="CUDA_ERROR_SYSTEM_DRIVER_MISMATCH")
+    detail = checks.diagnose(blamed, machine_driver="550.54.15", install_line="pip ...")
+    assert "update the NVIDIA driver to >= 525" in detail and "pip ..." not in detail
+
+
+def test_two_cudnn_builds_are_named_with_how_to_keep_one():
+    section = {**GPU_DEVICE, "cudnn_libraries": [WHEEL_CUDNN, SYSTEM_CUDNN,
+                                                 WHEEL_CUDNN.replace("libcudnn.", "libcudnn_graph.")]}
+    result = checks.judge_cudnn("torch", section, on_gpu=True)
+    assert result.status == FAILED
+    assert "cuDNN 9 from /venv/lib/python3.12/site-packages/nvidia/cudnn/lib" in result.detail
+    assert "cuDNN 8 from /usr/lib/x86_64-linux-gnu" in result.detail and "LD_LIBRARY_PATH" in result.detail
+    mismatch = {**GPU_DEVICE, "cudnn": "8.9.7", "cudnn_compiled": "9.10.2", "cudnn_libraries": [SYSTEM_CUDNN]}
+    assert "built against cuDNN 9.10.2 but cuDNN 8.9.7" in checks.judge_cudnn("torch", mismatch, on_gpu=True).detail
+    ok = {**GPU_DEVICE, "cudnn_compiled": "9.20.0", "cudnn_libraries": [WHEEL_CUDNN]}
+    assert checks.judge_cudnn("torch", ok, on_gpu=True).status == PASSED
+    assert checks.judge_cudnn("torch", ok, on_gpu=False).status == SKIPPED
+    # a backend that failed over two cuDNN builds: the device row names them, not the install line
+    unseen = checks.judge_device("keras", _unseen(cudnn_libraries=[WHEEL_CUDNN, SYSTEM_CUDNN]), expect_gpu=True,
+                                 machine="", install_line=GPU_INSTALL["keras"], machine_driver="580.65.06")
+    assert "two cuDNN builds" in unseen.detail and GPU_INSTALL["keras"] not in unseen.detail
+
+
+def test_tensorflow_library_warnings_become_the_failed_checks_reason():
+    warning = ("W0000 cuda_dnn.cc:123] Could not load dynamic library 'libcudnn.so.9'; "
+               "dlerror: libcudnn.so.9: cannot open shared object file")
+    report = {**GPU_REPORT, "device": _unseen(cuda_build_version="12.5.1"),
+              "stderr_notes": checks.log_notes(["I0000 an unrelated info line", warning, warning])}
+    assert report["stderr_notes"] == [" ".join(warning.split())]
+    rows = run_checks(_plan(frameworks=(KERAS,)), inventory=A100, probe=lambda *a: report, missing=lambda info: [])
+    device = next(r for r in rows if r.check == "sees the expected device")
+    assert device.status == FAILED and "Could not load dynamic library 'libcudnn.so.9'" in device.detail
+    assert GPU_INSTALL["keras"] in device.detail  # no other cause found: the install line
+
+
+def test_every_failed_row_carries_the_framework_log():
+    bad_precision = {**GPU_REPORT["precision"], "conv_tf32": 1024.1024}
+    report = {**GPU_REPORT, "precision": bad_precision, "stderr_notes": ["Loaded runtime CuDNN library: 9.1.0"]}
+    rows = run_checks(_plan(), inventory=A100, probe=lambda *a: report, missing=lambda info: [])
+    failed = [r for r in rows if r.status == FAILED]
+    assert [r.check for r in failed] == ["tf32 conv is TF32"]
+    assert "framework log: Loaded runtime CuDNN library: 9.1.0" in failed[0].detail
+
+
+def test_a_crashed_probe_shows_the_log_lines_that_explain_it():
+    def crash(*args):
+        raise ProbeError("probe exited with code -6: Aborted", ["Loaded runtime CuDNN library: 8.9.7 but source "
+                                                                "was compiled with: 9.1.0"])
+
+    rows = run_checks(_plan(), inventory=A100, probe=crash, missing=lambda info: [])
+    assert "compiled with: 9.1.0" in rows[-1].detail and "keep one cuDNN" in rows[-1].detail
+
+
+def test_the_probe_keeps_the_users_variables_but_shows_tensorflow_warnings():
+    from amp_suite.doctor.runner import probe_env
+
+    jax = FrameworkInfo(name="jax", display_name="JAX", modules=("jax",), extra="jax", precisions={},
+                        env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"})
+    assert probe_env(jax, {"XLA_PYTHON_CLIENT_PREALLOCATE": "true"})["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+    assert probe_env(jax, {})["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    assert probe_env(KERAS, {"TF_CPP_MIN_LOG_LEVEL": "3"})["TF_CPP_MIN_LOG_LEVEL"] == "0"
+    assert probe_env(KERAS, {})["KERAS_BACKEND"] == "tensorflow"
+
+
+def test_conv_probe_is_tensor_core_sized_with_exact_answers():
+    assert checks.CONV_PROBE_OUT >= 64 and checks.CONV_PROBE_IN >= 64
+    fp32, tf32 = checks.expected("conv")
+    assert tf32 == checks.CONV_PROBE_IN and fp32 - tf32 > 2 * checks.PRECISION_TOLERANCE
+
+
+def test_timing_is_sized_by_device_kind(monkeypatch):
+    import time
+
+    from amp_suite.doctor import probe_kit as kit
+
+    assert kit.timing_shape(False) == ((kit.TIMING_BATCH,), kit.TIMING_WIDTH, kit.TIMING_HIDDEN)
+    batches, width, hidden = kit.timing_shape(True)
+    assert 12 * batches[0] * width * width * hidden / 2 >= 0.3e12  # >= 10 ms at ~40 TFLOP/s float32
+    built = []
+
+    def build(batch):  # a "step" of batch milliseconds
+        built.append(batch)
+        return (lambda: time.sleep(batch / 1000)), (lambda: None), None
+
+    monkeypatch.setattr(kit, "MIN_TRIALS", 1)
+    monkeypatch.setattr(kit, "MAX_TRIALS", 1)
+    found = kit.time_sized(build, (1, 4, 50), method="sleep", min_step_s=0.003)
+    assert built == [1, 4] and found["batch"] == 4 and found["step_s"] >= 0.003
+
+
+def test_loaded_libraries_reads_the_process_map(tmp_path):
+    from amp_suite.doctor.probe_kit import loaded_libraries
+
+    maps = tmp_path / "maps"
+    maps.write_text(f"7f00-7f01 r-xp 00000000 08:01 1 {WHEEL_CUDNN}\n"
+                    f"7f01-7f02 r--p 00001000 08:01 1 {WHEEL_CUDNN}\n"
+                    "7f02-7f03 r-xp 00000000 08:01 2 /usr/lib/libc.so.6\n7f03-7f04 rw-p 00000000 00:00 0\n")
+    assert loaded_libraries("libcudnn", str(maps)) == [WHEEL_CUDNN]
+    assert loaded_libraries("libcudnn", str(tmp_path / "absent")) == []

@@ -8,15 +8,23 @@ on any machine by handing them the numbers a GPU would give.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
 # ones(K, K) * 1.0001 @ ones(K, K): every element is K * 1.0001 in float32, but
-# K exactly under TF32, whose 10-bit mantissa rounds 1.0001 to 1.0.  The same
-# for a 1x1 convolution over K input channels.
+# K exactly under TF32, whose 10-bit mantissa rounds 1.0001 to 1.0.  The
+# convolution probe is the same sum as a 1x1 convolution: all-ones weights,
+# CONV_PROBE_IN input channels of 1.0001, so every output element adds
+# CONV_PROBE_IN products.  It has CONV_PROBE_OUT output channels on a
+# CONV_PROBE_HW x CONV_PROBE_HW image: cuDNN and XLA run a convolution with a
+# single output channel on CUDA cores, where the TF32 switch changes nothing,
+# so a real (Tensor Core sized) layer shape is what tells TF32 from float32.
 PROBE_K = 1024
+CONV_PROBE_IN, CONV_PROBE_OUT, CONV_PROBE_HW = PROBE_K, 64, 16
 FP32_EXPECTED = PROBE_K * 1.0001
 TF32_EXPECTED = float(PROBE_K)
 PRECISION_TOLERANCE = 0.05  # half the gap between the two answers
@@ -29,6 +37,17 @@ MEMORY_PROBE_BYTES = 64 * 2**20
 # JAX without preallocation holds far less than the 75 % of memory it takes by default.
 PREALLOCATED_FRACTION = 0.5
 TF32_MIN_CAPABILITY = 8
+# The oldest driver branch each CUDA major version runs on (NVIDIA's CUDA
+# compatibility guide, "Minor Version Compatibility": 580 for 13.x, 525 for
+# 12.x, 450 for 11.x).
+DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
+# Lines of a probe's stderr (framework logs) worth showing beside a failure.
+LOG_PATTERN = re.compile(
+    r"could not load dynamic library|cannot dlopen|dlerror|libcudnn|libcublas|libcuda\b|cudnn version|"
+    r"loaded runtime cudnn|driver version|cuda driver|cuinit|cuda_error|jax plugin configuration error|"
+    r"unable to initialize backend|failed to initialize|nvidia gpu may be present|too old|insufficient",
+    re.IGNORECASE)
+MAX_NOTES = 3
 
 
 @dataclass(frozen=True)
@@ -58,8 +77,101 @@ def _major(capability: str) -> int:
     return int(head) if head.isdigit() else 0
 
 
+def driver_branch(driver: str | None) -> int | None:
+    """``"580.159.04"`` -> 580; None when the text holds no driver version."""
+    match = re.match(r"\s*(\d+)\.\d", str(driver or ""))
+    return int(match.group(1)) if match else None
+
+
+def leading_number(version: Any) -> int | None:
+    """The major number of a version text (``"13.0"`` -> 13, ``"9.20.0"`` -> 9), if any."""
+    match = re.match(r"\s*(\d+)", str(version or ""))
+    return int(match.group(1)) if match else None
+
+
+def driver_problem(machine_driver: str | None, cuda_build: str | None) -> str | None:
+    """Why this machine's driver cannot run a framework built for CUDA ``cuda_build``; None if it can."""
+    branch, major = driver_branch(machine_driver), leading_number(cuda_build)
+    need = DRIVER_FOR_CUDA.get(major) if major is not None else None
+    if branch is None or need is None or branch >= need:
+        return None
+    return (f"the NVIDIA driver {machine_driver} is too old for a CUDA {cuda_build} build (needs >= {need}); "
+            f"fix: update the NVIDIA driver to >= {need}, or install a build of the framework for an older CUDA")
+
+
+def cudnn_builds(libraries: list[str] | None) -> list[str]:
+    """The cuDNN builds among loaded library paths: one entry per folder and major version."""
+    builds: dict[str, None] = {}
+    for path in libraries or []:
+        match = re.match(r"libcudnn(?:_[a-z_]+)?\.so\.(\d+)", os.path.basename(str(path)))
+        if match:
+            builds.setdefault(f"cuDNN {match.group(1)} from {os.path.dirname(str(path)) or '.'}", None)
+    return list(builds)
+
+
+def cudnn_problem(section: dict[str, Any] | None) -> str | None:
+    """Two cuDNN builds in one process, or one the framework was not built against; None if fine."""
+    section = section or {}
+    builds = cudnn_builds(section.get("cudnn_libraries"))
+    if len(builds) > 1:
+        return (f"two cuDNN builds are loaded: {builds[0]} and {builds[1]}; fix: keep one — remove the folder "
+                "of the one the framework does not ship with from LD_LIBRARY_PATH (or uninstall that copy), "
+                "or install the frameworks in separate environments")
+    compiled, loaded = leading_number(section.get("cudnn_compiled")), leading_number(section.get("cudnn"))
+    if compiled is not None and loaded is not None and compiled != loaded:
+        where = f" ({builds[0]})" if builds else ""
+        return (f"built against cuDNN {section.get('cudnn_compiled')} but cuDNN {section.get('cudnn')} is "
+                f"loaded{where}; fix: keep only the cuDNN {compiled} the framework's wheels bring — drop other "
+                "cuDNN folders from LD_LIBRARY_PATH")
+    return None
+
+
+def log_notes(lines: list[str] | None, limit: int = MAX_NOTES) -> list[str]:
+    """The lines of a framework's log that say why a GPU could not be used (deduplicated, in order)."""
+    found: dict[str, None] = {}
+    for line in lines or []:
+        text = " ".join(str(line).split())
+        if text and LOG_PATTERN.search(text):
+            found.setdefault(text[:300], None)
+    return list(found)[:limit]
+
+
+def diagnose(section: dict[str, Any] | None, *, machine_driver: str, install_line: str,
+             notes: list[str] | None = None) -> str:
+    """Why a framework does not use the GPU, and the fix that matches the cause.
+
+    Causes, first match wins: a driver older than the framework's CUDA build
+    needs; two cuDNN builds loaded; a CPU-only build (the install line); a CUDA
+    build whose GPU backend failed to start (the reason it gave, and the
+    install line only when the reason names none of the causes above).
+    """
+    section = section or {}
+    reason = " ".join(str(section.get("gpu_error") or "").split())[:500]
+    captured = log_notes([reason, *(section.get("log_notes") or []), *(notes or [])])
+    said = f" (framework says: {' | '.join(captured)})" if captured else ""
+    build = section.get("cuda_build_version")
+    problem = driver_problem(machine_driver, build) if section.get("cuda_build") else None
+    if problem is None and section.get("cuda_build") and re.search(
+            r"driver version is insufficient|driver.{0,40}too old|CUDA_ERROR_SYSTEM_DRIVER_MISMATCH|"
+            r"older than the CUDA", reason + " " + " ".join(captured), re.IGNORECASE):
+        need = DRIVER_FOR_CUDA.get(leading_number(build) or 0)
+        target = f">= {need}" if need else "the version its CUDA build needs"
+        problem = f"the NVIDIA driver {machine_driver or '?'} is too old; fix: update the NVIDIA driver to {target}"
+    if problem is None:
+        problem = cudnn_problem(section)
+    if problem is not None:
+        return f"{problem}{said}"
+    if not section.get("cuda_build"):
+        return f"a CPU-only build{said}; fix: {install_line}"
+    if reason:
+        others = [note for note in captured if note != reason[:300]]
+        also = f" (framework says: {' | '.join(others)})" if others else ""
+        return f"a CUDA build whose GPU backend failed to start: {reason}{also}; fix: {install_line}"
+    return f"a CUDA build that sees no GPU{said}; fix: {install_line}"
+
+
 def judge_device(scope: str, section: dict[str, Any] | None, *, expect_gpu: bool, machine: str,
-                 install_line: str) -> CheckResult:
+                 install_line: str, machine_driver: str = "", notes: list[str] | None = None) -> CheckResult:
     """The framework sees the device the user expects: a CUDA GPU on a GPU machine, else the CPU."""
     check = "sees the expected device"
     if (bad := _error(scope, check, section)) is not None:
@@ -74,9 +186,29 @@ def judge_device(scope: str, section: dict[str, Any] | None, *, expect_gpu: bool
         return CheckResult(scope, check, PASSED, "GPU: " + ", ".join(f for f in facts if f))
     build = "a CUDA build" if section.get("cuda_build") else "a CPU-only build"
     if expect_gpu:
-        return CheckResult(scope, check, FAILED,
-                           f"{build} that sees no GPU, on a machine with {machine}; fix: {install_line}")
+        why = diagnose(section, machine_driver=machine_driver, install_line=install_line, notes=notes)
+        return CheckResult(scope, check, FAILED, f"sees no GPU on a machine with {machine}: {why}")
     return CheckResult(scope, check, PASSED, f"CPU ({build}; {machine})")
+
+
+def judge_cudnn(scope: str, section: dict[str, Any] | None, *, on_gpu: bool) -> CheckResult:
+    """One cuDNN build in the process, the major version the framework was built against."""
+    check = "one cuDNN build loaded"
+    if not on_gpu:
+        return CheckResult(scope, check, SKIPPED, "cuDNN is loaded only with a GPU")
+    if (bad := _error(scope, check, section)) is not None:
+        return bad
+    problem = cudnn_problem(section)
+    if problem:
+        return CheckResult(scope, check, FAILED, problem)
+    builds = cudnn_builds((section or {}).get("cudnn_libraries"))
+    return CheckResult(scope, check, PASSED, builds[0] if builds else "no libcudnn mapped (none used yet)")
+
+
+def expected(op: str) -> tuple[float, float]:
+    """(float32, TF32) answers of the ``op`` probe: the sum of K products of 1.0001 and 1."""
+    k = CONV_PROBE_IN if op == "conv" else PROBE_K
+    return k * 1.0001, float(k)
 
 
 def judge_fp32(scope: str, op: str, section: dict[str, Any] | None) -> CheckResult:
@@ -85,13 +217,14 @@ def judge_fp32(scope: str, op: str, section: dict[str, Any] | None) -> CheckResu
     if (bad := _error(scope, check, section)) is not None:
         return bad
     assert section is not None
+    fp32, tf32 = expected(op)
     value = section.get(f"{op}_fp32")
     if value is None:
         return CheckResult(scope, check, FAILED, "no result")
-    if abs(value - FP32_EXPECTED) <= PRECISION_TOLERANCE:
-        return CheckResult(scope, check, PASSED, f"{value:.4f} (float32 gives {FP32_EXPECTED:.4f})")
-    hint = " — TF32 (or lower) precision is on for fp32" if abs(value - TF32_EXPECTED) <= PRECISION_TOLERANCE else ""
-    return CheckResult(scope, check, FAILED, f"{value:.4f}, expected {FP32_EXPECTED:.4f}{hint}")
+    if abs(value - fp32) <= PRECISION_TOLERANCE:
+        return CheckResult(scope, check, PASSED, f"{value:.4f} (float32 gives {fp32:.4f})")
+    hint = " — TF32 (or lower) precision is on for fp32" if abs(value - tf32) <= PRECISION_TOLERANCE else ""
+    return CheckResult(scope, check, FAILED, f"{value:.4f}, expected {fp32:.4f}{hint}")
 
 
 def judge_tf32(scope: str, op: str, section: dict[str, Any] | None, *, on_gpu: bool,
@@ -105,13 +238,14 @@ def judge_tf32(scope: str, op: str, section: dict[str, Any] | None, *, on_gpu: b
     if (bad := _error(scope, check, section)) is not None:
         return bad
     assert section is not None
+    fp32, tf32 = expected(op)
     value = section.get(f"{op}_tf32")
     if value is None:
         return CheckResult(scope, check, FAILED, "no result")
-    if abs(value - TF32_EXPECTED) <= PRECISION_TOLERANCE:
-        return CheckResult(scope, check, PASSED, f"{value:.4f} (TF32 gives {TF32_EXPECTED:.1f})")
-    hint = " — still float32: the TF32 switch has no effect" if abs(value - FP32_EXPECTED) <= PRECISION_TOLERANCE else ""
-    return CheckResult(scope, check, FAILED, f"{value:.4f}, expected {TF32_EXPECTED:.1f}{hint}")
+    if abs(value - tf32) <= PRECISION_TOLERANCE:
+        return CheckResult(scope, check, PASSED, f"{value:.4f} (TF32 gives {tf32:.1f})")
+    hint = " — still float32: the TF32 switch has no effect" if abs(value - fp32) <= PRECISION_TOLERANCE else ""
+    return CheckResult(scope, check, FAILED, f"{value:.4f}, expected {tf32:.1f}{hint}")
 
 
 def judge_amp(scope: str, precision: str, compute_dtype: str, section: dict[str, Any] | None) -> CheckResult:
@@ -213,7 +347,8 @@ def judge_preallocation(scope: str, section: dict[str, Any] | None, *, on_gpu: b
     assert section is not None
     env = section.get("preallocate_env")
     if str(env).lower() != "false":
-        return CheckResult(scope, check, FAILED, f"XLA_PYTHON_CLIENT_PREALLOCATE is {env!r}, not 'false'")
+        return CheckResult(scope, check, FAILED, f"XLA_PYTHON_CLIENT_PREALLOCATE is {env!r}, not 'false' (a value "
+                           "set in your environment wins over the plugin's default, in the sweep as here)")
     if not on_gpu:
         return CheckResult(scope, check, PASSED, "XLA_PYTHON_CLIENT_PREALLOCATE=false before import "
                            "(the GPU pool itself is not checked on the CPU)")

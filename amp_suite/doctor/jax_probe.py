@@ -9,6 +9,7 @@ this module imports JAX; the ``preallocation`` section reports what it found.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -18,9 +19,30 @@ import jax
 if len(sys.argv) > 1 and sys.argv[1] == "cpu":  # before any backend starts
     jax.config.update("jax_platforms", "cpu")
 
+
+class _Notes(logging.Handler):
+    """Keeps the warnings JAX logs while it looks for and starts its backends (plugin errors among them)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if record.exc_info and record.exc_info[1] is not None:
+            text += f": {type(record.exc_info[1]).__name__}: {record.exc_info[1]}"
+        self.lines.append(" ".join(text.split())[:500])
+
+
+NOTES = _Notes()
+logging.getLogger("jax._src.xla_bridge").addHandler(NOTES)
+# Why the GPU backend is not usable: jax.devices("gpu")'s error and JAX's own record of failed backends.
+GPU_ERRORS: list[str] = []
+
 import haiku as hk  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import jmp  # noqa: E402
+import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from amp_suite.doctor import probe_kit as kit  # noqa: E402
@@ -30,7 +52,14 @@ def _choose(requested: str) -> Any:
     if requested != "cpu":
         try:
             return jax.devices("gpu")[0]
-        except RuntimeError:
+        except RuntimeError as exc:
+            GPU_ERRORS.append(str(exc))
+        try:
+            from jax._src import xla_bridge
+
+            GPU_ERRORS.extend(f"{name}: {error}" for name, error in
+                              (getattr(xla_bridge, "_backend_errors", None) or {}).items())
+        except Exception:  # a private record: absent in some versions
             pass
     return jax.devices("cpu")[0]
 
@@ -46,25 +75,43 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _cuda_versions() -> tuple[str, str]:
+def _cuda_versions() -> dict[str, str]:
     from jax._src.lib import cuda_versions
 
     from amp_suite.devices import version_text
 
     if cuda_versions is None:
-        return "", ""
-    return (version_text(cuda_versions.cuda_runtime_get_version(), "cuda"),
-            version_text(cuda_versions.cudnn_get_version(), "cudnn"))
+        return {}
+
+    def ask(function: str, kind: str) -> str:
+        get = getattr(cuda_versions, function, None)
+        try:
+            return version_text(get(), kind) if get is not None else ""
+        except Exception:
+            return ""
+
+    return {"cuda_runtime": ask("cuda_runtime_get_version", "cuda"), "cudnn": ask("cudnn_get_version", "cudnn"),
+            "cudnn_compiled": ask("cudnn_build_version", "cudnn")}
 
 
 def device_section(dev: Any) -> dict[str, Any]:
     plugins = [name for name in ("jax_cuda13_plugin", "jax_cuda12_plugin") if _importable(name)]
-    found: dict[str, Any] = {"kind": "gpu" if found_gpu(dev) else "cpu",
-                             "cuda_build": bool(plugins)}
+    found: dict[str, Any] = {"kind": "gpu" if found_gpu(dev) else "cpu", "cuda_build": bool(plugins)}
+    if plugins:  # the plugin's name says the CUDA major it was built for
+        found["cuda_build_version"] = plugins[0].removeprefix("jax_cuda").removesuffix("_plugin")
+    if GPU_ERRORS:
+        found["gpu_error"] = " | ".join(dict.fromkeys(" ".join(e.split()) for e in GPU_ERRORS))[:1000]
+    if NOTES.lines:
+        found["log_notes"] = list(dict.fromkeys(NOTES.lines))[:10]
     if found["kind"] == "gpu":
-        runtime, cudnn = _cuda_versions()
+        found.update({k: v for k, v in _cuda_versions().items() if v})
         found.update(name=dev.device_kind, compute_capability=str(getattr(dev, "compute_capability", "")),
-                     driver=str(getattr(dev.client, "platform_version", "")), cuda_runtime=runtime, cudnn=cudnn)
+                     driver=str(getattr(dev.client, "platform_version", "")))
+        # cuDNN loads lazily: run one convolution, then see which libcudnn files are mapped.
+        conv = jax.jit(lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME"))
+        jax.block_until_ready(conv(jax.device_put(jnp.ones((1, 8, 8, 8)), dev),
+                                   jax.device_put(jnp.ones((8, 8, 3, 3)), dev)))
+        found["cudnn_libraries"] = kit.loaded_libraries("libcudnn")
     return found
 
 
@@ -72,17 +119,19 @@ def precision_section(dev: Any) -> dict[str, Any]:
     k = kit.PROBE_K
     a = jax.device_put(jnp.ones((k, k)) * 1.0001, dev)
     b = jax.device_put(jnp.ones((k, k)), dev)
-    image = jax.device_put(jnp.ones((1, 8, 8, k)) * 1.0001, dev)
-    kernel = jax.device_put(jnp.ones((1, 1, k, 1)), dev)
+    hw = kit.CONV_PROBE_HW  # CONV_PROBE_IN channels of 1.0001 into CONV_PROBE_OUT all-ones 1x1 filters
+    image = jax.device_put(jnp.ones((1, hw, hw, kit.CONV_PROBE_IN)) * 1.0001, dev)
+    kernel = jax.device_put(jnp.ones((1, 1, kit.CONV_PROBE_IN, kit.CONV_PROBE_OUT)), dev)
     found: dict[str, Any] = {}
     modes = [("fp32", "highest"), ("tf32", "tensorfloat32")] if found_gpu(dev) else [("fp32", "highest")]
     for name, precision in modes:
         with jax.default_matmul_precision(precision):  # as the suite sets jax_default_matmul_precision
-            matmul = jax.jit(lambda x, y: jnp.mean(x @ y))
-            conv = jax.jit(lambda x, w: jnp.mean(jax.lax.conv_general_dilated(
-                x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC"))))
-            found[f"matmul_{name}"] = float(matmul(a, b))
-            found[f"conv_{name}"] = float(conv(image, kernel))
+            matmul = jax.jit(lambda x, y: x @ y)
+            conv = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
+                x, w, (1, 1), "VALID", dimension_numbers=("NHWC", "HWIO", "NHWC")))
+            # averaged on the host in float64, so no float32 reduction blurs the two answers
+            found[f"matmul_{name}"] = float(np.mean(np.asarray(matmul(a, b)), dtype=np.float64))
+            found[f"conv_{name}"] = float(np.mean(np.asarray(conv(image, kernel)), dtype=np.float64))
     return found
 
 
@@ -153,31 +202,39 @@ def loss_scale_section(dev: Any) -> dict[str, Any]:
 
 
 def timing_section(dev: Any) -> dict[str, Any]:
-    keys = jax.random.split(jax.random.PRNGKey(0), 4)
-    width, batch = kit.TIMING_WIDTH, kit.TIMING_BATCH
-    params = jax.device_put({"w1": jax.random.normal(keys[0], (width, width)) * 0.05, "w2":
-                             jax.random.normal(keys[1], (width, 10)) * 0.05}, dev)
-    x = jax.device_put(jax.random.uniform(keys[2], (batch, width)), dev)
-    y = jax.device_put(jax.random.randint(keys[3], (batch,), 0, 10), dev)
+    batches, width, hidden = kit.timing_shape(found_gpu(dev))
 
-    def loss_fn(p: Any) -> Any:
-        logits = jax.nn.relu(x @ p["w1"]) @ p["w2"]
-        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+    def build(batch: int) -> kit.StepKit:
+        keys = jax.random.split(jax.random.PRNGKey(0), hidden + 3)
+        params = jax.device_put({f"w{i}": jax.random.normal(keys[i], (width, width)) * 0.02 for i in range(hidden)}
+                                | {"out": jax.random.normal(keys[hidden], (width, 10)) * 0.02}, dev)
+        x = jax.device_put(jax.random.uniform(keys[hidden + 1], (batch, width)), dev)
+        y = jax.device_put(jax.random.randint(keys[hidden + 2], (batch,), 0, 10), dev)
 
-    @jax.jit
-    def train(p: Any) -> tuple[Any, Any]:
-        loss, grads = jax.value_and_grad(loss_fn)(p)
-        return jax.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, grads), loss
+        def loss_fn(p: Any) -> Any:
+            h = x
+            for i in range(hidden):
+                h = jax.nn.relu(h @ p[f"w{i}"])
+            return optax.softmax_cross_entropy_with_integer_labels(h @ p["out"], y).mean()
 
-    state: list[Any] = [params, None]
+        @jax.jit
+        def train(p: Any) -> tuple[Any, Any]:
+            with jax.default_matmul_precision("highest"):  # a float32 step, as the fp32 cells run it
+                loss, grads = jax.value_and_grad(loss_fn)(p)
+            return jax.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, grads), loss
 
-    def step() -> None:
-        state[0], state[1] = train(state[0])
+        state: list[Any] = [params, None]
 
-    def wait() -> None:
-        jax.block_until_ready(state)
+        def step() -> None:
+            state[0], state[1] = train(state[0])
 
-    return kit.time_steps(step, wait, method="host clock after block_until_ready")
+        def wait() -> None:
+            jax.block_until_ready(state)
+
+        return step, wait, None
+
+    found = kit.time_sized(build, batches, method="host clock after block_until_ready")
+    return {**found, "width": width, "hidden_layers": hidden}
 
 
 def memory_section(dev: Any) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from amp_suite.doctor import probe_kit as kit
@@ -37,27 +38,40 @@ def _name(dtype: Any) -> str:
 def device_section(where: str) -> dict[str, Any]:
     build = tf.sysconfig.get_build_info()
     found: dict[str, Any] = {"kind": "gpu" if "GPU" in where else "cpu", "cuda_build": tf.test.is_built_with_cuda(),
-                             "cuda_runtime": build.get("cuda_version"), "cudnn": build.get("cudnn_version")}
+                             "cuda_runtime": build.get("cuda_version"), "cudnn": build.get("cudnn_version"),
+                             "cuda_build_version": build.get("cuda_version")}
     if found["kind"] == "gpu":
         details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
         capability = details.get("compute_capability") or (0, 0)
         found.update(name=details.get("device_name", "GPU:0"), compute_capability=f"{capability[0]}.{capability[1]}")
+        # cuDNN loads lazily: run one convolution, then see which libcudnn files are mapped.
+        with tf.device(where):
+            float(tf.reduce_sum(tf.nn.conv2d(tf.ones((1, 8, 8, 8)), tf.ones((3, 3, 8, 8)), 1, "SAME")))
+        found["cudnn_libraries"] = kit.loaded_libraries("libcudnn")
+    # TensorFlow's library-load warnings go to stderr: the doctor reads them there.
     return found
 
 
 def precision_section(where: str) -> dict[str, Any]:
-    k = kit.PROBE_K
+    """The probes compiled with XLA (``jit_compile=True``), as the suite trains Keras models."""
+    k, hw = kit.PROBE_K, kit.CONV_PROBE_HW
     found: dict[str, Any] = {}
     modes = [("fp32", False), ("tf32", True)] if "GPU" in where else [("fp32", False)]
     with tf.device(where):
         a = tf.ones((k, k)) * 1.0001
         b = tf.ones((k, k))
-        image = tf.ones((1, 8, 8, k)) * 1.0001
-        kernel = tf.ones((1, 1, k, 1))
+        # NHWC: CONV_PROBE_IN channels of 1.0001 into CONV_PROBE_OUT all-ones 1x1 filters
+        image = tf.ones((1, hw, hw, kit.CONV_PROBE_IN)) * 1.0001
+        kernel = tf.ones((1, 1, kit.CONV_PROBE_IN, kit.CONV_PROBE_OUT))
         for name, tf32 in modes:
             tf.config.experimental.enable_tensor_float_32_execution(tf32)
-            found[f"matmul_{name}"] = float(tf.reduce_mean(tf.linalg.matmul(a, b)))
-            found[f"conv_{name}"] = float(tf.reduce_mean(tf.nn.conv2d(image, kernel, 1, "VALID")))
+            # a fresh function per mode: XLA reads the TF32 switch when it compiles
+            matmul = tf.function(lambda x, y: tf.linalg.matmul(x, y), jit_compile=True)
+            conv = tf.function(lambda x, w: tf.nn.conv2d(x, w, 1, "VALID"), jit_compile=True)
+            # averaged on the host in float64: XLA's float32 sum of a million elements drifts by more
+            # than the gap between the two answers
+            found[f"matmul_{name}"] = float(np.mean(matmul(a, b).numpy(), dtype=np.float64))
+            found[f"conv_{name}"] = float(np.mean(conv(image, kernel).numpy(), dtype=np.float64))
     tf.config.experimental.enable_tensor_float_32_execution(False)
     return found
 
@@ -131,22 +145,26 @@ def loss_scale_section(where: str) -> dict[str, Any]:
 
 
 def timing_section(where: str) -> dict[str, Any]:
-    with tf.device(where):
-        width = kit.TIMING_WIDTH
-        first = keras.layers.Dense(width, activation="relu")
-        last = keras.layers.Dense(10)
-        first.build((None, width))
-        last.build((None, width))
-        variables = first.trainable_variables + last.trainable_variables
-        optimizer = keras.optimizers.SGD(0.01)
-        optimizer.build(variables)
-        x = tf.random.uniform((kit.TIMING_BATCH, width), seed=0)
-        y = tf.random.uniform((kit.TIMING_BATCH,), maxval=10, dtype=tf.int32, seed=0)
+    batches, width, hidden = kit.timing_shape("GPU" in where)
+    tf.config.experimental.enable_tensor_float_32_execution(False)  # a float32 step, as fp32 cells run it
+
+    def build(batch: int) -> kit.StepKit:
+        with tf.device(where):
+            layers = [keras.layers.Dense(width, activation="relu") for _ in range(hidden)] + [keras.layers.Dense(10)]
+            for layer in layers:
+                layer.build((None, width))
+            variables = [v for layer in layers for v in layer.trainable_variables]
+            optimizer = keras.optimizers.SGD(0.01)
+            optimizer.build(variables)
+            x = tf.random.uniform((batch, width), seed=0)
+            y = tf.random.uniform((batch,), maxval=10, dtype=tf.int32, seed=0)
 
         @tf.function
         def train(images: Any, labels: Any) -> Any:
             with tf.GradientTape() as tape:
-                logits = last(first(images))
+                logits = images
+                for layer in layers:
+                    logits = layer(logits)
                 loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels, logits))
             optimizer.apply(tape.gradient(loss, variables), variables)
             return loss
@@ -159,7 +177,10 @@ def timing_section(where: str) -> dict[str, Any]:
         def wait() -> None:
             float(last_loss[0].numpy())  # copies to the host once the step is done
 
-        return kit.time_steps(step, wait, method="host clock after loss.numpy()")
+        return step, wait, None
+
+    found = kit.time_sized(build, batches, method="host clock after loss.numpy()")
+    return {**found, "width": width, "hidden_layers": hidden}
 
 
 def memory_section(where: str) -> dict[str, Any]:

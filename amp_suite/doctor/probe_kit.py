@@ -7,15 +7,22 @@ line, one entry per section; a section that raised holds ``{"error": ...}``:
 
 - ``device``: ``kind`` (``gpu``/``cpu``), ``cuda_build``, ``name``,
   ``compute_capability``, ``driver``, ``cuda_runtime``, ``cudnn``;
+- ``device`` may add, to explain a GPU it cannot use: ``cuda_build_version``
+  (the CUDA the build targets), ``gpu_error`` (what the framework said when
+  its GPU backend failed), ``log_notes`` (its log lines), and on a GPU
+  ``cudnn_libraries`` (the ``libcudnn`` files mapped into the process after a
+  convolution ran) and ``cudnn_compiled`` (the cuDNN it was built against);
 - ``precision``: ``matmul_fp32``, ``conv_fp32`` and, on a GPU,
-  ``matmul_tf32``, ``conv_tf32`` (see :data:`checks.PROBE_K`);
+  ``matmul_tf32``, ``conv_tf32`` (see :data:`checks.PROBE_K` and
+  :data:`checks.CONV_PROBE_IN`);
 - ``amp_fp16``, ``amp_bf16``: dtype names seen inside one train step —
   ``conv``, ``matmul``, ``logits``, and lists ``params``, ``grads``;
 - ``loss_scale``: ``initial``, ``after_overflow``,
   ``overflow_params_unchanged``, ``growth_initial``, ``growth_interval``,
   ``finite_steps``, ``after_finite_steps``, ``finite_params_changed``;
 - ``timing``: ``steps``, ``per_step_sum_s``, ``wall_s`` and ``ratio`` of the
-  trial with the median sum/wall ratio, ``trials``, ``method``, ``load_per_core``;
+  trial with the median sum/wall ratio, ``trials``, ``method``, ``load_per_core``,
+  and the MLP's ``batch``, ``width``, ``hidden_layers`` and one ``step_s``;
 - ``memory``: ``api``, ``peak_bytes``, ``allocated_bytes`` (GPU only);
 - ``preallocation`` (JAX): ``preallocate_env``, ``bytes_reserved``, ``bytes_limit``.
 """
@@ -29,7 +36,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from amp_suite.doctor.checks import MEMORY_PROBE_BYTES, PROBE_K
+from amp_suite.doctor.checks import CONV_PROBE_HW, CONV_PROBE_IN, CONV_PROBE_OUT, MEMORY_PROBE_BYTES, PROBE_K
 
 # The loss-scale probe: an initial scale that overflows float16 gradients, and
 # a small one that must double after GROWTH_INTERVAL finite steps.
@@ -40,14 +47,24 @@ GROWTH_INTERVAL = 2
 # kept; at least MIN_TRIALS, more (up to MAX_TRIALS) while a busy machine keeps
 # the two further apart than AGREEMENT.
 TIMING_STEPS = 10
-# The timed step: a two-layer MLP, big enough (about 1.6 GFLOP) that one wait per
-# step costs little beside the step itself.
-TIMING_BATCH, TIMING_WIDTH = 512, 1024
+# The timed step: an MLP whose step is long enough that one wait per step costs
+# little beside the step itself.  On a CPU one hidden layer of 1024 over a batch
+# of 512 (about 1.6 GFLOP a step) is plenty.  A GPU runs that in ~0.1 ms, where
+# launch gaps and the host clock dominate, so there the MLP has two hidden
+# layers of 4096 and the batch doubles until one step takes MIN_GPU_STEP_S
+# (a float32 step of batch 2048 is ~0.4 TFLOP: ~10 ms on an H100).
+TIMING_BATCH, TIMING_WIDTH, TIMING_HIDDEN = 512, 1024, 1
+GPU_TIMING_BATCHES, GPU_TIMING_WIDTH, GPU_TIMING_HIDDEN = (2048, 4096, 8192, 16384), 4096, 2
+MIN_GPU_STEP_S = 0.010
 MIN_TRIALS, MAX_TRIALS = 3, 15
 AGREEMENT = 0.02
 
-__all__ = ["GROWTH_INTERVAL", "GROWTH_SCALE", "MEMORY_PROBE_BYTES", "OVERFLOW_SCALE", "PROBE_K",
-           "TIMING_BATCH", "TIMING_STEPS", "TIMING_WIDTH", "emit", "section", "time_steps"]
+__all__ = ["CONV_PROBE_HW", "CONV_PROBE_IN", "CONV_PROBE_OUT", "GROWTH_INTERVAL", "GROWTH_SCALE",
+           "MEMORY_PROBE_BYTES", "OVERFLOW_SCALE", "PROBE_K", "TIMING_BATCH", "TIMING_STEPS", "TIMING_WIDTH",
+           "emit", "loaded_libraries", "section", "time_sized", "time_steps", "timing_shape"]
+
+# (step, wait, timed_step or None) of an MLP step at one batch size.
+StepKit = tuple[Callable[[], None], Callable[[], None], "Callable[[], float] | None"]
 
 
 def section(report: dict[str, Any], name: str, measure: Callable[[], dict[str, Any]]) -> None:
@@ -99,6 +116,52 @@ def time_steps(step: Callable[[], None], wait: Callable[[], None], *,
             break
     return {"steps": TIMING_STEPS, "per_step_sum_s": sums[middle], "wall_s": walls[middle], "ratio": ratio,
             "trials": len(sums), "method": method, "load_per_core": _load_per_core()}
+
+
+def timing_shape(on_gpu: bool) -> tuple[tuple[int, ...], int, int]:
+    """(batches to try, width, hidden layers) of the timing MLP on this device kind."""
+    if on_gpu:
+        return GPU_TIMING_BATCHES, GPU_TIMING_WIDTH, GPU_TIMING_HIDDEN
+    return (TIMING_BATCH,), TIMING_WIDTH, TIMING_HIDDEN
+
+
+def time_sized(build: Callable[[int], StepKit], batches: tuple[int, ...], *, method: str,
+               min_step_s: float = MIN_GPU_STEP_S) -> dict[str, Any]:
+    """:func:`time_steps` on the first batch size whose step takes ``min_step_s`` (else the largest).
+
+    ``build(batch)`` returns ``(step, wait, timed_step)``.  One size alone
+    (the CPU) is timed as it is.
+    """
+    for index, batch in enumerate(batches):
+        step, wait, timed = build(batch)
+        if index < len(batches) - 1:
+            for _ in range(2):  # compile and warm up, then time one waited step
+                step()
+            wait()
+            start = time.perf_counter()
+            step()
+            wait()
+            if time.perf_counter() - start < min_step_s:
+                continue
+        found = time_steps(step, wait, timed_step=timed, method=method)
+        found.update(batch=batch, step_s=found["wall_s"] / found["steps"])
+        return found
+    raise AssertionError("no batch size")
+
+
+def loaded_libraries(fragment: str, maps: str = "/proc/self/maps") -> list[str]:
+    """Paths of the shared libraries mapped into this process whose file name holds ``fragment``."""
+    try:
+        with open(maps, encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return []
+    found: dict[str, None] = {}
+    for line in text.splitlines():
+        path = line.split(maxsplit=5)[-1] if line.count(" ") >= 5 else ""
+        if path.startswith("/") and fragment in os.path.basename(path):
+            found.setdefault(os.path.realpath(path), None)
+    return sorted(found)
 
 
 def _median_trial(sums: list[float], walls: list[float]) -> int:

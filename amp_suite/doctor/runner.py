@@ -1,9 +1,14 @@
 """Runs the doctor: machine checks here, one probe process per framework, one table.
 
 No framework is imported in this process.  Each framework's probe runs in a
-fresh interpreter with the plugin's environment variables set before the
-import (JAX's ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` among them); the numbers
-it prints are judged by :mod:`amp_suite.doctor.checks`.
+fresh interpreter with the plugin's environment variables as the sweep's
+worker sets them: defaults that a value the user exported wins over (JAX's
+``XLA_PYTHON_CLIENT_PREALLOCATE=false`` among them).  One exception:
+TensorFlow's log level is lowered to show warnings, because its
+library-load warnings are what explains a GPU it cannot use; the probe's
+stderr is read, never shown, and its telling lines go into the failed
+checks' reasons.  The numbers a probe prints are judged by
+:mod:`amp_suite.doctor.checks`.
 """
 
 from __future__ import annotations
@@ -30,13 +35,29 @@ PROBES = {
 }
 PROBE_TIMEOUT_S = 600.0
 MACHINE = "machine"
+# Set over the plugin's (and the user's) value in the doctor's probes only: the
+# warnings TensorFlow prints while loading CUDA libraries are the diagnosis.
+DOCTOR_ENV = {"TF_CPP_MIN_LOG_LEVEL": "0"}
 
 # Runs one framework's probe; returns its report, or raises ProbeError.
 ProbeRunner = Callable[[FrameworkInfo, str, float], dict[str, Any]]
 
 
 class ProbeError(Exception):
-    """A probe process crashed, hung or printed no report."""
+    """A probe process crashed, hung or printed no report; ``notes``: the telling lines of its stderr."""
+
+    def __init__(self, message: str, notes: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.notes = list(notes or [])
+
+
+def probe_env(framework: FrameworkInfo, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The probe's environment: ``base`` (this process's), the plugin's variables only where unset."""
+    env = dict(os.environ if base is None else base)
+    for name, value in framework.env.items():
+        env.setdefault(name, value)  # as amp_suite.worker does: the user's value wins
+    env.update(DOCTOR_ENV)
+    return env
 
 
 @dataclass(frozen=True)
@@ -55,7 +76,7 @@ class DoctorPlan:
 def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) -> dict[str, Any]:
     """``python -m PROBE DEVICE`` with the framework's environment; its JSON report."""
     module = PROBES[framework.name]
-    env = {**os.environ, **framework.env}
+    env = probe_env(framework)
     try:
         done = subprocess.run([sys.executable, "-m", module, "cpu" if device == "cpu" else "auto"],
                               capture_output=True, text=True, timeout=timeout_s, env=env,
@@ -67,9 +88,11 @@ def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) ->
         report = json.loads(lines[-1]) if lines else None
     except json.JSONDecodeError:
         report = None
+    notes = checks.log_notes(done.stderr.splitlines())
     if done.returncode != 0 or not isinstance(report, dict):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ProbeError(f"probe exited with code {done.returncode}: {tail[:300]}")
+        raise ProbeError(f"probe exited with code {done.returncode}: {tail[:300]}", notes)
+    report["stderr_notes"] = notes
     return report
 
 
@@ -105,9 +128,10 @@ def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu:
     on_gpu = device.get("kind") == "gpu"
     capability = str(device.get("compute_capability") or "")
     precision = report.get("precision")
+    notes = list(report.get("stderr_notes") or [])
     rows = [
         checks.judge_device(name, report.get("device"), expect_gpu=expect_gpu, machine=inventory.describe(),
-                            install_line=gpu_install_line(info)),
+                            install_line=gpu_install_line(info), machine_driver=inventory.driver, notes=notes),
         checks.judge_fp32(name, "matmul", precision),
         checks.judge_fp32(name, "conv", precision),
         checks.judge_tf32(name, "matmul", precision, on_gpu=on_gpu, capability=capability),
@@ -118,11 +142,23 @@ def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu:
         checks.judge_timing(name, report.get("timing"), on_gpu=on_gpu),
         checks.judge_memory(name, report.get("memory"), on_gpu=on_gpu),
     ]
+    if on_gpu:
+        rows.insert(1, checks.judge_cudnn(name, device, on_gpu=on_gpu))
     if "preallocation" in report:
         rows.append(checks.judge_preallocation(name, report.get("preallocation"), on_gpu=on_gpu))
     where = "GPU" if on_gpu else "CPU"
-    return [r if r.status == SKIPPED or r is rows[0] else
-            CheckResult(r.scope, r.check, r.status, f"[{where}] {r.detail}") for r in rows]
+    # What the framework logged (library-load warnings, a backend that failed) explains any failure.
+    logged = checks.log_notes([*(device.get("log_notes") or []), *notes])
+    said = f" (framework log: {' | '.join(logged)})" if logged else ""
+    out = []
+    for row in rows:
+        detail = row.detail
+        if row.status == FAILED and row is not rows[0] and said and said not in detail:
+            detail += said
+        if row.status != SKIPPED and row is not rows[0]:
+            detail = f"[{where}] {detail}"
+        out.append(CheckResult(row.scope, row.check, row.status, detail))
+    return out
 
 
 def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
@@ -149,10 +185,23 @@ def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
         try:
             report = probe(info, plan.device, plan.timeout_s)
         except ProbeError as exc:
-            rows.append(CheckResult(info.name, "probe ran", FAILED, str(exc)))
+            rows.append(CheckResult(info.name, "probe ran", FAILED, _probe_failure(exc, info, inventory)))
             continue
         rows.extend(framework_checks(info, report, expect_gpu=expect_gpu, inventory=inventory))
     return rows
+
+
+def _probe_failure(exc: ProbeError, info: FrameworkInfo, inventory: NvidiaInventory) -> str:
+    """A crashed probe's row: its error, what the framework logged, and a fix when the log names the cause."""
+    text = str(exc)
+    if exc.notes:
+        text += f" (framework log: {' | '.join(exc.notes)})"
+    logged = " ".join(exc.notes)
+    if inventory.present and "cudnn" in logged.lower():
+        text += "; fix: keep one cuDNN — drop other cuDNN folders from LD_LIBRARY_PATH (see the log above)"
+    elif inventory.present and any(w in logged.lower() for w in ("driver version", "too old", "insufficient")):
+        text += "; fix: update the NVIDIA driver (docs/gpu.md names the version each build needs)"
+    return text
 
 
 def render_table(rows: list[CheckResult]) -> str:

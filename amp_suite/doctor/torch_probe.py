@@ -8,6 +8,7 @@ suite's recipe does, never the plugin's internals.
 from __future__ import annotations
 
 import sys
+import warnings
 from typing import Any
 
 import torch
@@ -15,8 +16,23 @@ import torch
 from amp_suite.doctor import probe_kit as kit
 
 
+# Why CUDA is not usable, as torch said it (warnings of is_available, the error of init).
+GPU_ERRORS: list[str] = []
+
+
 def _device(requested: str) -> torch.device:
-    return torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
+    if requested == "cpu":
+        return torch.device("cpu")
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        available = torch.cuda.is_available()
+    GPU_ERRORS.extend(str(w.message) for w in said)
+    if not available and torch.version.cuda is not None:
+        try:
+            torch.cuda.init()
+        except Exception as exc:  # e.g. "The NVIDIA driver on your system is too old"
+            GPU_ERRORS.append(f"{type(exc).__name__}: {exc}")
+    return torch.device("cuda" if available else "cpu")
 
 
 def _set_tf32(on: bool) -> None:
@@ -26,14 +42,28 @@ def _set_tf32(on: bool) -> None:
 
 
 def device_section(dev: torch.device) -> dict[str, Any]:
+    from amp_suite.devices import version_text
+
     found: dict[str, Any] = {"kind": "gpu" if dev.type == "cuda" else "cpu",
-                             "cuda_build": torch.version.cuda is not None, "cuda_runtime": torch.version.cuda}
+                             "cuda_build": torch.version.cuda is not None, "cuda_runtime": torch.version.cuda,
+                             "cuda_build_version": torch.version.cuda}
+    if GPU_ERRORS:
+        found["gpu_error"] = " | ".join(dict.fromkeys(" ".join(e.split()) for e in GPU_ERRORS))[:1000]
     if dev.type == "cuda":
         props = torch.cuda.get_device_properties(dev)
         driver = getattr(torch._C, "_cuda_getDriverVersion", lambda: 0)()
         found.update(name=props.name, compute_capability=f"{props.major}.{props.minor}",
-                     cudnn=str(torch.backends.cudnn.version()),
                      driver=f"supports CUDA {driver // 1000}.{driver % 1000 // 10}" if driver else "")
+        cudnn = getattr(torch._C, "_cudnn", None)  # read directly: version() raises on a mismatch
+        if cudnn is not None and hasattr(cudnn, "getRuntimeVersion"):
+            found["cudnn"] = ".".join(str(part) for part in cudnn.getRuntimeVersion())
+            found["cudnn_compiled"] = ".".join(str(part) for part in cudnn.getCompileVersion())
+        else:
+            found["cudnn"] = version_text(torch.backends.cudnn.version(), "cudnn")
+        # cuDNN loads lazily: run one convolution, then see which libcudnn files are mapped.
+        torch.nn.functional.conv2d(torch.ones(1, 8, 8, 8, device=dev), torch.ones(8, 8, 3, 3, device=dev))
+        torch.cuda.synchronize()
+        found["cudnn_libraries"] = kit.loaded_libraries("libcudnn")
     return found
 
 
@@ -41,8 +71,9 @@ def precision_section(dev: torch.device) -> dict[str, Any]:
     k = kit.PROBE_K
     a = torch.ones(k, k, device=dev) * 1.0001
     b = torch.ones(k, k, device=dev)
-    image = torch.ones(1, k, 8, 8, device=dev) * 1.0001
-    kernel = torch.ones(1, k, 1, 1, device=dev)
+    # NCHW: CONV_PROBE_IN channels of 1.0001 into CONV_PROBE_OUT all-ones 1x1 filters
+    image = torch.ones(1, kit.CONV_PROBE_IN, kit.CONV_PROBE_HW, kit.CONV_PROBE_HW, device=dev) * 1.0001
+    kernel = torch.ones(kit.CONV_PROBE_OUT, kit.CONV_PROBE_IN, 1, 1, device=dev)
     found: dict[str, Any] = {}
     modes = [("fp32", False), ("tf32", True)] if dev.type == "cuda" else [("fp32", False)]
     for name, tf32 in modes:
@@ -111,37 +142,45 @@ def loss_scale_section(dev: torch.device) -> dict[str, Any]:
 
 
 def timing_section(dev: torch.device) -> dict[str, Any]:
-    torch.manual_seed(0)
-    width = kit.TIMING_WIDTH
-    model = torch.nn.Sequential(torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, 10)).to(dev)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    x = torch.rand(kit.TIMING_BATCH, width, device=dev)
-    y = torch.randint(0, 10, (kit.TIMING_BATCH,), device=dev)
-    last: list[Any] = [None]
+    gpu = dev.type == "cuda"
+    batches, width, hidden = kit.timing_shape(gpu)
+    _set_tf32(False)  # a float32 step, as the fp32 cells run it
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        last[0] = loss
+    def build(batch: int) -> kit.StepKit:
+        torch.manual_seed(0)
+        layers: list[Any] = []
+        for _ in range(hidden):
+            layers += [torch.nn.Linear(width, width), torch.nn.ReLU()]
+        model = torch.nn.Sequential(*layers, torch.nn.Linear(width, 10)).to(dev)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+        x = torch.rand(batch, width, device=dev)
+        y = torch.randint(0, 10, (batch,), device=dev)
+        last: list[Any] = [None]
 
-    def wait() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize()
-        float(last[0].item())
+        def step() -> None:
+            optimizer.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(x), y)
+            loss.backward()
+            optimizer.step()
+            last[0] = loss
 
-    def event_timed() -> float:  # how the suite times a CUDA step
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        step()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1000.0
+        def wait() -> None:
+            if gpu:
+                torch.cuda.synchronize()
+            float(last[0].item())
 
-    if dev.type == "cuda":
-        return kit.time_steps(step, wait, timed_step=event_timed, method="CUDA events")
-    return kit.time_steps(step, wait, method="host clock after loss.item()")
+        def event_timed() -> float:  # how the suite times a CUDA step
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+
+        return step, wait, (event_timed if gpu else None)
+
+    found = kit.time_sized(build, batches, method="CUDA events" if gpu else "host clock after loss.item()")
+    return {**found, "width": width, "hidden_layers": hidden}
 
 
 def memory_section(dev: torch.device) -> dict[str, Any]:

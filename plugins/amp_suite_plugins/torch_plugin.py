@@ -27,6 +27,15 @@ backward, so a step's update is the one of the mean loss over the global
 batch.  BatchNorm statistics are per replica (DDP's default, with rank 0's
 buffers broadcast before each forward) unless ``sync_batch_norm`` asks for
 ``SyncBatchNorm``, which PyTorch implements on GPUs only.
+
+Optimizer kernels: option ``fused`` (default false) builds the ``torch.optim``
+optimizer with ``fused=True``, one kernel for the whole update (on CUDA a
+``GradScaler`` then unscales and checks inside that kernel instead of reading
+``found_inf`` with a synchronizing ``.item()`` every step).  Without it torch
+picks its default: ``foreach`` (multi-tensor) on CUDA, a per-parameter loop on
+the CPU.  An optimizer without a fused kernel for the device is refused
+(``UnsupportedError``).  The figure ``optimizer_implementation`` says which
+ran: ``fused``, ``foreach`` or ``for-loop``.
 """
 
 from __future__ import annotations
@@ -40,6 +49,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.environment import package_version
+from amp_suite.errors import UnsupportedError
 from amp_suite.layers import dense_after_flatten, walk
 from amp_suite.plugin_kit import (
     STANDARD_PRECISIONS,
@@ -136,6 +146,12 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     notes.append(f"channels_last={bool(run.options.get('channels_last', True))}")
     if run.options.get("compile", False):
         notes.append("torch.compile=inductor (compiled in the warm-up steps)")
+    if run.options.get("fused", False):
+        notes.append("optimizer=fused (torch.optim ... fused=True: one kernel per step; the figure "
+                     "optimizer_implementation confirms it)")
+    else:
+        notes.append("optimizer=torch's default implementation (foreach on CUDA, for-loop on the CPU; "
+                     "the figure optimizer_implementation says which ran)")
     if applied.compute_dtype != "float32":
         notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
         notes.append(f"sigmoid={applied.compute_dtype} (autocast leaves sigmoid, swish and relu6 to their "
@@ -287,24 +303,61 @@ def _load(torch: Any, net: Any, variables: dict[str, np.ndarray], flattened: dic
                 net.kinds[layer], leaf, value, flattened.get(layer)))))
 
 
-def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any) -> tuple[Any, Any]:
-    """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient)."""
+def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool = False,
+                    device_type: str = "cpu") -> tuple[Any, Any]:
+    """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient).
+
+    ``fused`` asks for the single-kernel implementation; an optimizer or device
+    without one raises :class:`UnsupportedError`.
+    """
+    params = list(params)
     if spec.name == "sgd":
-        optimizer = torch.optim.SGD(params, lr=spec.learning_rate, momentum=spec.momentum,
-                                    weight_decay=spec.weight_decay)
+        cls, kwargs = torch.optim.SGD, dict(lr=spec.learning_rate, momentum=spec.momentum,
+                                            weight_decay=spec.weight_decay)
     elif spec.name == "rmsprop":
-        optimizer = torch.optim.RMSprop(params, lr=spec.learning_rate, alpha=spec.rho, eps=spec.epsilon,
-                                        weight_decay=spec.weight_decay, momentum=0.0, centered=False)
+        cls, kwargs = torch.optim.RMSprop, dict(lr=spec.learning_rate, alpha=spec.rho, eps=spec.epsilon,
+                                                weight_decay=spec.weight_decay, momentum=0.0, centered=False)
     elif spec.name == "adam":
-        optimizer = torch.optim.Adam(params, lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
-                                     eps=spec.epsilon, weight_decay=spec.weight_decay)
+        cls, kwargs = torch.optim.Adam, dict(lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
+                                             eps=spec.epsilon, weight_decay=spec.weight_decay)
     else:
         raise ValueError(f"torch plugin has no optimizer {spec.name!r}")
+    if fused:
+        import inspect
+
+        if "fused" not in inspect.signature(cls).parameters:
+            raise UnsupportedError(f"option fused: torch {torch.__version__} has no fused {cls.__name__} "
+                                   f"(optimizer {spec.name!r}); run without fused")
+        try:
+            optimizer = cls(params, fused=True, **kwargs)
+        except (RuntimeError, ValueError, TypeError) as exc:  # e.g. no fused kernel for this device
+            raise UnsupportedError(f"option fused: torch {torch.__version__} cannot run a fused "
+                                   f"{cls.__name__} on {device_type}: {' '.join(str(exc).split())[:300]}") from None
+    else:
+        optimizer = cls(params, **kwargs)
     scheduler = None
     if spec.schedule != "constant":
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda step: learning_rate_at(spec, step) / spec.learning_rate)
     return optimizer, scheduler
+
+
+def optimizer_implementation(torch: Any, optimizer: Any) -> str:
+    """Which of torch's implementations ``optimizer.step()`` runs: ``fused``, ``foreach`` or ``for-loop``."""
+    defaults = optimizer.defaults
+    if defaults.get("fused"):
+        return "fused"
+    if defaults.get("foreach") is not None:
+        return "foreach" if defaults["foreach"] else "for-loop"
+    # None: torch decides at each step, as below (torch.optim.optimizer._default_to_fused_or_foreach)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        _, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+    except Exception:  # a private helper: fall back to its documented rule (all parameters on CUDA)
+        foreach = bool(params) and all(p.is_cuda for p in params)
+    return "foreach" if foreach else "for-loop"
 
 
 @hookimpl
@@ -326,7 +379,8 @@ def build_model(
     _load(torch, net, {**initial_weights, **initial_state}, flattened)
     net = net.to(dev, memory_format=memory_format)
     net.train()
-    optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters())
+    optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters(),
+                                           fused=bool(run.options.get("fused", False)), device_type=dev.type)
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     scaler = None
     if applied.loss_scaling == "dynamic":
@@ -558,7 +612,9 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
         "param_count": int(sum(p.numel() for p in model.module.parameters() if p.requires_grad)),
         "framework_version": f"torch {package_version('torch') or torch.__version__}",
         "torch_num_threads": torch.get_num_threads(),
-        "compilation": "torch.compile (inductor)" if model.train_forward is not model.module else "eager",
+        # from the option, not the object: a data-parallel cell's DDP wrapper is not the module either
+        "compilation": "torch.compile (inductor)" if run.options.get("compile", False) else "eager",
+        "optimizer_implementation": optimizer_implementation(torch, model.optimizer),
     }
     if model.device_type == "cuda":
         torch.cuda.synchronize()

@@ -177,6 +177,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     window_steps=settings.window_steps, latency_steps=settings.latency_steps,
                     window_seconds=settings.window_seconds, settle_warmup=settings.settle_warmup,
                     min_timed_steps=settings.min_timed_steps, min_timed_seconds=settings.min_timed_seconds,
+                    extend_timing=settings.extend_timing,
                     batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
                     dataset=settings.dataset, train_split=settings.train_split,
                     val_split=settings.val_split,

@@ -67,6 +67,7 @@ class SweepSettings:
     settle_warmup: bool = False  # after `warmup` steps, keep warming up until the step time settles
     min_timed_steps: int = 8     # a cell with fewer timed steps is flagged in the report
     min_timed_seconds: float = 0.02  # a cell whose timed windows last less in all is flagged
+    extend_timing: bool = False  # short of those bounds: time further training after validation instead
     batch_size: int | None = None  # None: each workload's own batch size
     repeats: int = 1
     timeout: float = 900.0
@@ -138,6 +139,7 @@ SETTINGS_FIELDS: dict[str, Field] = {
     "settle_warmup": Field(bool),
     "min_timed_steps": Field(int, minimum=1, maximum=1_000_000),
     "min_timed_seconds": Field(float, minimum=0, maximum=24 * 3600),
+    "extend_timing": Field(bool),
     "batch_size": Field(int, minimum=1, maximum=65_536, optional=True),
     "repeats": Field(int, minimum=1, maximum=1_000),
     "timeout": Field(float, above=0, maximum=7 * 24 * 3600),

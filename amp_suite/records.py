@@ -220,6 +220,7 @@ class RunSpec:
     settle_warmup: bool = False  # warm up beyond ``warmup`` until the step time settles
     min_timed_steps: int = 8  # fewer timed steps: the cell's timing is flagged
     min_timed_seconds: float = 0.02  # shorter timed windows in all: flagged
+    extend_timing: bool = False  # short of the bounds: time windows of further training after validation
     batch_size: int = 128
     seed: int = 0
     dataset: str = "synthetic"

@@ -40,7 +40,7 @@ def test_a_gpu_sweep_times_long_settled_windows(monkeypatch):
     run = cells[0].run
     assert "tf32" in gpu.settings.precisions
     assert run.steps == 1500 and run.settle_warmup and run.window_seconds == 1.0
-    assert run.min_timed_steps == 300 and run.min_timed_seconds == 1.0
+    assert run.min_timed_steps == 300 and run.min_timed_seconds == 3.0 and run.extend_timing
     cpu_run = plan_cells(for_device_kind(config, "cpu"), for_device_kind(config, "cpu").settings)[0].run
     assert cpu_run.steps == 20 and not cpu_run.settle_warmup and cpu_run.window_seconds == 0
 
@@ -109,3 +109,48 @@ def test_amp_is_reported_over_tf32_too_with_energy_and_flags():
     # without a tf32 cell, neither the heading nor a cell speaks of tf32
     plain = render_markdown([results[0], results[2]], {})
     assert "over tf32" not in plain
+
+
+def _inline_cell(tiny_config, tmp_path, name, **settings):
+    import json
+
+    from amp_suite.api import run
+
+    frame = run(config=tiny_config, plugins=["fakefw"], inline=True, precisions=["fp32"], steps=6, warmup=1,
+                out=str(tmp_path / name), dataset="synthetic", **settings)
+    assert list(frame["status"]) == ["ok"], frame["error"].tolist()
+    return json.loads((tmp_path / name / "results.jsonl").read_text().splitlines()[-1])["metrics"]
+
+
+def test_a_timing_extension_times_further_training_and_leaves_accuracy_alone(tiny_config, tmp_path, clean_fake_env):
+    # the tiny split holds few batches an epoch: 6 configured steps time 2 of them
+    plain = _inline_cell(tiny_config, tmp_path, "plain", min_timed_steps=200, min_timed_seconds=0.0)
+    assert plain["timed_steps"] < 200 and plain["measurement_flags"]
+    assert plain["timing_source"] == "the configured training's windows"
+    extended = _inline_cell(tiny_config, tmp_path, "extended", min_timed_steps=200, min_timed_seconds=0.0,
+                            extend_timing=True, window_steps=64)
+    assert extended["timed_steps"] >= 200 and extended["measurement_flags"] == []
+    assert extended["timing_source"].startswith("timing extension:")
+    # windows span epoch boundaries: 64-step windows on an epoch of far fewer batches
+    assert extended["timed_steps"] // extended["timed_windows"] == 64
+    assert extended["configured_timed_steps"] == plain["timed_steps"]
+    # what the user compares for accuracy is the configured training's, untouched by the extension
+    for key in ("val_accuracy", "final_loss", "step_losses", "first_step_loss"):
+        assert extended[key] == plain[key], key
+
+
+def test_energy_is_dropped_where_nvml_counter_steps_are_coarser_than_the_windows():
+    from amp_suite.worker import energy_figures
+
+    summary = {"telemetry_source": "NVML", "energy_j": 24.8, "energy_per_image_j": 0.009, "mean_power_w": 2000.0,
+               "sm_clock_mhz_median": 1980}
+    # 21 steps in 12 ms: the H100's counter jumped 24.8 J in one of those windows
+    short = energy_figures(summary, {"timed_windows": 1, "window_time_s": 0.012})
+    assert "energy_j" not in short and "energy_per_image_j" not in short and short["sm_clock_mhz_median"] == 1980
+    assert "0.012 s on average" in short["energy_note"]
+    long = energy_figures(summary, {"timed_windows": 3, "window_time_s": 3.2})
+    assert long["energy_per_image_j"] == 0.009 and "energy_note" not in long
+    # RAPL counters tick every millisecond or so: kept over short windows
+    rapl = energy_figures({**summary, "telemetry_source": "RAPL (package-0)"}, {"timed_windows": 1,
+                                                                               "window_time_s": 0.012})
+    assert rapl["energy_j"] == 24.8

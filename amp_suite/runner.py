@@ -137,6 +137,23 @@ def _read_all(fd: int, into: list[bytes]) -> None:
                 kept += len(chunk)
 
 
+def one_gpu_visible(run: RunSpec, environ: dict[str, str]) -> dict[str, str]:
+    """``CUDA_VISIBLE_DEVICES`` for a one-device cell: the first GPU it may use, alone.
+
+    Without it TensorFlow and JAX open a context (and reserve memory) on every
+    visible GPU, and a one-device cell's ``DeviceInfo.count`` counts them all.
+    A list the user set is narrowed to its first entry; an empty one (no GPU)
+    is left alone, as are CPU and data-parallel cells.
+    """
+    if run.devices != 1 or run.device == "cpu":
+        return {}
+    visible = environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return {"CUDA_VISIBLE_DEVICES": "0"}
+    first = visible.split(",")[0].strip()
+    return {"CUDA_VISIBLE_DEVICES": first} if first else {}
+
+
 def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = None,
                   on_step: Callable[[int, int], None] | None = None) -> CellResult:
     """Run ``cell`` in a fresh interpreter; every outcome becomes a result.
@@ -156,6 +173,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     child_env = {**os.environ, **(env or {}),
                  "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path(run.plugin_modules)),
                  worker.HOST_PID_ENV: str(os.getpid())}
+    child_env.update(one_gpu_visible(run, child_env))
     oom_before = _oom_kills()
     result_r, result_w = os.pipe()
     # torchrun closes inherited descriptors: its workers could not write to a progress pipe (the number

@@ -154,3 +154,16 @@ def test_energy_is_dropped_where_nvml_counter_steps_are_coarser_than_the_windows
     rapl = energy_figures({**summary, "telemetry_source": "RAPL (package-0)"}, {"timed_windows": 1,
                                                                                "window_time_s": 0.012})
     assert rapl["energy_j"] == 24.8
+
+
+def test_a_one_device_cell_sees_one_gpu():
+    from amp_suite.records import RunSpec
+    from amp_suite.runner import one_gpu_visible
+
+    one = RunSpec("jax", "w", "fp32")
+    assert one_gpu_visible(one, {}) == {"CUDA_VISIBLE_DEVICES": "0"}
+    assert one_gpu_visible(one, {"CUDA_VISIBLE_DEVICES": "2,3"}) == {"CUDA_VISIBLE_DEVICES": "2"}
+    assert one_gpu_visible(one, {"CUDA_VISIBLE_DEVICES": "GPU-1a2b, GPU-3c4d"}) == {"CUDA_VISIBLE_DEVICES": "GPU-1a2b"}
+    assert one_gpu_visible(one, {"CUDA_VISIBLE_DEVICES": ""}) == {}  # the user hid every GPU
+    assert one_gpu_visible(RunSpec("jax", "w", "fp32", devices=2), {}) == {}
+    assert one_gpu_visible(RunSpec("jax", "w", "fp32", device="cpu"), {}) == {}

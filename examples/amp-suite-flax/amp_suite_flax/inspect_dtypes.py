@@ -8,16 +8,19 @@ import numpy as np
 
 
 def layer_dtypes(model: Any, images: np.ndarray) -> dict[str, list[str]]:
-    """Dtypes convolutions and dense layers compute in, and BatchNorm variables are kept in."""
+    """Dtypes convolutions, depthwise convolutions, dense layers and sigmoids compute in, and BatchNorm
+    variables are kept in (a key of a kind the model lacks holds ``[]``)."""
     import jax
     from flax import nnx
 
     from amp_suite_flax.plugin import run_layers
 
-    out: dict[str, set[str]] = {"conv_output": set(), "dense_output": set(), "bn_variable": set()}
+    keys = {"conv2d": "conv_output", "depthwise_conv2d": "depthwise_output", "dense": "dense_output",
+            "sigmoid": "sigmoid_output"}
+    out: dict[str, set[str]] = {key: set() for key in (*keys.values(), "bn_variable")}
 
     def record(kind: str, value: Any) -> None:
-        out["conv_output" if kind == "conv2d" else "dense_output"].add(str(value.dtype))
+        out[keys[kind]].add(str(value.dtype))
 
     def forward(p: Any, s: Any, x: Any) -> Any:
         return run_layers(nnx.merge(model.graphdef, p), model.layers, x.astype(model.compute_dtype), False, s,

@@ -11,11 +11,27 @@ Everything amp-suite needs from a framework backend, written from
   and ``nnx.Linear``, logits cast to float32, and a BatchNorm of our own whose
   parameters, statistics and arithmetic stay float32 (PyTorch's running
   statistics: momentum 0.1, unbiased variance);
+* every kind of the layer vocabulary (``amp_suite.layers.LAYER_KINDS``) is
+  translated as the built-in haiku plugin translates it: ``depthwise_conv2d``
+  is an ``nnx.Conv`` with ``feature_group_count`` = channels (kernel
+  ``(k, k, 1, c)``, the canonical ``(k, k, c, 1)`` reshaped), ``zero_pad`` a
+  ``jnp.pad``, ``relu6``/``swish``/``sigmoid`` the ``jax.nn`` functions in the
+  compute dtype, ``multiply`` the squeeze-and-excitation product ``x * body(x)``;
+* dropout masks come from the host (``Batch.masks``): ``stage_batches`` stages
+  them with the batch, the jitted train step takes them as inputs and
+  multiplies each ``dropout`` layer's activation by its mask (``(batch,)``
+  masks, per-sample stochastic depth, broadcast over the example);
+  ``predict`` drops nothing;
 * ``amp_fp16`` scales the loss with ``jmp.DynamicLossScale``: an overflowing
-  step changes no parameter and halves the scale;
+  step changes no parameter and halves the scale.  The scale crosses the jit
+  boundary as plain arrays ``(scale, counter)`` (``()`` without loss scaling)
+  and becomes a ``jmp.DynamicLossScale`` inside the traced step only: jmp
+  0.0.4's ``DynamicLossScale.__post_init__`` runs ``jax.eval_shape`` twice on
+  the host at every unflatten, so a jmp object as the step's output cost
+  every step 0.5 ms on a CPU and 1.6 ms on an H100;
 * the train step is a pure function of (parameters, BatchNorm statistics,
-  optimizer state, loss scale), jitted once with those donated: the
-  parameters are an ``nnx.State`` (``nnx.split``/``nnx.merge``), the running
+  optimizer state, loss scale, batch and masks), jitted once with the first
+  three donated: the parameters are an ``nnx.State`` (``nnx.split``/``nnx.merge``), the running
   statistics a plain ``{layer: {"mean", "var"}}`` dict that the forward pass
   returns updated, as haiku's state (an NNX ``BatchStat`` cannot be assigned
   under ``jax.grad`` inside ``jit``: flax raises ``TraceContextError``);
@@ -69,10 +85,12 @@ from amp_suite.records import (
 
 NAME = "flax"
 # Canonical leaf name -> the nnx attribute holding it, per layer kind.
-LEAVES = {"conv2d": {"w": "kernel", "b": "bias"}, "dense": {"w": "kernel", "b": "bias"},
-          "batch_norm": {"scale": "scale", "offset": "offset"}}
-# The layer kinds this backend builds; build_model refuses a model with any other (UnsupportedError).
-KINDS = ("conv2d", "batch_norm", "relu", "residual", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense")
+LEAVES = {"conv2d": {"w": "kernel", "b": "bias"}, "depthwise_conv2d": {"w": "kernel", "b": "bias"},
+          "dense": {"w": "kernel", "b": "bias"}, "batch_norm": {"scale": "scale", "offset": "offset"}}
+# The layer kinds this backend builds (the whole vocabulary of amp_suite.layers.LAYER_KINDS);
+# build_model refuses a model with any other (UnsupportedError), as a backend does for a kind it lacks.
+KINDS = ("conv2d", "depthwise_conv2d", "zero_pad", "batch_norm", "relu", "relu6", "swish", "sigmoid", "residual",
+         "multiply", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense", "dropout")
 # BatchNorm statistics: {layer: {"mean": array, "var": array}}, float32.
 Stats = dict[str, dict[str, Any]]
 # The data-parallel mesh's one axis: device i of the mesh holds slice i of every global batch.
@@ -112,13 +130,17 @@ class Placement:
 
 @dataclass
 class FlaxModel:
-    """The run's state between steps: NNX graph definition, parameters, statistics, optimizer, loss scale."""
+    """The run's state between steps: NNX graph definition, parameters, statistics, optimizer, loss scale.
+
+    ``loss_scale`` is ``(scale, counter)`` (float32 and int32 arrays) under
+    dynamic loss scaling, ``()`` otherwise: never a jmp object (see the module's docstring).
+    """
 
     graphdef: Any
     params: Any
     stats: Stats
     opt_state: Any
-    loss_scale: Any
+    loss_scale: tuple[Any, ...]
     train_step: Any
     forward: Any
     placement: Placement
@@ -169,7 +191,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     notes = (f"jax_default_matmul_precision={matmul}",
              f"nnx dtype={applied.compute_dtype}, param_dtype=float32, logits float32")
     if applied.compute_dtype != "float32":
-        notes += (f"batch_norm=float32 parameters, statistics and arithmetic, output {applied.compute_dtype}",)
+        notes += (f"batch_norm=float32 parameters, statistics and arithmetic, output {applied.compute_dtype}",
+                  f"sigmoid={applied.compute_dtype} (jax.nn activations, the squeeze-and-excitation gate included, "
+                  f"compute in the compute dtype); dropout masks multiplied in {applied.compute_dtype}")
     if run.distributed:
         notes += data_parallel_notes(run, device)
     return dataclasses.replace(applied, notes=notes)
@@ -259,10 +283,13 @@ def build_net(workload: Workload, compute_dtype: str, seed: int = 0) -> Any:
     net = nnx.Module()
     for item in walk(workload.layers, workload.input_shape):
         spec, channels = item.layer, item.input_shape[-1]
-        if spec.kind == "conv2d":
-            pad = ((spec.padding, spec.padding),) * 2
-            layer = nnx.Conv(channels, spec.features, (spec.kernel_size,) * 2, strides=spec.stride, padding=pad,
-                             use_bias=spec.use_bias, dtype=compute_dtype, param_dtype=jnp.float32, rngs=rngs)
+        if spec.kind in ("conv2d", "depthwise_conv2d"):
+            pad = ((spec.padding, spec.padding),) * 2  # symmetric: spec.padding zero pixels on every side
+            # depthwise: one filter per channel, kernel (k, k, 1, c) (the canonical one is (k, k, c, 1))
+            features, groups = (spec.features, 1) if spec.kind == "conv2d" else (channels, channels)
+            layer = nnx.Conv(channels, features, (spec.kernel_size,) * 2, strides=spec.stride, padding=pad,
+                             feature_group_count=groups, use_bias=spec.use_bias, dtype=compute_dtype,
+                             param_dtype=jnp.float32, rngs=rngs)
         elif spec.kind == "dense":
             layer = nnx.Linear(channels, spec.features, use_bias=spec.use_bias, dtype=compute_dtype,
                                param_dtype=jnp.float32, rngs=rngs)
@@ -276,29 +303,52 @@ def build_net(workload: Workload, compute_dtype: str, seed: int = 0) -> Any:
 
 def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, stats: Stats,
                record: Callable[[str, Any], None] | None = None,
-               sync_axis: str | None = None) -> tuple[Any, Stats]:
+               sync_axis: str | None = None, masks: dict[str, Any] | None = None) -> tuple[Any, Stats]:
     """The forward pass of the layer vocabulary over ``net``'s modules (NHWC): ``(output, new_stats)``.
 
-    ``sync_axis`` (a mesh axis, inside ``shard_map`` only) synchronizes BatchNorm's batch moments over it.
+    ``x`` is in the compute dtype and every layer keeps it there (BatchNorm
+    computes in float32 and hands back the compute dtype).  ``sync_axis`` (a
+    mesh axis, inside ``shard_map`` only) synchronizes BatchNorm's batch
+    moments over it.  ``masks`` (dropout layer name -> the host's scaled
+    mask) is given by the train step only: without it ``dropout`` is the
+    identity (evaluation, ``predict``).  ``record(kind, output)`` sees the
+    output of every conv2d, depthwise_conv2d, dense and sigmoid layer.
     """
     import jax
     import jax.numpy as jnp
 
+    def run(body: tuple[LayerSpec, ...], x: Any, stats: Stats) -> tuple[Any, Stats]:
+        return run_layers(net, body, x, training, stats, record, sync_axis, masks)
+
     stats = dict(stats)
     for spec in layers:
         kind = spec.kind
-        if kind in ("conv2d", "dense"):
+        if kind in ("conv2d", "depthwise_conv2d", "dense"):
             x = getattr(net, spec.name)(x)
-            if record:
-                record(kind, x)
         elif kind == "batch_norm":
             x, stats[spec.name] = getattr(net, spec.name)(x, training, stats[spec.name], sync_axis)
         elif kind == "relu":
             x = jax.nn.relu(x)
+        elif kind == "relu6":
+            x = jax.nn.relu6(x)
+        elif kind == "swish":
+            x = jax.nn.swish(x)
+        elif kind == "sigmoid":
+            x = jax.nn.sigmoid(x)
         elif kind == "residual":
-            body, stats = run_layers(net, spec.body, x, training, stats, record, sync_axis)
-            shortcut, stats = run_layers(net, spec.shortcut, x, training, stats, record, sync_axis)
+            body, stats = run(spec.body, x, stats)
+            shortcut, stats = run(spec.shortcut, x, stats)
             x = body + shortcut
+        elif kind == "multiply":  # squeeze-and-excitation: body(x) is (n, 1, 1, c), broadcast over h and w
+            gate, stats = run(spec.body, x, stats)
+            x = x * gate
+        elif kind == "dropout":
+            if masks is not None:  # training steps only; the mask is (n, *activation) or (n,) per sample
+                keep = masks[spec.name].astype(x.dtype)
+                x = x * (keep.reshape((-1,) + (1,) * (x.ndim - 1)) if keep.ndim == 1 else keep)
+        elif kind == "zero_pad":
+            top, bottom, left, right = spec.pads
+            x = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
         elif kind in ("max_pool", "avg_pool"):
             window, strides = (1, spec.window, spec.window, 1), (1, spec.stride, spec.stride, 1)
             if kind == "max_pool":
@@ -306,11 +356,13 @@ def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, 
             else:
                 x = jax.lax.reduce_window(x, 0.0, jax.lax.add, window, strides, "VALID") / (spec.window ** 2)
         elif kind == "global_avg_pool":
-            x = jnp.mean(x, axis=(1, 2))
+            x = jnp.mean(x, axis=(1, 2), keepdims=spec.keepdims)
         elif kind == "flatten":
             x = x.reshape(x.shape[0], -1)
         else:
             raise ValueError(f"flax plugin cannot build layer kind {kind!r}")
+        if record and kind in ("conv2d", "depthwise_conv2d", "dense", "sigmoid"):
+            record(kind, x)
     return x, stats
 
 
@@ -332,9 +384,23 @@ def _owners(layers: tuple[LayerSpec, ...]) -> dict[str, str]:
     return {spec.name: spec.kind for spec in iter_layers(layers) if spec.name}
 
 
+def _to_flax_layout(kind: str, value: np.ndarray) -> np.ndarray:
+    """A canonical depthwise kernel (k, k, c, 1) as nnx.Conv's grouped kernel (k, k, 1, c) (same memory order)."""
+    return value.reshape(*value.shape[:2], 1, value.shape[2]) if kind == "depthwise_conv2d" and value.ndim == 4 \
+        else value
+
+
+def _from_flax_layout(kind: str, value: np.ndarray) -> np.ndarray:
+    return value.reshape(*value.shape[:2], value.shape[3], 1) if kind == "depthwise_conv2d" and value.ndim == 4 \
+        else value
+
+
 def load_canonical(net: Any, layers: tuple[LayerSpec, ...], weights: dict[str, np.ndarray],
                    state: dict[str, np.ndarray]) -> Stats:
-    """Overwrite ``net``'s initial parameters by the canonical ones (same layouts: HWIO, (in, out), NHWC).
+    """Overwrite ``net``'s initial parameters by the canonical ones.
+
+    The layouts are the same (HWIO, (in, out), NHWC) but a depthwise kernel's:
+    canonical ``(k, k, c, 1)``, nnx's ``(k, k, 1, c)`` (:func:`_to_flax_layout`).
 
     Returns the BatchNorm statistics of ``state`` as ``{layer: {"mean", "var"}}``.
     """
@@ -344,6 +410,7 @@ def load_canonical(net: Any, layers: tuple[LayerSpec, ...], weights: dict[str, n
     for key, value in weights.items():
         layer, _, leaf = key.rpartition("/")
         variable = getattr(getattr(net, layer), LEAVES[kinds[layer]][leaf])
+        value = _to_flax_layout(kinds[layer], value)
         if tuple(variable.shape) != value.shape:
             raise ValueError(f"{key}: canonical shape {value.shape} != flax {tuple(variable.shape)}")
         variable[...] = jnp.asarray(value, jnp.float32)
@@ -363,7 +430,7 @@ def canonical_variables(layers: tuple[LayerSpec, ...], params: Any, stats: Stats
     for path, variable in nnx.to_flat_state(params):
         layer, attr = str(path[0]), str(path[-1])
         leaf = next(k for k, v in LEAVES[kinds[layer]].items() if v == attr)
-        out[f"{layer}/{leaf}"] = np.array(variable[...], dtype=np.float32)
+        out[f"{layer}/{leaf}"] = _from_flax_layout(kinds[layer], np.array(variable[...], dtype=np.float32))
     for layer, leaves in stats.items():
         for leaf, value in leaves.items():
             out[f"{layer}/{leaf}"] = np.array(value, dtype=np.float32)
@@ -394,7 +461,6 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     check_kinds(workload.layers)
     import jax
     import jax.numpy as jnp
-    import jmp
     from flax import nnx
 
     where = placement(run, device)
@@ -405,22 +471,24 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     graphdef, params = nnx.split(net, nnx.Param)
     params, stats = jax.device_put((params, stats), where.state)
     optimizer = make_optimizer(workload.optimizer)
-    if applied.loss_scaling == "dynamic":
-        loss_scale = jmp.DynamicLossScale(jnp.asarray(applied.initial_loss_scale, jnp.float32),
-                                          period=loss_scale_growth_interval(run))
-    else:
-        loss_scale = jmp.NoOpLossScale()
+    dynamic = applied.loss_scaling == "dynamic"
+    # The loss scale crosses the jit boundary as plain arrays, (scale, counter) or (): make_train_step
+    # builds the jmp object inside the trace (a jmp.DynamicLossScale output costs two host-side
+    # jax.eval_shape calls at every step's unflatten).
+    loss_scale = ((jnp.asarray(applied.initial_loss_scale, jnp.float32), jnp.zeros((), jnp.int32))
+                  if dynamic else ())
     # Committed where the step's outputs will be from the start: else the second call retraces.
     opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), where.state)
     trace_count = [0]
 
-    def apply(p: Any, s: Stats, images: Any, training: bool, sync_axis: str | None = None) -> tuple[Any, Stats]:
+    def apply(p: Any, s: Stats, images: Any, training: bool, sync_axis: str | None = None,
+              masks: dict[str, Any] | None = None) -> tuple[Any, Stats]:
         logits, new_stats = run_layers(nnx.merge(graphdef, p), layers, images.astype(compute), training, s,
-                                       sync_axis=sync_axis)
+                                       sync_axis=sync_axis, masks=masks)
         return logits.astype(jnp.float32), new_stats
 
     step = make_train_step(apply, optimizer, trace_count, AXIS if where.mesh is not None else None,
-                           run.sync_batch_norm)
+                           run.sync_batch_norm, loss_scale_growth_interval(run) if dynamic else None)
     if where.mesh is not None:
         step = data_parallel(step, where.mesh)
 
@@ -432,8 +500,17 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
 
 
 def make_train_step(apply: Callable[..., tuple[Any, Stats]], optimizer: Any, trace_count: list[int],
-                    axis: str | None, sync_batch_norm: bool) -> Callable[..., tuple[Any, ...]]:
-    """One optimizer step: ``step(params, stats, opt_state, loss_scale, images, labels)``.
+                    axis: str | None, sync_batch_norm: bool,
+                    loss_scale_period: int | None = None) -> Callable[..., tuple[Any, ...]]:
+    """One optimizer step: ``step(params, stats, opt_state, loss_scale, images, labels, masks)``.
+
+    ``loss_scale`` is plain arrays, in and out: ``(scale, counter)`` with
+    dynamic loss scaling (``loss_scale_period``: finite steps before the scale
+    doubles), ``()`` without.  The ``jmp.DynamicLossScale`` (or
+    ``jmp.NoOpLossScale``) is built from them inside the trace only, so no jmp
+    object is ever flattened or unflattened at the jit boundary.  ``masks``
+    (dropout layer name -> mask, maybe ``{}``) are the step's inputs, as the
+    images: the step multiplies them in, and never retraces for new masks.
 
     With a mesh ``axis`` the step is one replica's part of a data-parallel step
     (run it under :func:`data_parallel`): its loss is the global batch's mean
@@ -449,53 +526,65 @@ def make_train_step(apply: Callable[..., tuple[Any, Stats]], optimizer: Any, tra
 
     sync_axis = axis if sync_batch_norm else None
 
-    def loss_fn(p: Any, s: Any, images: Any, labels: Any, scale: Any) -> tuple[Any, Any]:
-        logits, new_stats = apply(p, s, images, True, sync_axis)
+    def scaler(arrays: tuple[Any, ...]) -> Any:
+        if loss_scale_period is None:
+            return jmp.NoOpLossScale()
+        return jmp.DynamicLossScale(arrays[0], arrays[1], period=loss_scale_period)
+
+    def loss_fn(p: Any, s: Any, images: Any, labels: Any, masks: Any, scale: Any) -> tuple[Any, Any]:
+        logits, new_stats = apply(p, s, images, True, sync_axis, masks)
         loss = _mean_over_replicas(optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(), axis)
         return scale.scale(loss), (loss, new_stats)
 
-    def step(p: Any, s: Any, opt: Any, scale: Any, images: Any, labels: Any) -> tuple[Any, ...]:
+    def step(p: Any, s: Any, opt: Any, scale_arrays: tuple[Any, ...], images: Any, labels: Any,
+             masks: Any) -> tuple[Any, ...]:
         trace_count[0] += 1  # runs only while tracing
-        grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, scale)
+        scale = scaler(scale_arrays)
+        grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, masks, scale)
         new_s = _mean_over_replicas(new_s, axis)
         grads = scale.unscale(grads)
         finite = jmp.all_finite(grads)
-        new_scale = scale.adjust(finite)
         updates, new_opt = optimizer.update(grads, opt, p)
         new_p = optax.apply_updates(p, updates)
         # An overflowing step changes no parameter; its forward pass's running statistics are kept.
         new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
-        return new_p, new_s, new_opt, new_scale, loss, finite
+        if loss_scale_period is None:
+            return new_p, new_s, new_opt, scale_arrays, loss, finite
+        adjusted = scale.adjust(finite)
+        return new_p, new_s, new_opt, (adjusted.loss_scale, adjusted.counter), loss, finite
 
     return step
 
 
 def data_parallel(step: Callable[..., tuple[Any, ...]], mesh: Any) -> Callable[..., tuple[Any, ...]]:
-    """``step`` over ``mesh``: state replicated in and out, images and labels sharded by rows."""
+    """``step`` over ``mesh``: state (loss-scale arrays included) replicated in and out; images, labels and
+    dropout masks sharded by rows."""
     import jax
     from jax.sharding import PartitionSpec
 
     replicated, rows = PartitionSpec(), PartitionSpec(AXIS)
-    return jax.shard_map(step, mesh=mesh, in_specs=(replicated,) * 4 + (rows,) * 2, out_specs=replicated)
+    return jax.shard_map(step, mesh=mesh, in_specs=(replicated,) * 4 + (rows,) * 3, out_specs=replicated)
 
 
 @hookimpl
-def stage_batches(run: RunSpec, model: FlaxModel, batches: list[Batch]) -> list[tuple[Any, Any]]:
+def stage_batches(run: RunSpec, model: FlaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
+    """Each batch as the step's pytree ``(images, labels, masks)`` (masks: dropout name -> mask, maybe ``{}``)."""
     import jax
 
-    # On a mesh, device_put splits each global batch: device i gets the contiguous rows of replica i.
-    staged = [jax.device_put((b.images, b.labels), model.placement.batch) for b in batches]
+    # On a mesh, device_put splits each global batch: device i gets the contiguous rows of replica i
+    # (of the masks too, whose first axis is the batch's).
+    staged = [jax.device_put((b.images, b.labels, dict(b.masks)), model.placement.batch) for b in batches]
     jax.block_until_ready(staged)
     return staged
 
 
 @hookimpl
-def train_epoch(run: RunSpec, model: FlaxModel, staged: list[tuple[Any, Any]], epoch: int) -> EpochResult:
+def train_epoch(run: RunSpec, model: FlaxModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
     import jax
 
     import jax.numpy as jnp
 
-    def step(batch: tuple[Any, Any]) -> tuple[Any, Any]:
+    def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
         model.params, model.stats, model.opt_state, model.loss_scale, loss, finite = model.train_step(
             model.params, model.stats, model.opt_state, model.loss_scale, *batch)
         return loss, finite  # device values: nothing waits inside the window
@@ -507,8 +596,8 @@ def train_epoch(run: RunSpec, model: FlaxModel, staged: list[tuple[Any, Any]], e
     # A staged batch on a mesh is the global batch (its shape is global), so samples count the global batch.
     result = timed_window(staged, step, wait=lambda outcome: jax.block_until_ready((model.params, outcome)),
                           fetch=fetch, guard=lambda: jax.transfer_guard_device_to_host("disallow"))
-    scale = getattr(model.loss_scale, "loss_scale", None)
-    result.loss_scale_final = None if scale is None or not hasattr(scale, "shape") else float(scale)
+    # (scale, counter) under dynamic loss scaling, () otherwise; read after the window's clock stopped.
+    result.loss_scale_final = float(model.loss_scale[0]) if model.loss_scale else None
     result.extra["traces"] = model.trace_count[0]  # becomes the run's "traces" figure
     return result
 

@@ -93,3 +93,104 @@ def test_the_entry_point_names_the_plugin_module():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     assert pyproject["project"]["entry-points"]["amp_suite"] == {"flax": PLUGIN[0]}
+
+
+# --- every layer kind of the ImageNet backbones -------------------------------------------------------------
+
+TESTS = Path(__file__).parent
+# The probes' processes find new_kinds_net (loaded like a plugin: it registers the architecture) on PYTHONPATH.
+NEW_KINDS_MODULE = "new_kinds_net"
+# Tolerances about 3x this network's float32 round-off, measured as amp-suite's tests/test_new_layer_kinds.py
+# measures it: this backend in float32 against itself in float64 (jax_enable_x64, every float32 of the plugin
+# made float64), same weights, batches and masks.  Round-off (largest difference over the largest magnitude):
+# evaluation logits 1.5e-7, training-mode logits 1.9e-7, evaluation logits after the 2 steps 3.3e-7, losses
+# 2.3e-8 (a float32 loss's own rounding, half an ulp, is 6e-8: 3e-7 allows a few ulps).  Flax against the
+# haiku backend, same XLA operations: 0 (bit-identical) in all four on a CPU.
+NEW_KINDS_LOGITS_RTOL = 1e-6
+NEW_KINDS_LOSS_RTOL = 3e-7
+
+
+@pytest.fixture
+def new_kinds(monkeypatch):
+    """The network of new_kinds_net: its workload table and the modules a probe loads to know it."""
+    monkeypatch.syspath_prepend(str(TESTS))
+    path = os.pathsep.join(p for p in (str(TESTS), os.environ.get("PYTHONPATH", "")) if p)
+    monkeypatch.setenv("PYTHONPATH", path)
+    import new_kinds_net
+
+    return new_kinds_net
+
+
+@needs_jax
+def test_every_new_layer_kind_trains_like_the_haiku_backend(tmp_path, new_kinds):
+    """zero_pad, depthwise_conv2d, relu6, swish, sigmoid, an SE multiply and dropout (elementwise and per sample).
+
+    2 fp32 Adam steps with the host's dropout masks: evaluation and training-mode logits before training, the
+    losses of both steps and the evaluation logits after them agree with the built-in jax (haiku) backend to
+    float32 round-off.
+    """
+    from amp_suite.layers import iter_layers
+    from amp_suite.testing import assert_compiles_once, assert_training_predict_changes_nothing, relative_error
+    from amp_suite.workloads import workload_from_config
+
+    workload = workload_from_config("new_kinds", new_kinds.TABLE)
+    kinds = {spec.kind for spec in iter_layers(workload.layers)}
+    assert set(new_kinds.NEW_KINDS) <= kinds, set(new_kinds.NEW_KINDS) - kinds
+    request = {"workload": "new_kinds", "table": new_kinds.TABLE, "steps": 2, "batch_size": 8}
+    flax = run_probe(ProbeRequest("flax", plugin_modules=(*PLUGIN, NEW_KINDS_MODULE), **request), tmp_path / "flax")
+    jax = run_probe(ProbeRequest("jax", plugin_modules=(NEW_KINDS_MODULE,), **request), tmp_path / "jax")
+    assert flax.param_count == jax.param_count
+    assert set(flax.variables) == set(jax.variables)
+    for mode in ("logits_before", "logits_before_train", "logits_after"):
+        error = relative_error(getattr(flax, mode), getattr(jax, mode))
+        assert error <= NEW_KINDS_LOGITS_RTOL, \
+            f"{mode}: {error:.2e} from haiku's (allowed {NEW_KINDS_LOGITS_RTOL:g})"
+    np.testing.assert_allclose(flax.losses, jax.losses, rtol=NEW_KINDS_LOSS_RTOL)
+    assert flax.loss_scale_final is None  # fp32: no loss scaling, () crossed the jit boundary
+    assert_training_predict_changes_nothing(flax)
+    assert_compiles_once(flax)  # the masks are inputs of the compiled step: new masks do not retrace
+
+
+def test_the_loss_scale_crosses_the_jit_boundary_as_arrays(monkeypatch):
+    """amp_fp16: no jmp.DynamicLossScale is made on the host between steps.
+
+    jmp 0.0.4's ``DynamicLossScale.__post_init__`` runs ``jax.eval_shape`` twice; with the jmp object as the
+    step's argument and output it ran at every step's unflatten (0.5 ms a step on a CPU, 1.6 ms on an H100:
+    amp_fp16 at 0.2x fp32).  In process: the model carries ``(scale, counter)`` arrays, and steps after the
+    first (which traces) construct no jmp loss scale at all.
+    """
+    import jax
+    import jmp
+
+    from amp_suite.datasets import input_pipeline, load_dataset
+    from amp_suite.records import RunSpec
+    from amp_suite.workloads import init_variables, workload_from_config
+    from amp_suite_flax import plugin
+
+    # mnist_cnn at 8x8: the smallest model to compile in process
+    workload = workload_from_config("small", {**WORKLOADS["mnist_cnn"], "input_size": 8, "batch_size": 8})
+    run = RunSpec(framework="flax", workload="small", precision="amp_fp16", steps=4, warmup=0, batch_size=8,
+                  device="cpu")
+    device = plugin.select_device(run)
+    applied = plugin.set_precision(run, device)
+    weights, state = init_variables(workload, 0)
+    model = plugin.build_model(run=run, workload=workload, initial_weights=weights, initial_state=state,
+                               applied=applied, device=device)
+    assert type(model.loss_scale) is tuple and len(model.loss_scale) == 2, model.loss_scale
+    assert all(isinstance(a, jax.Array) for a in model.loss_scale), model.loss_scale
+    data = load_dataset("synthetic", workload, steps=run.steps, batch_size=run.batch_size, seed=0)
+    batches = input_pipeline(workload, data, batch_size=run.batch_size, steps=run.steps, seed=0).batches(0, 0, 4)
+    staged = plugin.stage_batches(run, model, batches)
+    plugin.train_epoch(run, model, staged[:1], 0)  # traces and compiles the step
+
+    made = []
+    original = jmp.DynamicLossScale.__post_init__
+    monkeypatch.setattr(jmp.DynamicLossScale, "__post_init__", lambda self: (made.append(1), original(self))[1])
+    jmp.DynamicLossScale(jax.numpy.float32(1.0))
+    assert made == [1], "the counter does not see jmp.DynamicLossScale being made"
+    made.clear()
+    result = plugin.train_epoch(run, model, staged[1:], 0)
+    assert made == [], f"{len(made)} jmp.DynamicLossScale made on the host in {len(staged) - 1} steps"
+    assert type(model.loss_scale) is tuple and len(model.loss_scale) == 2, model.loss_scale
+    assert result.loss_scale_final == applied.initial_loss_scale  # finite steps, far from the growth interval
+    assert result.extra["traces"] == 1 and result.skipped_steps == 0

@@ -57,6 +57,8 @@ CONV_HW, CONV_CHANNELS, CONV_KERNEL = 28, 64, 3
 GPU_CALLS_PER_SYNC = 10
 PROBE_TIMEOUT_S = 600
 # A probe's entry: as a worker's, the import path is the host's without the current directory.
+# Largest calibration cache read (a real one is a few kilobytes).
+CACHE_BYTES = 2**20
 PROBE_BOOTSTRAP = (
     "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
     "from amp_suite.calibration import probe_main; sys.exit(probe_main(sys.argv[1:]))"
@@ -165,18 +167,34 @@ def cache_path(environment: dict[str, Any]) -> Path:
 
 def read_cache(environment: dict[str, Any]) -> dict[str, Any] | None:
     """The calibration of the machine ``environment`` describes, if this user has one."""
+    from amp_suite.safe_files import read_regular
+    from amp_suite.stored_values import calibration_problem
+
     path = cache_path(environment)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError, RecursionError):
+    if not os.path.lexists(path):
         return None
-    return data if isinstance(data, dict) and isinstance(data.get("frameworks"), dict) else None
+    try:
+        data = json.loads(read_regular(path, limit=CACHE_BYTES).decode("utf-8"))
+        problem = calibration_problem(data)
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as exc:
+        problem = f"unreadable ({exc.strerror or exc})" if isinstance(exc, OSError) else "not JSON"
+    if problem is None:
+        return data
+    print(f"amp-suite: warning: ignoring the calibration cache {path}: {problem}; `amp-suite calibrate` "
+          "rebuilds it", file=sys.stderr)
+    return None
 
 
 def attach_calibration(environment: dict[str, Any]) -> None:
-    """Add the cached calibration of ``environment``'s machine to it, unless it holds one already."""
-    if isinstance(environment.get("calibration"), dict):
-        return
+    """Add the cached calibration of ``environment``'s machine to it, unless it holds a usable one already."""
+    from amp_suite.stored_values import calibration_problem
+
+    if "calibration" in environment:
+        problem = calibration_problem(environment["calibration"])
+        if problem is None:
+            return
+        print(f"amp-suite: warning: ignoring the stored calibration: {problem}", file=sys.stderr)
+        del environment["calibration"]
     found = read_cache(environment)
     if found:
         environment["calibration"] = found
@@ -442,19 +460,19 @@ def probe_main(argv: list[str]) -> int:
 
 
 def _run_probe(framework: str, device: str, budget_s: float, env: dict[str, str]) -> dict[str, Any]:
-    from amp_suite.runner import worker_import_path
+    from amp_suite.child_process import exit_description, isolated_command, isolated_env
 
     child_env = dict(os.environ)
     for key, value in env.items():  # the plugin's defaults, as a worker sets them: the user's value wins
         child_env.setdefault(key, value)
-    child_env["AMP_SUITE_WORKER_PATH"] = os.pathsep.join(worker_import_path())
-    done = subprocess.run([sys.executable, "-c", PROBE_BOOTSTRAP, framework, device, str(budget_s)],
-                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=child_env)
+    # isolated path, and the probe dies with this process (as workers do)
+    done = subprocess.run(isolated_command("amp_suite.calibration", framework, device, str(budget_s)),
+                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=isolated_env(child_env))
     for line in done.stdout.splitlines():
         if line.startswith("AMP_SUITE_CALIBRATION "):
             return json.loads(line.split(" ", 1)[1])
     tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
-    raise RuntimeError(f"probe exited with code {done.returncode}: {tail}")
+    raise RuntimeError(f"probe {exit_description(done.returncode)}: {tail}")
 
 
 def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, host, budget_s: float = 1.0,

@@ -29,11 +29,19 @@ ONE_LINE_CHARS = 1000
 
 def one_line(exc: BaseException) -> str:
     """``Type: first line of the message`` (at most :data:`ONE_LINE_CHARS`) for a one-line report of ``exc``."""
-    text = str(exc).strip().splitlines()
+    try:
+        text = str(exc).strip().splitlines()
+    except Exception:  # a message that cannot be made: the type alone describes it
+        return f"{_type_name(exc)} (its message cannot be shown)"
     first = text[0] if text else ""
     if len(first) > ONE_LINE_CHARS:
         first = first[:ONE_LINE_CHARS] + f" [... {len(first) - ONE_LINE_CHARS} characters cut]"
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return f"{_type_name(exc)}: {first}" if first else _type_name(exc)
+
+
+def _type_name(exc: BaseException) -> str:
+    name = getattr(type(exc), "__name__", None)
+    return name if isinstance(name, str) else "exception"
 
 
 class StorageError(Exception):

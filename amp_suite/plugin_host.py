@@ -19,6 +19,7 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +29,7 @@ import pluggy
 
 from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, host_measure, hookspecs
 from amp_suite.contracts import check_logits, check_return
-from amp_suite.errors import PluginError, one_line
+from amp_suite.errors import PluginError, SweepInterrupted, one_line
 from amp_suite.records import (
     Batch,
     CellResult,
@@ -39,6 +40,29 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
+
+def import_contained(load: Callable[[], object], name: str, source: str) -> object:
+    """``load()`` (a plugin's import); what only a program's end should raise becomes a :class:`PluginError`.
+
+    ``SystemExit``, a ``KeyboardInterrupt`` the plugin raised itself (the
+    user's Ctrl-C arrives as :class:`SweepInterrupted` and passes through) and
+    any other ``BaseException`` that is not an ``Exception`` make the plugin a
+    load failure (one line, listed with its name) instead of ending the command
+    silently.
+    """
+    try:
+        return load()
+    except (Exception, SweepInterrupted):
+        raise
+    except BaseException as exc:
+        raise PluginError(f"raised {one_line(exc)} while being imported (fix or uninstall it, or skip it "
+                          f"with {DISABLE_ENV}={name})") from None
+
+
+def _import_failure(exc: Exception) -> str:
+    """The one-line text of a failed plugin import."""
+    return str(exc) if isinstance(exc, PluginError) else one_line(exc)
+
 
 # Comma-separated plugin names not to load (like pytest's ``-p no:NAME``).
 DISABLE_ENV = "AMP_SUITE_DISABLE_PLUGINS"
@@ -132,9 +156,9 @@ class PluginHost:
             version = dist.version if dist is not None else ""
             source = f"{dist.name if dist is not None else '?'} ({ep.value})"
             try:
-                plugin = ep.load()
+                plugin = import_contained(ep.load, ep.name, source)
             except Exception as exc:  # a broken plugin is reported, not fatal
-                self.failures.append(PluginLoadFailure(ep.name, source, one_line(exc)))
+                self.failures.append(PluginLoadFailure(ep.name, source, _import_failure(exc)))
                 continue
             self._register(plugin, ep.name, source, version)
             if dist is not None and ep.name in self._sources:
@@ -142,9 +166,9 @@ class PluginHost:
 
     def _load_module(self, name: str, module_name: str, *, source: str, version: str) -> None:
         try:
-            plugin = importlib.import_module(module_name)
+            plugin = import_contained(lambda: importlib.import_module(module_name), name, source)
         except Exception as exc:
-            self.failures.append(PluginLoadFailure(name, source, one_line(exc)))
+            self.failures.append(PluginLoadFailure(name, source, _import_failure(exc)))
             return
         if self.pm.is_registered(plugin):  # ``-p`` of a module an entry point already loaded
             return

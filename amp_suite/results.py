@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
 from amp_suite.records import CellResult, RunSpec, cell_from_dict
-from amp_suite.safe_files import append_line
+from amp_suite.safe_files import append_line, read_regular
+from amp_suite.stored_values import number_problem
 
 RESULTS_FILE = "results.jsonl"
 # Longest error message kept in a result.
@@ -123,7 +125,7 @@ def _problem(data: Any) -> str | None:
     for name, kind in _OPTIONAL_TYPES.items():
         if name in data and not isinstance(data[name], kind):
             return f"field {name!r} has the wrong type"
-    return None
+    return number_problem(data)  # e.g. "metrics.peak_rss_bytes is out of range"
 
 
 def parse_lines(data: bytes) -> StoreContents:
@@ -161,9 +163,9 @@ class ResultStore:
 
     def read(self) -> StoreContents:
         """Every stored result in file order, and the lines that hold none."""
-        if not self.path.exists():
+        if not os.path.lexists(self.path):
             return StoreContents([], [])
-        return parse_lines(self.path.read_bytes())
+        return parse_lines(read_regular(self.path))  # a link or a FIFO is refused, never waited on
 
     def load(self) -> list[CellResult]:
         """Every stored result in order; lines that hold none are skipped."""

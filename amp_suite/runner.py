@@ -16,6 +16,7 @@ traceback; a cell that is not ``ok`` carries the log's path and last lines
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -35,6 +36,7 @@ from amp_suite.launchers import single, torchrun
 from amp_suite.errors import StorageError, one_line
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
+from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
 
 # Lines of a failed worker's log kept in its result (at most TEXT_FIGURE_CHARS characters).
 LOG_TAIL_LINES = 25
@@ -79,7 +81,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def _log_tail(path: Path) -> str:
     """The last lines of a log, read from its last :data:`TEXT_FIGURE_CHARS` bytes only."""
     try:
-        with open(path, "rb") as fh:
+        with os.fdopen(open_regular(path, os.O_RDONLY), "rb") as fh:
             fh.seek(0, os.SEEK_END)
             size = fh.tell()
             fh.seek(max(0, size - TEXT_FIGURE_CHARS))
@@ -166,7 +168,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     started = time.perf_counter()
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "wb")
+        log = open_for_writing(log_path)
     except OSError as exc:
         raise StorageError(f"cannot write the log {str(log_path)!r}: {exc.strerror or one_line(exc)}") from None
     request = json.dumps({"run": asdict(run), "workload": asdict(cell.workload)}).encode("utf-8")
@@ -189,7 +191,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         command = torchrun.command(run, str(result_file))
         _remove(result_file)
         try:
-            Path(str(result_file) + ".request").write_bytes(request)
+            create_new(Path(str(result_file) + ".request"), request)
         except OSError as exc:
             log.close()
             os.close(result_r)
@@ -246,7 +248,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     if answer and (code == 0 or answer[-1].status != "ok"):
         return with_log(answer[-1], log_path)
     if code is not None and code < 0:
-        sig = signal.Signals(-code).name
+        sig = signal_name(-code)
         oom_after = _oom_kills()
         if sig == "SIGKILL" and oom_before is not None and oom_after is not None and oom_after > oom_before:
             return _failure(cell, "oom", "worker killed by the kernel's OOM killer", started, log_path)
@@ -255,6 +257,14 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         return _failure(cell, "failed", f"torchrun exited with code {code} and no result: a rank failed or was "
                         "killed, and the others were ended (see the log)", started, log_path)
     return _failure(cell, "failed", f"worker exited with code {code} and no result", started, log_path)
+
+
+def signal_name(number: int) -> str:
+    """``SIGKILL`` for a signal with a name, ``signal 40`` for one without (a real-time signal)."""
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _remove(path: Path) -> None:
@@ -268,7 +278,7 @@ def _remove(path: Path) -> None:
 def _read_and_remove(path: Path) -> bytes:
     """A torchrun cell's result file (empty without one); the file and its request are removed."""
     try:
-        data = path.read_bytes()[:RESULT_BYTES]
+        data = read_regular(path, limit=RESULT_BYTES)
     except OSError:
         data = b""
     _remove(path)
@@ -300,7 +310,7 @@ def run_inline(cell: Cell, *, log_path: Path) -> CellResult:
     """
     try:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "w", encoding="utf-8")
+        log = io.TextIOWrapper(open_for_writing(log_path), encoding="utf-8")
     except OSError as exc:
         raise StorageError(f"cannot write the log {str(log_path)!r}: {exc.strerror or one_line(exc)}") from None
     with log:

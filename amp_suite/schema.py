@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -146,11 +146,22 @@ def check_value(name: str, value: Any, field: Field) -> Any:
         items = tuple(_check_text(name, item, field) for item in value)
         if field.names and not items:
             raise UsageError(f"{name} must name at least one")
-        twice = sorted({item for item in items if items.count(item) > 1})
+        twice = _repeated(items)
         if twice:
             raise UsageError(f"{name} lists {shown(twice[0])} more than once")
         return items
     raise TypeError(f"no check for fields of kind {field.kind!r}")
+
+
+def _repeated(items: Iterable[Any]) -> list[Any]:
+    """The items that occur more than once, in order of their second occurrence (one pass)."""
+    seen: set[Any] = set()
+    twice: list[Any] = []
+    for item in items:
+        if item in seen and item not in twice[-1:]:
+            twice.append(item)
+        seen.add(item)
+    return twice
 
 
 def _check_int_list(name: str, value: Any, field: Field) -> tuple[Any, ...]:
@@ -166,7 +177,7 @@ def _check_int_list(name: str, value: Any, field: Field) -> tuple[Any, ...]:
         if not isinstance(item, int) or isinstance(item, bool):
             raise UsageError(f"{name} must be {allowed}, got {shown(item)}")
         out.append(_check_number(name, item, Field(int, minimum=field.minimum, maximum=field.maximum)))
-    twice = sorted({str(item) for item in out if out.count(item) > 1})
+    twice = [str(item) for item in _repeated(out)]
     if twice:
         raise UsageError(f"{name} lists {twice[0]} more than once")
     return tuple(out)

@@ -228,6 +228,7 @@ def test_a_read_only_results_file_is_refused_before_any_cell(tiny_config, tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.jsonl").write_text("")
+    (out / "environment.json").write_text("{}")  # an earlier sweep's directory, not a foreign one
     script = f"""
 mount --bind {out}/results.jsonl {out}/results.jsonl
 mount -o remount,ro,bind {out}/results.jsonl
@@ -270,3 +271,15 @@ def test_the_worker_loads_exactly_the_plugins_the_host_loaded(monkeypatch):
     env = _worker_env(host)
     assert env[EXTRA_PLUGINS_ENV] == ""
     assert set(env[DISABLE_ENV].split(",")) == {"keras", "amp_suite_no_such_plugin", "amp_suite_no_such_env_plugin"}
+
+
+def test_a_worker_killed_by_a_real_time_signal_is_a_failed_cell(tiny_config, tmp_path, clean_fake_env):
+    sweep = _start_sweep(tiny_config, tmp_path)
+    worker = _worker_pid(tmp_path)
+    os.kill(worker, 40)  # SIGRTMIN+6: no name in signal.Signals
+    out, err = sweep.communicate(timeout=300)
+    assert sweep.returncode == 1, err
+    assert "Traceback" not in err and "is not a valid Signals" not in err
+    rows = {r["precision"]: r for r in _rows(tmp_path / "out")}
+    assert rows["amp_fp16"]["status"] == "failed" and rows["amp_fp16"]["error"] == "worker killed by signal 40"
+    assert rows["fp32"]["status"] == "ok" and rows["amp_bf16"]["status"] == "ok"

@@ -93,7 +93,7 @@ def test_report_into_an_unwritable_place_is_one_line(tmp_path, capsys, monkeypat
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(safe_files.tempfile, "mkstemp", full)
+    monkeypatch.setattr(safe_files, "_write_temporary", full)
     assert main(["report", str(tmp_path)]) == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert "amp-suite: error: reporter 'reporters' failed: OSError: [Errno 28] No space left on device" in errors

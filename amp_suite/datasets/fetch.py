@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -32,6 +33,11 @@ CACHE_ENV = "AMP_SUITE_CACHE"
 MIRROR_ENV = "AMP_SUITE_MIRROR"
 DOWNLOAD_TIMEOUT_S = 60
 CHUNK = 1 << 20
+# A download slower than this on average (after the grace period) is abandoned.
+MIN_RATE_BYTES_S = 20_000
+MIN_RATE_GRACE_S = 30.0
+# Every download ends by this many seconds plus the time its size takes at the minimum rate.
+DOWNLOAD_BASE_DEADLINE_S = 120.0
 
 
 class DatasetError(Exception):
@@ -95,6 +101,34 @@ def _verify_readable(path: Path, spec: DatasetFile) -> None:
         )
 
 
+def download_deadline_s(size: int) -> float:
+    """Seconds a download of ``size`` bytes may take in all."""
+    return DOWNLOAD_BASE_DEADLINE_S + size / MIN_RATE_BYTES_S
+
+
+def check_pace(url: str, received: int, expected: int, elapsed: float, allowed: float) -> None:
+    """Raise :class:`DatasetError` when a download ran past its deadline or below the minimum rate."""
+    if elapsed > allowed:
+        raise DatasetError(f"{url}: no complete file after {elapsed:.0f} s ({received} of {expected} bytes); "
+                           "the mirror is too slow, the partial file was removed")
+    if elapsed > MIN_RATE_GRACE_S and received / elapsed < MIN_RATE_BYTES_S:
+        raise DatasetError(f"{url}: {received / elapsed:.0f} bytes/s, below the minimum of {MIN_RATE_BYTES_S} "
+                           f"({received} of {expected} bytes in {elapsed:.0f} s); the partial file was removed")
+
+
+def check_data_dir(text: str | os.PathLike[str]) -> None:
+    """A one-line :class:`~amp_suite.errors.UsageError` for a data directory that cannot be looked up."""
+    from amp_suite.errors import UsageError
+
+    try:
+        os.stat(text)
+    except FileNotFoundError:
+        return  # nothing there: the files are looked for elsewhere, and the error names the place
+    except (OSError, ValueError) as exc:  # a link loop, an over-long name, an unreadable parent
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot use the data directory {str(text)!r}: {reason}") from None
+
+
 def download(url: str, target: Path, spec: DatasetFile) -> None:
     """Stream ``url`` into ``target`` atomically; raise :class:`DatasetError` if it is not ``spec``."""
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -103,11 +137,15 @@ def download(url: str, target: Path, spec: DatasetFile) -> None:
     try:
         digest = hashlib.sha256()
         size = 0
+        started = time.monotonic()
+        deadline = started + download_deadline_s(spec.size)
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response:
             while True:
-                chunk = response.read(CHUNK)
+                chunk = response.read1(CHUNK)  # what has arrived, so a trickle is checked byte by byte
                 if not chunk:
                     break
+                check_pace(url, size + len(chunk), spec.size, time.monotonic() - started,
+                           deadline - started)
                 out.write(chunk)
                 digest.update(chunk)
                 size += len(chunk)

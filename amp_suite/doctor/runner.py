@@ -76,9 +76,11 @@ class DoctorPlan:
 def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) -> dict[str, Any]:
     """``python -m PROBE DEVICE`` with the framework's environment; its JSON report."""
     module = PROBES[framework.name]
-    env = probe_env(framework)
+    from amp_suite.child_process import exit_description, isolated_command, isolated_env
+
+    env = isolated_env(probe_env(framework))
     try:
-        done = subprocess.run([sys.executable, "-m", module, "cpu" if device == "cpu" else "auto"],
+        done = subprocess.run(isolated_command(module, "cpu" if device == "cpu" else "auto"),
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -91,7 +93,7 @@ def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) ->
     notes = checks.log_notes(done.stderr.splitlines())
     if done.returncode != 0 or not isinstance(report, dict):
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ProbeError(f"probe exited with code {done.returncode}: {tail[:300]}", notes)
+        raise ProbeError(f"probe {exit_description(done.returncode)}: {tail[:300]}", notes)
     report["stderr_notes"] = notes
     return report
 

@@ -1,0 +1,58 @@
+"""Helper processes (doctor and calibration probes) started the way workers are.
+
+A probe is a fresh interpreter whose import path is the host's without the
+current directory (a ``json.py`` where the user stands is never imported),
+set before anything else is imported, and which dies with its host: it asks
+the kernel for SIGKILL when its parent ends (``PR_SET_PDEATHSIG``) and
+watches the host's pid, exactly as :func:`amp_suite.worker.die_with_host`
+does for workers.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+# Runs module ``sys.argv[1]`` as ``__main__`` after isolating the path and tying the process to its host.
+ISOLATED_BOOTSTRAP = (
+    "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
+    "from amp_suite.child_process import guard_from_env; guard_from_env(); "
+    "import runpy; sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
+)
+
+
+def isolated_command(module: str, *args: str) -> list[str]:
+    """The command line running ``python -m MODULE ARGS`` with an isolated path; pair it with :func:`isolated_env`."""
+    return [sys.executable, "-c", ISOLATED_BOOTSTRAP, module, *args]
+
+
+def isolated_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this environment) plus the import path and host pid the bootstrap reads."""
+    from amp_suite.runner import worker_import_path
+    from amp_suite.worker import HOST_PID_ENV
+
+    env = dict(os.environ if base is None else base)
+    env["AMP_SUITE_WORKER_PATH"] = os.pathsep.join(worker_import_path())
+    env[HOST_PID_ENV] = str(os.getpid())
+    return env
+
+
+def guard_from_env() -> None:
+    """In a started probe: die with the host named by the environment (a no-op without one)."""
+    from amp_suite.worker import HOST_PID_ENV, die_with_host
+
+    host_pid = os.environ.pop(HOST_PID_ENV, "")
+    if host_pid.isascii() and host_pid.isdigit():
+        die_with_host(int(host_pid))
+
+
+def exit_description(code: int | None) -> str:
+    """``exited with code 3`` or ``was killed by SIGKILL`` / ``by signal 40`` for a child's return code."""
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}"
+    return f"exited with code {code}"

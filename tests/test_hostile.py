@@ -1,0 +1,380 @@
+"""Hostile files, paths, values and plugins (issue 25): each ends in one line or a correct result.
+
+Links and special files where the suite writes, foreign and system directories
+as ``--out``, probes that must die with their host and never import from the
+current directory, plugins that raise ``SystemExit`` at import, stored values
+that would break a report, deep TOML, over-long names, a trickling mirror, and
+values the API and CLI must refuse.  The fake framework keeps every case fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amp_suite.cli import main
+from amp_suite.records import CellResult
+from amp_suite.results import ResultStore
+from conftest import HELPERS, run_cli
+
+LONG = "a" * 300
+FAKE = ("-p", "fakefw")
+
+
+def _err_lines(text: str) -> list[str]:
+    return [line for line in text.strip().splitlines() if line.strip()]
+
+
+def _one_error(done: subprocess.CompletedProcess, needle: str) -> None:
+    lines = _err_lines(done.stderr)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(lines) == 1 and needle in lines[0], done.stderr
+
+
+def _sweep_dir(tmp_path: Path) -> Path:
+    """``tmp_path/out`` as an earlier sweep left it (its environment record only)."""
+    out = tmp_path / "out"
+    (out / "logs").mkdir(parents=True)
+    (out / "environment.json").write_text("{}")
+    return out
+
+
+def _ok_result(precision: str = "fp32", **metrics) -> CellResult:
+    return CellResult(key=f"fake/tiny/{precision}/r0", framework="fake", workload="tiny", precision=precision,
+                      repeat=0, status="ok", metrics=dict(metrics))
+
+
+# --- 1. links and special files ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [".amp-suite.lock", "results.jsonl", "logs/fake__tiny__fp32__r0.log",
+                                  "report.md", "logs/fake__tiny__fp32__r0.log.result.request"])
+def test_a_symlink_where_the_suite_writes_is_refused_and_its_target_untouched(tiny_config, tmp_path,
+                                                                              clean_fake_env, name):
+    out = _sweep_dir(tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (out / name).symlink_to(victim)
+    done = run_cli("run", "--config", str(tiny_config), *FAKE)
+    _one_error(done, "is a symbolic link, not a regular file")
+    assert victim.read_text() == "precious\n"
+    assert not (out / "results.jsonl").is_file() or name == "results.jsonl"
+
+
+def test_a_fifo_store_is_refused_and_resume_does_not_hang(tiny_config, tmp_path, clean_fake_env):
+    out = _sweep_dir(tmp_path)
+    os.mkfifo(out / "results.jsonl")
+    for extra in ((), ("--resume",)):
+        done = run_cli("run", "--config", str(tiny_config), *FAKE, *extra, timeout=60)
+        _one_error(done, "is a FIFO, not a regular file")
+    report = run_cli("report", str(out), *FAKE, timeout=60)
+    _one_error(report, "is a FIFO")
+
+
+def test_the_safe_layer_refuses_links_fifos_and_keeps_the_umask(tmp_path):
+    from amp_suite.safe_files import UnsafeFileError, append_line, read_regular, write_file_atomically
+
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(UnsafeFileError, match="is a symbolic link"):
+        append_line(tmp_path / "link", "{}")
+    with pytest.raises(UnsafeFileError, match="is a symbolic link"):
+        write_file_atomically(tmp_path / "link", "x")
+    with pytest.raises(UnsafeFileError, match="is a FIFO"):
+        read_regular(tmp_path / "fifo")
+    assert not (tmp_path / "elsewhere").exists()
+    old = os.umask(0o022)
+    try:
+        write_file_atomically(tmp_path / "report.md", "x")
+        append_line(tmp_path / "results.jsonl", "{}")
+        (tmp_path / "kept.md").write_text("old")
+        os.chmod(tmp_path / "kept.md", 0o640)
+        write_file_atomically(tmp_path / "kept.md", "new")
+    finally:
+        os.umask(old)
+    modes = {n: stat.S_IMODE(os.stat(tmp_path / n).st_mode) for n in ("report.md", "results.jsonl", "kept.md")}
+    assert modes == {"report.md": 0o644, "results.jsonl": 0o644, "kept.md": 0o640}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")) == []
+
+
+def test_a_stale_torchrun_request_is_removed_under_the_lock(tmp_path):
+    from amp_suite.output_dir import OutputLock
+
+    out = _sweep_dir(tmp_path)
+    stale = out / "logs" / "torch__tiny__fp32__d2__r0.log.result.request"
+    stale.write_text("{}")
+    with OutputLock(out):
+        assert not stale.exists()
+
+
+# --- 2. signals and processes ---------------------------------------------------------------
+
+
+def test_signal_names_and_numbers():
+    from amp_suite.child_process import exit_description
+    from amp_suite.runner import signal_name
+
+    assert signal_name(9) == "SIGKILL"
+    assert signal_name(40) == "signal 40"
+    assert exit_description(-40) == "was killed by signal 40"
+    assert exit_description(-9) == "was killed by SIGKILL" and exit_description(3) == "exited with code 3"
+
+
+def test_the_doctor_probe_never_imports_from_the_current_directory(tmp_path, monkeypatch):
+    from amp_suite.doctor import runner
+    from fakefw import framework_info
+
+    (tmp_path / "json.py").write_text("raise SystemExit('the json.py of the current directory ran')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(runner.PROBES, "fake", "sleepy_probe")
+    report = runner.subprocess_probe(framework_info(), "cpu", 60)
+    assert not report["json_module"].startswith(str(tmp_path))
+    assert report["path0"] != "" and Path(report["path0"]).resolve() != tmp_path.resolve()
+
+
+def test_a_probe_dies_with_its_killed_host(tmp_path):
+    pidfile = tmp_path / "probe.pid"
+    host = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys; from amp_suite.child_process import isolated_command, isolated_env; "
+        f"subprocess.run(isolated_command('sleepy_probe', 'sleep', {str(pidfile)!r}), env=isolated_env())")],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(Path(__file__).parent.parent)])})
+    deadline = time.monotonic() + 60
+    while not (pidfile.exists() and pidfile.read_text().strip()):
+        assert time.monotonic() < deadline and host.poll() is None, "the probe never started"
+        time.sleep(0.05)
+    probe = int(pidfile.read_text())
+    host.kill()
+    host.wait()
+    deadline = time.monotonic() + 30
+    while _alive(probe):
+        assert time.monotonic() < deadline, "the probe outlived its host"
+        time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# --- 3. report and output-directory safety ---------------------------------------------------
+
+
+def test_report_on_a_foreign_directory_is_refused_and_leaves_it_alone(tmp_path):
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "results.json").write_text('{"mine": true}')
+    (foreign / "results.jsonl").write_text("")
+    done = run_cli("report", str(foreign))
+    _one_error(done, "is not an amp-suite output directory")
+    assert (foreign / "results.json").read_text() == '{"mine": true}'
+    assert sorted(p.name for p in foreign.iterdir()) == ["results.json", "results.jsonl"]
+
+
+def test_run_into_a_foreign_directory_is_refused(tiny_config, tmp_path, clean_fake_env):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    _one_error(run_cli("run", "--config", str(tiny_config), *FAKE), "is not an amp-suite output directory")
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("where", ["/", "~"])
+def test_root_and_home_are_refused_as_out(tiny_config, where):
+    target = os.path.expanduser(where)
+    _one_error(run_cli("run", "--config", str(tiny_config), *FAKE, "--out", target), "refusing output directory")
+
+
+def test_report_waits_for_no_one_and_refuses_while_a_run_holds_the_lock(tmp_path):
+    from amp_suite.output_dir import OutputLock
+
+    out = tmp_path / "out"
+    ResultStore(out).append(_ok_result())
+    with OutputLock(out):
+        done = run_cli("report", str(out))
+    _one_error(done, "is in use by another amp-suite run")
+    assert not (out / "report.md").exists()
+
+
+# --- 4. plugins at import ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("raise SystemExit(0)\n", "raised SystemExit: 0 while being imported"),
+    ("raise KeyboardInterrupt()\n", "raised KeyboardInterrupt while being imported"),
+    ("class Odd(BaseException):\n    def __str__(self):\n        raise ValueError('no')\nraise Odd()\n",
+     "raised Odd (its message cannot be shown) while being imported"),
+])
+def test_a_plugin_ending_the_program_at_import_is_one_line(tmp_path, body, needle):
+    (tmp_path / "hostile_plugin.py").write_text(body)
+    env = {"PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ["PYTHONPATH"]])}
+    done = run_cli("plugins", "-p", "hostile_plugin", env=env)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
+    assert f"hostile_plugin  FAILED TO LOAD (module hostile_plugin): {needle}" in done.stdout
+
+
+def test_one_line_of_an_exception_whose_str_raises():
+    from amp_suite.errors import one_line
+
+    class Broken(Exception):
+        def __str__(self):
+            raise RuntimeError("no")
+
+    assert one_line(Broken()) == "Broken (its message cannot be shown)"
+
+
+# --- 5. stored values ---------------------------------------------------------------------------
+
+
+def test_an_out_of_range_stored_value_is_skipped_and_the_report_written(tmp_path, capsys):
+    out = tmp_path / "out"
+    ResultStore(out).append(_ok_result())
+    line = json.dumps({**json.loads((out / "results.jsonl").read_text()), "precision": "amp_fp16",
+                       "key": "fake/tiny/amp_fp16/r0"})
+    with open(out / "results.jsonl", "a") as fh:
+        fh.write(line.replace('"metrics": {}', '"metrics": {"peak_rss_bytes": 1' + "0" * 400 + "}") + "\n")
+    (out / "environment.json").write_text(json.dumps({"cpu_flags": 5, "cpu_count": "many"}))
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "line 2 (metrics.peak_rss_bytes is out of range)" in err
+    assert "ignoring cpu_count (wrong type: str); cpu_flags (wrong type: int)" in err
+    assert "Traceback" not in err and "| tiny" in (out / "report.md").read_text()
+
+
+@pytest.mark.parametrize("cache", ['{"frameworks": {"torch": 5}}', "not json", '[1, 2]',
+                                   '{"frameworks": {"fake": {"cpu": {"matmul": {"fp32": -1}}}}}'])
+def test_a_corrupt_calibration_cache_is_ignored_with_a_warning(tmp_path, capsys, monkeypatch, cache):
+    from amp_suite.calibration import cache_path
+
+    monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
+    path = cache_path({})  # the machine environment.json below describes
+    path.parent.mkdir(parents=True)
+    path.write_text(cache)
+    out = tmp_path / "out"
+    ResultStore(out).append(_ok_result())
+    (out / "environment.json").write_text("{}")
+    assert main(["report", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"ignoring the calibration cache {path}" in err and "Traceback" not in err
+    assert (out / "report.md").exists()
+
+
+# --- 6. paths and parsing --------------------------------------------------------------------
+
+
+def test_deep_toml_is_one_line_with_its_line(tmp_path):
+    deep = tmp_path / "deep.toml"
+    deep.write_text("[defaults]\nsteps = " + "[" * 5000 + "]" * 5000 + "\n")
+    _one_error(run_cli("run", "--config", str(deep)), "line 2: arrays and tables nest more than 32 levels")
+    listed = run_cli("list", "--config", str(deep))
+    assert "Traceback" not in listed.stderr
+
+
+@pytest.mark.parametrize("option", ["--out", "--config", "--data-dir", "report"])
+def test_over_long_path_components_are_one_line(tiny_config, tmp_path, clean_fake_env, option):
+    long_path = str(tmp_path / LONG)
+    if option == "report":
+        done = run_cli("report", long_path)
+    elif option == "--config":
+        done = run_cli("run", "--config", long_path, *FAKE)
+    else:
+        done = run_cli("run", "--config", str(tiny_config), *FAKE, option, long_path)
+    _one_error(done, "name too long")
+
+
+def test_a_symlink_loop_as_data_dir_is_one_line(tiny_config, tmp_path, clean_fake_env):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    done = run_cli("run", "--config", str(tiny_config), *FAKE, "--data-dir", str(tmp_path / "loop" / "x"))
+    _one_error(done, "cannot use the data directory")
+
+
+def test_a_trickling_mirror_is_abandoned_and_its_partial_file_removed(tmp_path, monkeypatch):
+    import importlib
+
+    fetch = importlib.import_module("amp_suite.datasets.fetch")
+
+    class Trickle:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def read1(self, size):
+            return b"x"
+
+    clock = iter(range(0, 10**6, 10))  # ten seconds pass per byte
+    monkeypatch.setattr(fetch.time, "monotonic", lambda: float(next(clock)))
+    monkeypatch.setattr(fetch.urllib.request, "urlopen", lambda url, timeout: Trickle())
+    spec = fetch.DatasetFile("file.gz", 10**6, "0" * 64)
+    with pytest.raises(fetch.DatasetError, match=r"http://slow.example/file.gz: .* bytes/s, below the minimum"):
+        fetch.download("http://slow.example/file.gz", tmp_path / "file.gz", spec)
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(fetch.DatasetError, match="no complete file after"):
+        fetch.check_pace("http://m/f", 10**9, 10**10, 10**6, 1000.0)
+
+
+def test_a_200000_name_list_is_checked_quickly():
+    from amp_suite.schema import Field, check_value
+
+    names = [f"w{i}" for i in range(200_000)]
+    started = time.perf_counter()
+    with pytest.raises(Exception, match="lists 'w5' more than once"):
+        check_value("workloads", [*names, "w5"], Field(tuple, names=True))
+    assert time.perf_counter() - started < 5
+
+
+# --- 7. values --------------------------------------------------------------------------------
+
+
+def test_superscript_digits_are_not_device_counts(tiny_config, clean_fake_env):
+    done = run_cli("run", "--config", str(tiny_config), *FAKE, "--devices", "²")
+    _one_error(done, "devices must be")
+
+
+@pytest.mark.parametrize("value", ["nan", "-1", "0", "inf"])
+def test_doctor_timeout_must_be_finite_and_positive(value, capsys):
+    assert main(["doctor", "--frameworks", "fake", "-p", "fakefw", "--timeout", value]) == 2
+    assert "--timeout must be a finite number of seconds above 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kwargs,needle", [
+    ({"config": 5}, "config must be the path of a TOML file, got 5"),
+    ({"resume": "no"}, "resume must be true or false, got 'no'"),
+    ({"plugins": 5}, "plugins must be a module name or a list of module names"),
+])
+def test_the_api_refuses_wrong_types_with_the_cli_messages(kwargs, needle):
+    import amp_suite
+    from amp_suite.errors import UsageError
+
+    with pytest.raises(UsageError, match=needle):
+        amp_suite.run(**kwargs)
+
+
+def test_the_api_reads_one_device_count_and_one_plugin_name():
+    from amp_suite import api_checks
+
+    assert api_checks.device_counts(2) == (2,) and api_checks.device_counts([1, 2]) == [1, 2]
+    assert api_checks.plugin_names("fakefw") == ("fakefw",)
+
+
+def test_workload_sizes_have_upper_bounds(tmp_path):
+    config = tmp_path / "big.toml"
+    config.write_text("[workloads.huge]\nmodel = \"mnist_cnn\"\ninput_size = 1000000\nchannels = 1\n"
+                      "num_classes = 10\nbatch_size = 8\n")
+    done = run_cli("run", "--config", str(config), "--workloads", "huge")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "input_size" in done.stderr and "8192" in done.stderr

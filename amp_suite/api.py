@@ -71,6 +71,10 @@ class SweepRequest:
     quiet: bool = False
     cost: dict[str, Any] = field(default_factory=dict)
     preset: str | None = None  # a [presets.NAME] table filling the sweep before ``overrides``
+    # ``--repeats auto``: run repeats (from ``overrides["repeats"]``, at least AUTO_FIRST_REPEATS) and add
+    # more, up to this many, until every speed-up's 95% interval is within ±auto_width of it; 0: off.
+    auto_repeats: int = 0
+    auto_width: float = 0.05
 
 
 @dataclass
@@ -149,7 +153,13 @@ def device_counts(settings: SweepSettings) -> tuple[int, ...]:
 
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None):
-    """Every cell of the sweep, repeats outermost so slow drifts spread over all cells.
+    """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
+
+    Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
+    a framework the precisions run in the configured order on even repeats
+    and in the reverse order on odd ones, so neither fp32 nor an AMP
+    precision always runs first (on a warming machine) or last.  Cell keys
+    do not depend on the order.
 
     Steps per epoch: ``explicit_steps`` when given (``--steps``, else a
     preset's ``steps``), else the workload's own ``steps``, else the
@@ -165,12 +175,15 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     for repeat in range(settings.repeats):
         for workload_name in settings.workloads:
             workload = config.workloads[workload_name]
+            if settings.target_accuracy is not None:  # --target-accuracy overrides the workload's own
+                workload = replace(workload, target_accuracy=settings.target_accuracy)
             steps = explicit_steps if explicit_steps is not None else (workload.steps or settings.steps)
             if settings.warmup >= steps:
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
+            precisions = settings.precisions if repeat % 2 == 0 else tuple(reversed(settings.precisions))
             for framework, devices, precision in itertools.product(
-                    settings.frameworks, counts, settings.precisions):
+                    settings.frameworks, counts, precisions):
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
                     steps=steps, epochs=settings.epochs, warmup=settings.warmup,
@@ -269,6 +282,10 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
             check_batch_split(name, settings.batch_size or workload.batch_size, count)
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
+    if settings.data_dir:
+        from amp_suite.datasets.fetch import check_data_dir
+
+        check_data_dir(settings.data_dir)
     out_dir = prepare_output_dir(settings.out)
     explicit_steps = request.overrides.get("steps")
     if explicit_steps is None and plan is not None:
@@ -276,10 +293,21 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
                        explicit_steps=explicit_steps,
                        launchers={name: info.launcher for name, info in host.frameworks().items()})
+    from amp_suite.output_dir import check_sweep_paths
+    from amp_suite.runner import cell_log_path
+
+    check_sweep_paths(out_dir, [cell_log_path(out_dir, cell.run) for cell in cells])
     with OutputLock(out_dir):
         _fetch_data(settings)
+        def plan_repeat(repeat: int):
+            """Every cell's repeat ``repeat`` (for ``--repeats auto``)."""
+            more = plan_cells(config, replace(settings, repeats=repeat + 1),
+                              worker_plugin_modules(host, request.plugins), explicit_steps=explicit_steps,
+                              launchers={name: info.launcher for name, info in host.frameworks().items()})
+            return [cell for cell in more if cell.run.repeat == repeat]
+
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
-                           plan.record if plan is not None else None)
+                           plan.record if plan is not None else None, plan_repeat=plan_repeat)
 
 
 def sweep_device_kind(config: SuiteConfig, request: SweepRequest) -> str:
@@ -316,7 +344,7 @@ def _fit_preset_devices(config: SuiteConfig, settings: SweepSettings, record: di
 
 def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: SweepSettings, cost: dict[str, Any],
                 cells, out_dir: Path, progress: Callable | None,
-                preset: dict[str, Any] | None = None) -> SweepOutcome:
+                preset: dict[str, Any] | None = None, plan_repeat: Callable | None = None) -> SweepOutcome:
     from amp_suite.calibration import attach_calibration
     from amp_suite.environment import host_environment
     from amp_suite.results import ResultStore
@@ -346,6 +374,8 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
         for result in iter_sweep(cells, store, inline=request.inline, resume=request.resume,
                                  env=worker_env(host), progress=None if request.quiet else progress):
             outcome.results.append(result)
+        if request.auto_repeats and plan_repeat is not None:
+            _auto_repeats(request, settings, store, host, environment, outcome, progress, plan_repeat)
     except KeyboardInterrupt as exc:
         outcome.stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
         print(f"amp-suite: interrupted by {signal.Signals(outcome.stopped_by).name}; finished cells are kept in "
@@ -361,6 +391,66 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {one_line(failure.error)}", file=sys.stderr)
     return outcome
+
+
+# The first round of ``--repeats auto`` (two repeats: the fewest that give an interval).
+AUTO_FIRST_REPEATS = 2
+# ``--repeats auto``'s default cap on repeats per cell.
+AUTO_MAX_REPEATS = 5
+
+
+def wide_speedups(results: list[CellResult], environment: dict[str, Any], width: float) -> list[tuple]:
+    """``(workload, framework, devices, precision, half-width)`` of each speed-up whose interval is too wide.
+
+    A speed-up without an interval (fewer than two paired repeats) counts as
+    too wide (half-width NaN).
+    """
+    from amp_suite.report import summary_frame
+
+    summary = summary_frame(results, environment)
+    wide = []
+    for row in summary.itertuples():
+        if row.precision == "fp32" or row.status != "ok" or row.speedup != row.speedup:
+            continue
+        low, high = row.speedup_low, row.speedup_high
+        half = (high - low) / 2 / row.speedup if low == low and high == high and row.speedup else float("nan")
+        if not half <= width:
+            wide.append((row.workload, row.framework, int(row.devices), row.precision, half))
+    return wide
+
+
+def _auto_repeats(request: SweepRequest, settings: SweepSettings, store, host, environment: dict[str, Any],
+                  outcome: SweepOutcome, progress: Callable | None, plan_repeat: Callable) -> None:
+    """Add repeats of the cells whose speed-ups' intervals are too wide, up to the cap; record what happened."""
+    from amp_suite.runner import iter_sweep
+    from amp_suite.safe_files import write_file_atomically
+
+    cap, width = request.auto_repeats, request.auto_width
+    repeat = settings.repeats
+    wide = wide_speedups(outcome.results, environment, width)
+    while wide and repeat < cap:
+        groups = {(w, f, d) for w, f, d, _, _ in wide}
+        cells = [c for c in plan_repeat(repeat) if (c.run.workload, c.run.framework, c.run.devices) in groups]
+        print(f"amp-suite: --repeats auto: {len(wide)} speed-up(s) wider than ±{width:.0%}; repeat {repeat} of "
+              f"{len(cells)} cells", file=sys.stderr)
+        for result in iter_sweep(cells, store, inline=request.inline, resume=request.resume,
+                                 env=worker_env(host), progress=None if request.quiet else progress):
+            outcome.results.append(result)
+        repeat += 1
+        wide = wide_speedups(outcome.results, environment, width)
+    if wide:
+        names = ", ".join(f"{w}/{f}/{p}" + (f" (±{h:.1%})" if h == h else " (no interval)")
+                          for w, f, _, p, h in wide)
+        text = (f"the cap of {cap} repeats was hit with {len(wide)} speed-up(s) still wider than ±{width:.0%}: "
+                f"{names}")
+    else:
+        text = f"every speed-up's 95% interval is within ±{width:.0%} after at most {repeat} repeats (cap {cap})"
+    environment["auto_repeats"] = {"cap": cap, "width": width, "repeats": repeat, "wide": len(wide), "summary": text}
+    print(f"amp-suite: --repeats auto: {text}", file=sys.stderr)
+    try:
+        write_file_atomically(outcome.out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
+    except OSError:
+        pass  # the report still says it
 
 
 # --- the notebook API ------------------------------------------------------------
@@ -396,7 +486,8 @@ def run(
 
     ``settings`` are any :class:`~amp_suite.config.SweepSettings` field:
     ``steps``, ``epochs``, ``warmup``, ``batch_size``, ``repeats``,
-    ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``,
+    ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``
+    (``repeats="auto"``: as ``--repeats auto``),
     ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
     ``out``, and the data-parallel ``devices`` (e.g. ``[1, 2]``),
     ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from
@@ -410,13 +501,23 @@ def run(
     if unknown:
         raise UsageError(f"unknown setting {unknown[0]!r}{closest(unknown[0], SETTING_NAMES)}; "
                          f"allowed: {', '.join(SETTING_NAMES)}")
+    auto = 0
+    if settings.get("repeats") == "auto":  # as --repeats auto
+        settings = {**settings, "repeats": AUTO_FIRST_REPEATS}
+        auto = AUTO_MAX_REPEATS
     overrides = {**settings, "frameworks": _names(frameworks), "workloads": _names(workloads),
                  "precisions": _names(precisions)}
     cost = {k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency)) if v is not None}
     from amp_suite.progress import SweepProgress
 
-    request = SweepRequest(config=config, overrides=overrides, plugins=tuple(plugins), resume=resume,
-                           inline=inline, quiet=quiet, cost=cost, preset=preset)
+    from amp_suite import api_checks  # the CLI's messages for the same mistakes
+
+    if "devices" in overrides:
+        overrides["devices"] = api_checks.device_counts(overrides["devices"])
+    request = SweepRequest(config=api_checks.config_path(config), overrides=overrides,
+                           plugins=api_checks.plugin_names(plugins), resume=api_checks.flag("resume", resume),
+                           inline=api_checks.flag("inline", inline), quiet=api_checks.flag("quiet", quiet),
+                           cost=cost, preset=preset, auto_repeats=auto)
     outcome = sweep(request, progress=SweepProgress())
     frame = results_table(outcome.results, outcome.environment)
     frame.attrs.update(out_dir=str(outcome.out_dir), exit_code=outcome.exit_code,
@@ -439,8 +540,11 @@ def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
     problem = "is missing"
     if path.exists():
         try:
-            environment = json.loads(path.read_bytes().decode("utf-8"))
+            from amp_suite.safe_files import read_regular
+
+            environment = json.loads(read_regular(path).decode("utf-8"))  # no link followed, no FIFO waited on
             if isinstance(environment, dict):
+                _drop_unusable_fields(path, environment, warn)
                 return environment
             problem = "is not a JSON object"
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
@@ -448,6 +552,14 @@ def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
     if warn:
         print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
     return host_environment()
+
+
+def _drop_unusable_fields(path: Path, environment: dict[str, Any], warn: bool) -> None:
+    from amp_suite.stored_values import clean_environment
+
+    dropped = clean_environment(environment)
+    if dropped and warn:
+        print(f"amp-suite: warning: {path}: ignoring {'; '.join(dropped)}", file=sys.stderr)
 
 
 def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any]]:
@@ -474,6 +586,16 @@ def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any
     attach_calibration(environment)
     latest = {result.key: result for result in contents.results}
     return list(latest.values()), environment
+
+
+def compare(base: str | Path, new: str | Path) -> "pd.DataFrame":
+    """Two sweep directories matched cell by cell: one row per cell and metric, NEW/BASE with its interval.
+
+    See :mod:`amp_suite.comparison`; ``frame.attrs["markdown"]`` is what ``amp-suite compare`` prints.
+    """
+    from amp_suite.comparison import compare as compare_directories
+
+    return compare_directories(base, new)
 
 
 def load(directory: str | Path, *, price_per_hour: float | None = None,

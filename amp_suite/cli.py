@@ -7,6 +7,7 @@ imported only inside the worker process that runs a cell.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import sys
 import threading
@@ -63,7 +64,13 @@ def _devices(text: str | None) -> tuple[int | str, ...] | None:
     parts = _csv(text)
     if parts is None:
         return None
-    return tuple(int(p) if p.isdigit() else p for p in parts)
+    return tuple(int(p) if p.isascii() and p.isdigit() else p for p in parts)  # "²" is a digit to isdigit()
+
+
+def _repeats(text: str) -> int | str:
+    """``--repeats 3`` -> 3; ``auto`` stays a word (any other word is left for the schema to reject)."""
+    text = text.strip()
+    return int(text) if text.lstrip("-").isascii() and text.lstrip("-").isdigit() else text
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,7 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="size each timed window from the measured step time to last this long; 0: "
                           "--window-steps steps per window (default: 1 on a GPU, 0 on a CPU)")
     run.add_argument("--batch-size", type=int, help="override every workload's batch size")
-    run.add_argument("--repeats", type=int, help="runs of each cell")
+    run.add_argument("--target-accuracy", type=float, metavar="FRACTION",
+                     help="validation accuracy (e.g. 0.97) to reach: report the training time, steps and epochs "
+                          "to reach it; overrides the workloads' target_accuracy")
+    run.add_argument("--repeats", type=_repeats, metavar="N|auto",
+                     help="runs of each cell, in fresh processes, interleaved; 2 or more give every speed-up a 95%% "
+                          "interval. auto: start with 2 and add repeats (up to 5) until every speed-up's interval "
+                          "is within ±5%%")
     run.add_argument("--timeout", type=float, help="seconds per cell before its worker is killed")
     run.add_argument("--seed", type=int, help="seed of initial weights, data and batch order")
     run.add_argument("--device", help="auto, cpu or gpu")
@@ -126,6 +139,16 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--price-per-hour", type=float, help="price of the machine per hour: cost columns")
     report.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+
+    cmp = sub.add_parser("compare", help="compare two sweeps' results cell by cell, with intervals and verdicts",
+                         description="Match the cells of two sweep directories and print one markdown table per "
+                                     "metric: BASE, NEW, NEW/BASE with its 95% interval and a verdict (faster, "
+                                     "slower, no measurable difference); the environments' differences first.")
+    cmp.add_argument("base", metavar="BASE", help="the reference sweep's output directory")
+    cmp.add_argument("new", metavar="NEW", help="the sweep to judge against it")
+    cmp.add_argument("--fail-above", type=float, metavar="PCT",
+                     help="exit 1 when a throughput or speed-up is slower by more than PCT percent, outside the noise")
+    cmp.add_argument("--out", metavar="FILE", help="also write the markdown to FILE")
 
     cal = sub.add_parser("calibrate", help="measure this machine's peak matmul and convolution TFLOP/s "
                                            "per framework and dtype (cached per machine)")
@@ -176,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins,
-                   "calibrate": cmd_calibrate, "doctor": cmd_doctor, "init": cmd_init}
+                   "calibrate": cmd_calibrate, "doctor": cmd_doctor, "init": cmd_init, "compare": cmd_compare}
         with _stop_signals_interrupt():
             return handler[args.command](args)
     except UsageError as exc:
@@ -231,26 +254,59 @@ def cmd_run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
         device=args.device, out=args.out, devices=_devices(args.devices), sync_batch_norm=args.sync_batch_norm,
         nnodes=args.nnodes, node_rank=args.node_rank, coordinator=args.coordinator,
+        target_accuracy=args.target_accuracy,
     )
+    auto = 0
+    if overrides["repeats"] == "auto":
+        from amp_suite.api import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
+
+        overrides["repeats"], auto = AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
                            resume=args.resume, inline=args.inline, quiet=args.quiet,
-                           cost=_cost_overrides(args), preset=args.preset)
+                           cost=_cost_overrides(args), preset=args.preset, auto_repeats=auto)
     return sweep(request, progress=SweepProgress()).exit_code
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from amp_suite.api import load_results
     from amp_suite.cost import cost_settings
+    from amp_suite.output_dir import report_lock
 
-    results, environment = load_results(Path(args.directory))
-    cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
-    if cost:
-        environment["cost"] = cost
-    outcome = _host(args.plugin).write_report(results, Path(args.directory), environment)
+    host = _host(args.plugin)
+    with report_lock(args.directory):  # a running sweep's store never changes under the report
+        results, environment = load_results(Path(args.directory))
+        cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
+        if cost:
+            environment["cost"] = cost
+        outcome = host.write_report(results, Path(args.directory), environment)
     if outcome.written:
         print("\n".join(str(p) for p in outcome.written))
     _print_reporter_failures(outcome)
     return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from amp_suite.comparison import compare, regressions
+
+    if args.fail_above is not None and not 0 <= args.fail_above < 100:
+        raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
+    frame = compare(args.base, args.new)
+    print(frame.attrs["markdown"])
+    if args.out:
+        from amp_suite.safe_files import write_file_atomically
+
+        try:
+            write_file_atomically(Path(args.out), frame.attrs["markdown"] + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+    if args.fail_above is None:
+        return EXIT_OK
+    worse = regressions(frame, args.fail_above)
+    for row in worse.itertuples():
+        print(f"amp-suite: regression: {row.workload} / {row.framework} / {row.precision}: {row.metric} "
+              f"{row.ratio:.3f}x of BASE ({row.low:.3f}–{row.high:.3f}), beyond -{args.fail_above:g}%",
+              file=sys.stderr)
+    return EXIT_FAILED_CELLS if len(worse) else EXIT_OK
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -340,6 +396,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                               progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
     if args.report is not None:
         raise UsageError("--report goes with --acceptance")
+    if not math.isfinite(args.timeout) or args.timeout <= 0:
+        raise UsageError(f"--timeout must be a finite number of seconds above 0, got {args.timeout:g}")
     plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout)
     rows = run_checks(plan, progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
     print(render_table(rows))

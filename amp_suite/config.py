@@ -17,6 +17,8 @@ file, exit 2.
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -79,6 +81,7 @@ class SweepSettings:
     nnodes: int = 1  # machines one cell runs on (one amp-suite run per machine)
     node_rank: int = 0  # this machine's rank among them
     coordinator: str | None = None  # HOST:PORT of node 0, where the cell's processes meet
+    target_accuracy: float | None = None  # time to target: overrides every workload's target_accuracy
 
     def check(self) -> None:
         """Reject values that cannot make a meaningful sweep (exit 2)."""
@@ -107,7 +110,7 @@ class SweepSettings:
 def check_coordinator(text: str) -> tuple[str, int]:
     """``HOST:PORT`` split and checked (one-line error)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise UsageError(f"coordinator must be HOST:PORT with a port from 1 to 65535, got {shown(text)}")
     return host, int(port)
 
@@ -151,6 +154,7 @@ SETTINGS_FIELDS: dict[str, Field] = {
     "nnodes": Field(int, minimum=1, maximum=4096),
     "node_rank": Field(int, minimum=0, maximum=4095),
     "coordinator": Field(str, optional=True),
+    "target_accuracy": Field(float, above=0, maximum=1, optional=True),
 }
 
 # Options every framework plugin reads (amp_suite.plugin_kit: loss scaling of amp_fp16).
@@ -292,16 +296,25 @@ def check_framework_tables(config: SuiteConfig, frameworks: Any, absent: Any = (
                              f"{closest(name, known)}; known: {', '.join(known)}")
 
 
+# Deepest nesting of arrays and inline tables a config file may have.
+MAX_TOML_DEPTH = 32
+
+
 def find_config(explicit: str | Path | None) -> Path | None:
     """``--config``, else ``./benchmarks.toml``; ``None``: the packaged catalog alone."""
     if explicit is not None:
         if not str(explicit).strip() or "\0" in str(explicit):
             raise UsageError(f"config file name {shown(str(explicit))} is empty or holds a NUL character")
         path = Path(explicit)
-        if path.exists() and not path.is_file():
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            raise UsageError(f"config file {str(path)!r} does not exist") from None
+        except (OSError, ValueError) as exc:  # an over-long name, a link loop, an unreadable parent
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise UsageError(f"cannot open config file {str(path)!r}: {reason}") from None
+        if not stat.S_ISREG(mode):
             raise UsageError(f"config file {str(path)!r} is not a regular file")
-        if not path.is_file():
-            raise UsageError(f"config file {str(path)!r} does not exist")
         return path
     candidate = Path.cwd() / CONFIG_NAME
     return candidate if candidate.is_file() else None
@@ -345,6 +358,55 @@ def _settings_from_table(table: Any, path: Path) -> SweepSettings:
     return SweepSettings(**check_table(spelled, SETTINGS_FIELDS, where))
 
 
+def _skip_string(text: str, start: int) -> int:
+    """The index just past the TOML string starting at ``text[start]`` (a quote)."""
+    quote = text[start]
+    if text.startswith(quote * 3, start):
+        end = text.find(quote * 3, start + 3)
+        while end != -1 and quote == '"' and _escaped(text, end):
+            end = text.find(quote * 3, end + 1)
+        return len(text) if end == -1 else end + 3
+    index = start + 1
+    while index < len(text) and text[index] not in (quote, "\n"):
+        index += 2 if quote == '"' and text[index] == "\\" else 1
+    return index + 1
+
+
+def _escaped(text: str, index: int) -> bool:
+    backslashes = 0
+    while index - backslashes - 1 >= 0 and text[index - backslashes - 1] == "\\":
+        backslashes += 1
+    return backslashes % 2 == 1
+
+
+def check_toml_depth(text: str, path: Path) -> None:
+    """A one-line :class:`UsageError` naming the line where arrays and inline tables nest past :data:`MAX_TOML_DEPTH`.
+
+    A linear scan (strings and comments skipped), so a file nested thousands
+    of levels deep is refused before the parser recurses into it.
+    """
+    depth = 0
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char in "\"'":
+            index = _skip_string(text, index)
+            continue
+        if char == "#":
+            newline = text.find("\n", index)
+            index = len(text) if newline == -1 else newline
+            continue
+        if char in "[{":
+            depth += 1
+            if depth > MAX_TOML_DEPTH:
+                line = text.count("\n", 0, index) + 1
+                raise UsageError(f"{path}: line {line}: arrays and tables nest more than {MAX_TOML_DEPTH} "
+                                 "levels deep")
+        elif char in "]}":
+            depth = max(0, depth - 1)
+        index += 1
+
+
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
         data = path.read_bytes()
@@ -354,8 +416,11 @@ def _read_toml(path: Path) -> dict[str, Any]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not a UTF-8 text file (byte {exc.start}); is it really a TOML file?") from None
+    check_toml_depth(text, path)
     try:
         return tomllib.loads(text)
+    except RecursionError:
+        raise UsageError(f"{path}: nested too deeply to read") from None
     except tomllib.TOMLDecodeError as exc:
         message = " ".join(str(exc).split())
         if "(at end of document)" in message:  # tomllib gives no line number here

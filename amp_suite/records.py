@@ -186,6 +186,8 @@ class Workload:
     input_normalization: str = "none"
     description: str = ""
     steps: int | None = None  # steps per epoch this workload trains unless --steps says otherwise
+    target_accuracy: float | None = None  # time to target: validation accuracy to reach (None: not measured)
+    eval_every: int = 0  # time to target: evaluate every this many steps (0: at each epoch's end)
 
     @property
     def input_shape(self) -> tuple[int, int, int]:

@@ -28,6 +28,8 @@ import pandas as pd
 
 from amp_suite.calibration import ceiling_ratio, datasheet_peaks, peak_tflops
 from amp_suite.cost import cell_cost
+from amp_suite.intervals import Interval, format_ratio, paired_log_interval
+from amp_suite.noise import is_busy_flag
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.published import published_section
 from amp_suite.records import CellResult
@@ -45,7 +47,10 @@ CELL_COLUMNS = [
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "dataset",
     "batch_size", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
-    "sm_clock_mhz_median", "telemetry_source", "measurement_flags",
+    "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
+    "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
+    "target_accuracy", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
+    "best_val_accuracy", "eval_time_s", "measurement_flags",
 ]
 # Why synthetic data has no accuracy figure.
 SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
@@ -180,6 +185,21 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "mean_power_w": _num(m.get("mean_power_w")),
             "sm_clock_mhz_median": _num(m.get("sm_clock_mhz_median")),
             "telemetry_source": flat_text(m.get("telemetry_source", "")),
+            "window_throughput_cv": _num(m.get("window_throughput_cv")),
+            "timed_windows": m.get("timed_windows"),
+            "load_avg_1m_before": _num(m.get("load_avg_1m_before")),
+            "load_avg_1m_after": _num(m.get("load_avg_1m_after")),
+            "other_cpu_cores": _num(m.get("other_cpu_cores")),
+            "cpu_freq_mhz_before": _num(m.get("cpu_freq_mhz_before")),
+            "cpu_freq_mhz_after": _num(m.get("cpu_freq_mhz_after")),
+            "machine_busy": any(is_busy_flag(f) for f in (m.get("measurement_flags") or [])),
+            "target_accuracy": _num(m.get("target_accuracy")),
+            "target_reached": m.get("target_reached"),
+            "time_to_target_s": _num(m.get("time_to_target_s")),
+            "steps_to_target": m.get("steps_to_target"),
+            "epochs_to_target": _num(m.get("epochs_to_target")),
+            "best_val_accuracy": _num(m.get("best_val_accuracy")),
+            "eval_time_s": _num(m.get("eval_time_s")),
             "measurement_flags": "; ".join(flat_text(f) for f in (m.get("measurement_flags") or [])),
         })
     frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
@@ -230,7 +250,10 @@ def _ms(seconds: Any) -> float | None:
 
 
 SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", "precision", "status", "ok_repeats",
-                   "repeats", "throughput", "speedup", "speedup_over_tf32", "peak_memory_mib", "memory_ratio",
+                   "repeats", "throughput", "throughput_min", "throughput_max", "window_cv",
+                   "speedup", "speedup_low", "speedup_high", "speedup_pairs", "speedup_over_tf32",
+                   "speedup_over_tf32_low", "speedup_over_tf32_high", "peak_memory_mib", "memory_ratio",
+                   "memory_ratio_low", "memory_ratio_high",
                    "energy_per_image_mj", "energy_ratio", "flagged", "final_loss",
                    "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
@@ -259,6 +282,9 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "status": "ok" if len(ok) else group["status"].iloc[-1],
             "ok_repeats": len(ok), "repeats": len(group),
             "throughput": _median(ok["throughput"]) if len(ok) else math.nan,
+            "throughput_min": _extreme(ok["throughput"], min),
+            "throughput_max": _extreme(ok["throughput"], max),
+            "window_cv": _median(ok["window_throughput_cv"]) if len(ok) else math.nan,
             "peak_memory_mib": _median(ok["peak_memory_mib"]) if len(ok) else math.nan,
             "energy_per_image_mj": _median(ok["energy_per_image_mj"]) if len(ok) else math.nan,
             "flagged": bool((ok["measurement_flags"].fillna("") != "").any()) if len(ok) else False,
@@ -296,6 +322,7 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     # NVIDIA's DeepLearningExamples quote AMP against it, so both speed-ups are reported.
     summary["speedup_over_tf32"] = relative("throughput", "ratio", tf32)
     summary["memory_ratio"] = relative("peak_memory_mib", "ratio")
+    _paired_intervals(summary, cells)
     summary["energy_ratio"] = relative("energy_per_image_mj", "ratio")
     summary["accuracy_delta"] = relative("val_accuracy", "difference")
     saving = [-d for d in relative("cost_per_million_images", "difference")]
@@ -314,6 +341,66 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     summary["scaling_speedup"] = scaling
     summary["scaling_efficiency"] = efficiency
     return summary
+
+
+def _per_repeat(cells: pd.DataFrame, column: str) -> dict[tuple, dict[int, float]]:
+    """``{(workload, framework, device_kind, devices, precision): {repeat: figure}}`` of the ok cells."""
+    out: dict[tuple, dict[int, float]] = {}
+    ok = cells[cells["status"] == "ok"]
+    for row in ok.itertuples():
+        value = _num(getattr(row, column))
+        if value is not None and not math.isnan(value):
+            key = (row.workload, row.framework, row.device_kind, int(row.devices), row.precision)
+            out.setdefault(key, {})[int(row.repeat)] = value
+    return out
+
+
+def _paired_intervals(summary: pd.DataFrame, cells: pd.DataFrame) -> None:
+    """Speed-up and memory-ratio intervals from the paired repeats (docs/measurement.md).
+
+    Repeat ``r`` of a precision is divided by repeat ``r`` of the reference
+    (fp32, or tf32) in the same framework, workload and device; with two or
+    more pairs the ratio becomes the geometric mean of the paired ratios and
+    gets its 95% t-interval on the log scale (:mod:`amp_suite.intervals`).
+    With fewer pairs the ratio of medians stays and there is no interval.
+    """
+    throughput = _per_repeat(cells, "throughput")
+    memory = _per_repeat(cells, "peak_memory_mib")
+    columns = {name: [] for name in ("speedup_low", "speedup_high", "speedup_pairs", "speedup_over_tf32_low",
+                                     "speedup_over_tf32_high", "memory_ratio_low", "memory_ratio_high")}
+    for index, row in summary.iterrows():
+        cell = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
+        pairs = 0
+        for figure, reference, source, name in (("speedup", BASELINE, throughput, "speedup"),
+                                                ("speedup_over_tf32", "tf32", throughput, "speedup_over_tf32"),
+                                                ("memory_ratio", BASELINE, memory, "memory_ratio")):
+            low = high = math.nan
+            if row["precision"] != reference and row["status"] == "ok":
+                interval = paired_log_interval(source.get((*cell, row["precision"]), {}),
+                                               source.get((*cell, reference), {}))
+                if figure == "speedup":
+                    pairs = interval.n
+                if interval.known:
+                    summary.at[index, figure] = interval.value
+                    low, high = interval.low, interval.high
+            columns[f"{name}_low"].append(low)
+            columns[f"{name}_high"].append(high)
+        columns["speedup_pairs"].append(pairs)
+    for name, values in columns.items():
+        summary[name] = values
+
+
+def speedup_interval(row: Any, prefix: str = "speedup") -> Interval:
+    """The summary row's ratio ``prefix`` (speedup, speedup_over_tf32, memory_ratio) as an :class:`Interval`."""
+    value = _num(row.get(prefix))
+    low, high = _num(row.get(f"{prefix}_low")), _num(row.get(f"{prefix}_high"))
+    return Interval(math.nan if value is None else value, math.nan if low is None else low,
+                    math.nan if high is None else high)
+
+
+def _extreme(column: pd.Series, how) -> float:
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    return float(how(values)) if len(values) else math.nan
 
 
 def _median(column: pd.Series) -> float:
@@ -387,6 +474,54 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+# Marks a ratio whose 95% interval contains 1.0: no measurable difference.
+NO_DIFFERENCE_MARK = "≈"
+
+
+def _ratio_text(interval: Interval) -> str:
+    """``1.69x (1.55–1.80)``, with :data:`NO_DIFFERENCE_MARK` first when the interval contains 1.0."""
+    return (f"{NO_DIFFERENCE_MARK} " if interval.contains(1.0) else "") + format_ratio(interval)
+
+
+def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> list[str]:
+    """What the throughput table's intervals mean, and which speed-ups have none."""
+    amp = summary[(summary["precision"] != BASELINE) & (summary["status"] == "ok")]
+    amp = amp[amp["speedup"].notna()] if "speedup" in amp else amp
+    if amp.empty:
+        return []
+    with_interval = amp["speedup_low"].notna()
+    lines = []
+    if with_interval.any():
+        lines.append("Speed-ups (and memory ratios) with two or more repeats show their 95% confidence interval, "
+                     "`1.69x (1.55–1.80)`: a t-interval on the log ratios of paired repeats (repeat r of a "
+                     "precision over repeat r of fp32 in the same framework), so its centre is the geometric "
+                     f"mean of the paired ratios (docs/measurement.md). {NO_DIFFERENCE_MARK} marks a speed-up "
+                     "whose interval contains 1.0: **no measurable difference** from fp32 on this machine.")
+    if not with_interval.all():
+        lines.append("Speed-ups without an interval come from a single repeat: they have no interval and cannot "
+                     "tell a real difference from run-to-run noise (about ±12% between processes on a busy CPU). "
+                     "Run with `--repeats 3` or `--repeats auto` for intervals.")
+    auto = (environment or {}).get("auto_repeats")
+    if isinstance(auto, dict) and auto.get("summary"):
+        lines.append(f"`--repeats auto`: {flat_text(auto['summary'])}")
+    return [line for text in lines for line in (text, "")]
+
+
+def busy_lines(cells: pd.DataFrame) -> list[str]:
+    """A warning for the report's header when cells ran on a busy machine."""
+    if cells.empty or "machine_busy" not in cells:
+        return []
+    ok = cells[cells["status"] == "ok"]
+    busy = ok[ok["machine_busy"].fillna(False).astype(bool)]
+    if busy.empty:
+        return []
+    others = pd.to_numeric(busy["other_cpu_cores"], errors="coerce").dropna()
+    load = f" (other processes used up to {others.max():.2f} cores)" if len(others) else ""
+    return [f"> **Busy machine:** {len(busy)} of {len(ok)} cells ran while other processes competed for the "
+            f"CPU{load}. Their throughput is likely low and noisy; they are marked ⚑ below. Run again on a "
+            "quiet machine, or compare with care.", ""]
+
+
 def _fmt(value: float, pattern: str) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else pattern.format(value)
 
@@ -402,10 +537,11 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
     def throughput(row) -> str:
         text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
-            over_tf32 = row.get("speedup_over_tf32")
+            over_tf32 = speedup_interval(row, "speedup_over_tf32")
             ceiling = row.get("ceiling_ratio")
-            text += (f" ({row['speedup']:.2f}x"
-                     + (f"; {over_tf32:.2f}x over tf32" if row["precision"] != "tf32" and _known(over_tf32) else "")
+            text += (f" ({_ratio_text(speedup_interval(row))}"
+                     + (f"; {_ratio_text(over_tf32)} over tf32"
+                        if row["precision"] != "tf32" and _known(over_tf32.value) else "")
                      + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")"))
         return text
 
@@ -418,7 +554,7 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
     def memory(row) -> str:
         text = _fmt(row["peak_memory_mib"], "{:,.0f}")
         if row["precision"] != BASELINE and not math.isnan(row["memory_ratio"]):
-            text += f" ({row['memory_ratio']:.2f}x)"
+            text += f" ({format_ratio(speedup_interval(row, 'memory_ratio'))})"
         return text
 
     def accuracy(row) -> str:
@@ -463,6 +599,53 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         tables[f"Cost in {cost.get('currency', '')} at {cost['price_per_hour']:g} per hour: per epoch / per "
                "million training images (AMP's saving over fp32)"] = _pivot(summary, money)
     return tables
+
+
+TIME_TO_TARGET_NOTE = (
+    "Training time (timed like every training step, validation excluded), optimizer steps and epochs until the "
+    "validation accuracy first reached the target; the validation runs at every evaluation point (each epoch's "
+    "end, or every `eval_every` steps) outside the training clock, and its own time is the last column. "
+    "Medians over the repeats that reached the target. The ratio is this precision's time to target over "
+    "fp32's in the same framework (below 1: AMP gets there sooner). \"not reached\" gives the best "
+    "accuracy seen.")
+
+
+def time_to_target_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Rows workload x framework x device x precision of the cells that had a target accuracy."""
+    if cells.empty or "target_accuracy" not in cells:
+        return pd.DataFrame()
+    ok = cells[(cells["status"] == "ok") & cells["target_accuracy"].notna()]
+    if ok.empty:
+        return pd.DataFrame()
+    keys = ["workload", "framework", "device_kind", "devices", "precision"]
+    medians: dict[tuple, float] = {}
+    rows = []
+    for key, group in ok.groupby(keys, sort=False):
+        reached = group[group["target_reached"].fillna(False).astype(bool)]
+        medians[key] = _median(reached["time_to_target_s"]) if len(reached) else math.nan
+    order = {p: i for i, p in enumerate(_precision_order(list(dict.fromkeys(ok["precision"]))))}
+    for key, group in sorted(ok.groupby(keys, sort=False), key=lambda kv: (kv[0][:4], order.get(kv[0][4], 99))):
+        workload, framework, kind, devices, precision = key
+        reached = group[group["target_reached"].fillna(False).astype(bool)]
+        target = _first(group["target_accuracy"])
+        if len(reached):
+            time = _fmt(medians[key], "{:.3g} s")
+            steps = _fmt(_median(reached["steps_to_target"]), "{:,.0f}")
+            epochs = _fmt(_median(reached["epochs_to_target"]), "{:.2f}")
+            state = f"{len(reached)} of {len(group)} repeats"
+        else:
+            time, steps, epochs = "not reached", "–", "–"
+            state = f"not reached: best {_median(group['best_val_accuracy']) * 100:.2f}%" \
+                if _known(_median(group["best_val_accuracy"])) else "not reached"
+        base = medians.get((workload, framework, kind, devices, BASELINE), math.nan)
+        ratio = medians[key] / base if precision != BASELINE and _known(base) and base > 0 else math.nan
+        rows.append({"workload": table_text(workload), "framework": table_text(framework),
+                     "device": table_text(device_label(kind, list(group["device"]))),
+                     "precision": table_text(precision), "target": f"{target * 100:.2f}%",
+                     "time to target": time, "steps": steps, "epochs": epochs, "reached": table_text(state),
+                     "ratio to fp32": _fmt(ratio, "{:.2f}x"),
+                     "evaluation time": _fmt(_median(group["eval_time_s"]), "{:.3g} s")})
+    return pd.DataFrame(rows)
 
 
 def ceiling_lines(environment: dict[str, Any], cells: pd.DataFrame) -> list[str]:
@@ -607,6 +790,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                     "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
         if any(is_synthetic(r) for r in results if r.status == "ok"):
             out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
+    out += busy_lines(cells)
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory on a GPU is the training step's device memory without the staged input batches "
@@ -632,6 +816,12 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
             "its dtype's peak.", ""]
     for title, table in comparison_tables(summary, environment).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+        if title.startswith("Throughput"):
+            out += interval_lines(summary, environment)
+    target = time_to_target_table(summary, cells)
+    if not target.empty:
+        out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
+                target.to_markdown(index=False, disable_numparse=True), ""]
     flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
     if not flagged.empty:
         out += ["## Measurement flags", "",

@@ -184,6 +184,24 @@ def _summary(values: list[float]) -> dict[str, float]:
             "step_time_std_s": std, "step_time_cv": std / float(arr.mean()) if arr.mean() > 0 else 0.0}
 
 
+def window_spread(windows: list[EpochResult]) -> dict[str, Any]:
+    """How throughput varied over a process's timed windows.
+
+    ``window_throughputs`` holds each window's samples per second;
+    ``window_throughput_cv`` is their standard deviation over their mean
+    (``None`` with fewer than two windows: one window has no spread).
+    """
+    rates = [r.samples / r.window_time_s for r in windows if r.window_time_s > 0 and r.samples > 0]
+    if not rates:
+        return {"window_throughputs": [], "window_throughput_median": None, "window_throughput_min": None,
+                "window_throughput_max": None, "window_throughput_cv": None}
+    arr = np.asarray(rates, dtype=np.float64)
+    cv = float(arr.std(ddof=1) / arr.mean()) if arr.size > 1 and arr.mean() > 0 else None
+    return {"window_throughputs": [float(x) for x in arr], "window_throughput_median": float(np.median(arr)),
+            "window_throughput_min": float(arr.min()), "window_throughput_max": float(arr.max()),
+            "window_throughput_cv": cv}
+
+
 def steady_state(parts: list[tuple[Phase, EpochResult]]) -> dict[str, Any]:
     """Figures of a run from its phases' results, in the order they ran."""
     windows = [r for p, r in parts if p.kind == "window"]
@@ -203,6 +221,7 @@ def steady_state(parts: list[tuple[Phase, EpochResult]]) -> dict[str, Any]:
         "timed_samples": samples,
         "timed_windows": len(windows),
         "window_time_s": window_time,
+        **window_spread(windows),
         # Latency is the same method in every framework: single steps, each waited for on the host.
         # Device events recorded inside windows (CUDA in PyTorch) are kept as a figure of their own.
         **_summary(latency_times or event_times),

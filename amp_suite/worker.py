@@ -26,7 +26,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from amp_suite import devices, host_measure, progress, telemetry
+from amp_suite import devices, host_measure, noise, progress, telemetry
 from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.environment import cpu_info
 from amp_suite.loaded_libraries import loaded_cuda_libraries, numerics_environment
@@ -156,6 +156,57 @@ def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline
 VALIDATION_KEYS = ("val_accuracy", "val_loss", "val_examples")
 
 
+class TargetTracker:
+    """Time to target accuracy: evaluates between phases and remembers when the target was first reached.
+
+    An evaluation point is each epoch's end (``eval_every`` 0) or the end of
+    the first phase that reaches each multiple of ``eval_every`` steps.  The
+    validation runs outside the training clock (its time is kept apart, in
+    ``eval_time_s``); training time counts every phase trained so far (warm-up,
+    windows and latency steps).  Evaluation stops once the target is reached.
+    """
+
+    def __init__(self, target: float | None, every: int, steps_per_epoch: int):
+        self.target, self.every, self.steps_per_epoch = target, int(every or 0), steps_per_epoch
+        self.reached: dict[str, Any] | None = None
+        self.best = -1.0
+        self.eval_time_s = 0.0
+        self.curve: list[list[float]] = []  # [steps, training seconds, accuracy] per evaluation point
+        self._last_point = 0
+
+    def due(self, phase: Phase) -> bool:
+        if self.target is None or self.reached is not None:
+            return False
+        done = phase.epoch * self.steps_per_epoch + phase.stop
+        if self.every <= 0:
+            return phase.stop >= self.steps_per_epoch
+        return done // self.every > self._last_point
+
+    def evaluate(self, phase: Phase, parts: list[tuple[Phase, EpochResult]], validate_now: Any) -> None:
+        done = phase.epoch * self.steps_per_epoch + phase.stop
+        if self.every > 0:
+            self._last_point = done // self.every
+        began = time.perf_counter()
+        accuracy = float(validate_now()["val_accuracy"])
+        self.eval_time_s += time.perf_counter() - began
+        trained_s = float(sum(r.window_time_s for _, r in parts))
+        self.curve.append([done, trained_s, accuracy])
+        self.best = max(self.best, accuracy)
+        if accuracy >= float(self.target):  # type: ignore[arg-type]
+            self.reached = {"time_to_target_s": trained_s, "steps_to_target": done,
+                            "epochs_to_target": done / self.steps_per_epoch, "accuracy_at_target": accuracy}
+
+    def figures(self) -> dict[str, Any]:
+        if self.target is None:
+            return {}
+        out: dict[str, Any] = {"target_accuracy": float(self.target), "target_reached": self.reached is not None,
+                               "best_val_accuracy": self.best if self.curve else None,
+                               "eval_time_s": self.eval_time_s, "eval_every_steps": self.every or self.steps_per_epoch,
+                               "target_curve": self.curve}
+        out.update(self.reached or {"time_to_target_s": None, "steps_to_target": None, "epochs_to_target": None})
+        return out
+
+
 def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None, *,
             log: TextIO | None = None) -> CellResult:
     """Run one cell in this process and return its result (never raises).
@@ -239,6 +290,8 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
                            window_seconds=run.window_seconds, settle_warmup=run.settle_warmup)
     meter = telemetry.open_meter(device.kind, device_index())
     staged_peak = 0  # bytes of the largest window's batches on one device, staged after the peak reset
+    load_before = noise.snapshot()
+    target = TargetTracker(workload.target_accuracy, workload.eval_every, pipeline.steps_per_epoch)
     for epoch in range(run.epochs):
         for phase in plan.phases(epoch):
             batches = pipeline.batches(epoch, phase.start, phase.stop)
@@ -261,8 +314,13 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
             parts.append((phase, part))
             plan.observe(phase, part)
             progress.step_done(phase.stop, pipeline.steps_per_epoch)  # between windows, never inside one
+            if target.due(phase):  # between phases, outside the training clock
+                target.evaluate(phase, parts, lambda: validate(host, run, model, pipeline, run.batch_size))
 
+    load_after = noise.snapshot()
     metrics: dict[str, Any] = steady_state(parts)
+    metrics.update(noise.load_figures(load_before, load_after))
+    metrics.update(target.figures())
     metrics["warmup_settled"] = plan.settled() if run.settle_warmup else None
     meter.close()
     metrics["dataset_note"] = data.note
@@ -302,7 +360,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["measurement_flags"] = timing_flags(
         metrics, min_timed_steps=run.min_timed_steps, min_timed_seconds=run.min_timed_seconds,
         settle_asked=run.settle_warmup, settled=settled, steps_per_epoch=pipeline.steps_per_epoch,
-        epochs=run.epochs, latency_steps=run.latency_steps) + meter.flags()
+        epochs=run.epochs, latency_steps=run.latency_steps) + meter.flags() + noise.noise_flags(metrics)
     result.metrics = metrics
     result.environment = {
         "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),
@@ -322,7 +380,9 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
 
 
 # Figures a timing extension replaces (the configured training's are kept as configured_KEY).
-TIMING_KEYS = ("throughput", "timed_steps", "timed_samples", "timed_windows", "window_time_s")
+TIMING_KEYS = ("throughput", "timed_steps", "timed_samples", "timed_windows", "window_time_s",
+               "window_throughputs", "window_throughput_median", "window_throughput_min",
+               "window_throughput_max", "window_throughput_cv")
 # A timing extension stops after this many seconds even if the bounds are not met (then flagged).
 EXTENSION_MAX_S = 120.0
 # NVML's energy counter advances in steps (about every 0.1 s seen on an H100): over windows
@@ -492,7 +552,9 @@ def main(argv: list[str] | None = None) -> int:
         request = json.loads(sys.stdin.buffer.read())
     elif args[:1] == ["--result-file"]:  # a torchrun worker: the request is beside the result file
         result_file = args[1]
-        request = json.loads(Path(result_file + ".request").read_text())
+        from amp_suite.safe_files import read_regular
+
+        request = json.loads(read_regular(result_file + ".request"))
     else:
         request = json.loads(Path(args[0]).read_text())
         result_file = args[1]
@@ -508,9 +570,9 @@ def main(argv: list[str] | None = None) -> int:
         with os.fdopen(result_fd, "wb") as out:
             out.write(_result_line(result))
         return 0
-    tmp = Path(str(result_file) + ".tmp")
-    tmp.write_bytes(_result_line(result))
-    os.replace(tmp, str(result_file))
+    from amp_suite.safe_files import write_file_atomically
+
+    write_file_atomically(Path(result_file), _result_line(result))
     return 0
 
 

@@ -45,10 +45,10 @@ DEFAULT_EPSILON = {"adam": 1e-8, "rmsprop": 1e-7, "sgd": 1e-8}
 WORKLOAD_FIELDS: dict[str, Field] = {
     "model": Field(str),  # checked against ARCHITECTURES below, by name
     "description": Field(str, empty=True),
-    "input_size": Field(int, minimum=1),
-    "channels": Field(int, minimum=1),
-    "num_classes": Field(int, minimum=2),
-    "batch_size": Field(int, minimum=1),
+    "input_size": Field(int, minimum=1, maximum=8192),
+    "channels": Field(int, minimum=1, maximum=1024),
+    "num_classes": Field(int, minimum=2, maximum=1_000_000),
+    "batch_size": Field(int, minimum=1, maximum=65_536),
     "optimizer": Field(str, choices=OPTIMIZERS),
     "learning_rate": Field(float, above=0),
     "weight_decay": Field(float, minimum=0),
@@ -62,6 +62,9 @@ WORKLOAD_FIELDS: dict[str, Field] = {
     "augment": Field(bool),
     "normalize": Field(bool),
     "input_normalization": Field(str, choices=INPUT_NORMALIZATIONS),
+    # Time to target: the validation accuracy to reach, and how often to evaluate (0: at each epoch's end).
+    "target_accuracy": Field(float, above=0, maximum=1),
+    "eval_every": Field(int, minimum=0, maximum=1_000_000),
 }
 
 
@@ -109,6 +112,8 @@ def workload_from_config(name: str, table: Any) -> Workload:
         input_normalization=input_normalization,
         description=values.get("description", ""),
         steps=values.get("steps"),
+        target_accuracy=values.get("target_accuracy"),
+        eval_every=values.get("eval_every", 0),
     )
     layers.walk(workload.layers, workload.input_shape, where=f"[workloads.{name}]")  # an input too small fails here
     return workload

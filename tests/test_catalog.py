@@ -164,7 +164,7 @@ def test_an_installed_wheel_runs_in_an_empty_directory(tmp_path):
     assert "unavailable" not in listing.stdout and "haiku-jmp-mnist" in listing.stdout, listing.stdout
     assert "[package: workloads.toml]" in listing.stdout
     done = amp_suite("run", "--frameworks", "torch", "--precisions", "fp32", "--steps", "3", "--warmup", "1",
-                     "--batch-size", "16", "--val-split", "test[8000:8064]", "-q")
+                     "--batch-size", "16", "--repeats", "1", "--val-split", "test[8000:8064]", "-q")
     assert done.returncode == 0, done.stderr[-3000:]
     report = (empty / "amp-suite-results" / "report.md").read_text()
     assert "| mnist_cnn" in report and "config none (the packaged catalog)" in report

@@ -14,7 +14,7 @@ def test_sweep_over_installed_frameworks_reports_speedups(tmp_path):
     out_dir = tmp_path / "out"
     done = run_cli("run", "--frameworks", ",".join(INSTALLED), "--workloads", "mnist_cnn",
                    "--precisions", "fp32,amp_bf16", "--steps", "4", "--warmup", "1", "--batch-size", "16",
-                   "--out", str(out_dir))
+                   "--repeats", "1", "--out", str(out_dir))
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
     assert sorted((r["framework"], r["precision"]) for r in rows) == sorted(
@@ -47,7 +47,7 @@ def test_every_framework_learns_real_mnist_in_fp32_and_bf16(tmp_path):
     done = run_cli("run", "--frameworks", ",".join(INSTALLED), "--workloads", "mnist_cnn",
                    "--precisions", "fp32,amp_bf16", "--dataset", "mnist", "--data-dir", str(SHARED_MNIST),
                    "--train-split", "test[:4096]", "--val-split", "test[8000:9000]", "--steps", "32",
-                   "--epochs", "2", "--warmup", "2", "--out", str(out_dir), "--no-download")
+                   "--epochs", "2", "--warmup", "2", "--repeats", "1", "--out", str(out_dir), "--no-download")
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
     accuracy = {(r["framework"], r["precision"]): r["metrics"]["val_accuracy"] for r in rows}

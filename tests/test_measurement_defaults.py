@@ -129,7 +129,9 @@ def test_a_timing_extension_times_further_training_and_leaves_accuracy_alone(tin
     assert plain["timing_source"] == "the configured training's windows"
     extended = _inline_cell(tiny_config, tmp_path, "extended", min_timed_steps=200, min_timed_seconds=0.0,
                             extend_timing=True, window_steps=64)
-    assert extended["timed_steps"] >= 200 and extended["measurement_flags"] == []
+    assert extended["timed_steps"] >= 200
+    # (the fake step takes microseconds: its windows may be flagged noisy, never too short)
+    assert not [flag for flag in extended["measurement_flags"] if "too short" in flag]
     assert extended["timing_source"].startswith("timing extension:")
     # windows span epoch boundaries: 64-step windows on an epoch of far fewer batches
     assert extended["timed_steps"] // extended["timed_windows"] == 64

@@ -4,7 +4,8 @@ Four charts, each for the sweep's ok cells (repeats folded by their median,
 as in the report's tables):
 
 * ``chart-speedup.png``: speed-up over fp32 per framework and AMP precision
-  (grouped bars), the hardware ceiling of each bar marked when the machine
+  (grouped bars, with a whisker for the 95% interval of each speed-up that
+  has one: two or more repeats), the hardware ceiling of each bar marked when the machine
   is calibrated (``amp-suite calibrate``);
 * ``chart-memory.png``: peak-memory ratio to fp32;
 * ``chart-loss.png``: training loss per step, fp32 and each AMP precision,
@@ -107,6 +108,9 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
             series = {"precision": precision, "values": [value(w, f, precision, column) for w, f in groups]}
             if extra:
                 series[extra] = [value(w, f, precision, extra) for w, f in groups]
+            if f"{column}_low" in ok.columns:  # a 95% interval from paired repeats, where there is one
+                series["low"] = [value(w, f, precision, f"{column}_low") for w, f in groups]
+                series["high"] = [value(w, f, precision, f"{column}_high") for w, f in groups]
             out.append(series)
         return out
 
@@ -198,13 +202,22 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
     width = 0.8 / count
     xs = list(range(len(groups)))
     top = 0.0
-    marked = False
+    marked = whiskered = False
     for index, item in enumerate(series):
         offsets = [x - 0.4 + width * (index + 0.5) for x in xs]
         heights = [v if v is not None else 0.0 for v in item["values"]]
         bars = ax.bar(offsets, heights, width * 0.92, label=item["precision"],
                       color=_colour(item["precision"], index), edgecolor=TEXT, linewidth=0.4)
-        for bar, raw, extra in zip(bars, item["values"], item.get(annotate or marks or "", [None] * len(xs))):
+        lows, highs = item.get("low") or [None] * len(xs), item.get("high") or [None] * len(xs)
+        for offset, raw, low, high in zip(offsets, item["values"], lows, highs):
+            if raw is None or low is None or high is None:
+                continue
+            ax.errorbar([offset], [raw], yerr=[[max(raw - low, 0.0)], [max(high - raw, 0.0)]], fmt="none",
+                        ecolor=TEXT, elinewidth=1.0, capsize=3, label=None if whiskered else "95% interval")
+            whiskered = True
+            top = max(top, high)
+        for bar, raw, extra, high in zip(bars, item["values"], item.get(annotate or marks or "", [None] * len(xs)),
+                                         highs):
             if raw is None:
                 ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom",
                             fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
@@ -212,7 +225,7 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
             text = value_format.format(raw)
             if annotate and extra is not None:
                 text += f"\n{extra * 100:+.1f} pt"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, raw), ha="center", va="bottom",
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, max(raw, high or raw)), ha="center", va="bottom",
                         fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
             top = max(top, raw)
         if marks:

@@ -1,0 +1,320 @@
+"""``amp-suite compare BASE NEW``: did a change make AMP better or worse?
+
+Two sweep directories (two machines, two framework versions, two commits, a
+GPU and another) are matched cell by cell: the same workload, framework,
+precision, device count and device kind.  For each matched cell and metric
+(throughput, speed-up over fp32, peak memory, validation accuracy) the
+comparison gives BASE, NEW, their ratio NEW/BASE with a 95% interval and a
+verdict.
+
+The two sweeps ran apart, so nothing pairs their repeats: each side is a log
+mean with the variance of that mean (:class:`~amp_suite.intervals.LogEstimate`)
+and the ratio's interval is Welch's t-interval on the difference of the log
+means.  Each side's spread comes from its repeats (two or more fresh
+processes); a side with one repeat falls back on the spread of its process's
+timed windows, which misses the process-to-process variation and is said so.
+A speed-up's repeats are the paired per-repeat ratios of that sweep.  A ratio
+whose interval contains 1.0 is "no measurable difference"; one without any
+spread to judge by gets no verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from amp_suite.intervals import Interval, LogEstimate, paired_ratios
+from amp_suite.precision import BASELINE, PRECISIONS
+from amp_suite.records import CellResult
+
+MIB = 1024 * 1024
+# Metrics compared, in order: (key, title, which way is better, verdict words for higher / lower).
+METRICS = (
+    ("throughput", "Throughput, images/s", "higher", ("faster", "slower")),
+    ("speedup", "Speed-up over fp32", "higher", ("faster", "slower")),
+    ("peak_memory_mib", "Peak memory, MiB", "lower", ("more memory", "less memory")),
+    ("val_accuracy", "Validation accuracy", "higher", ("higher", "lower")),
+)
+NO_DIFFERENCE = "no measurable difference"
+NO_VERDICT = "no verdict (no spread measured)"
+# Metrics whose regression --fail-above checks.
+GUARDED = ("throughput", "speedup")
+COLUMNS = ["metric", "workload", "framework", "precision", "devices", "device_kind", "base", "new", "ratio",
+           "low", "high", "basis", "verdict"]
+# Environment entries whose differences are listed (nested dicts are compared key by key).
+ENVIRONMENT_KEYS = ("amp_suite_version", "git_commit", "python", "platform", "cpu_model", "cpu_count", "cpu_flags",
+                    "gpus", "packages")
+SETTING_KEYS = ("dataset", "train_split", "val_split", "steps", "epochs", "warmup", "window_steps", "window_seconds",
+                "batch_size", "repeats", "seed", "device")
+
+
+def _num(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _devices(result: CellResult) -> int:
+    value = (result.config or {}).get("devices", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _memory(metrics: dict[str, Any]) -> float | None:
+    for key in ("device_peak_memory_bytes", "peak_rss_bytes_max_rank", "peak_rss_bytes"):
+        value = _num(metrics.get(key))
+        if value is not None:
+            return value / MIB
+    return None
+
+
+def _cell_key(result: CellResult) -> tuple[str, str, str, int, str]:
+    return (result.workload, result.framework, result.precision, _devices(result),
+            (result.device or {}).get("kind", "") or "–")
+
+
+@dataclass
+class Side:
+    """One sweep's figures of one cell: per repeat, and the timed windows of each repeat."""
+
+    figures: dict[str, dict[int, float]] = field(default_factory=dict)
+    windows: dict[int, list[float]] = field(default_factory=dict)
+
+
+def _sides(results: list[CellResult]) -> dict[tuple, Side]:
+    out: dict[tuple, Side] = {}
+    for r in results:
+        side = out.setdefault(_cell_key(r), Side())
+        if r.status != "ok":
+            continue
+        m = r.metrics or {}
+        synthetic = (r.config or {}).get("dataset") == "synthetic" or m.get("dataset_substituted")
+        for key, value in (("throughput", _num(m.get("throughput"))), ("peak_memory_mib", _memory(m)),
+                           ("val_accuracy", None if synthetic else _num(m.get("val_accuracy")))):
+            if value is not None:
+                side.figures.setdefault(key, {})[int(r.repeat)] = value
+        windows = [w for w in (_num(x) for x in (m.get("window_throughputs") or [])) if w]
+        if windows:
+            side.windows[int(r.repeat)] = windows
+    return out
+
+
+def _median(values: dict[int, float]) -> float:
+    return float(pd.Series(list(values.values()), dtype=float).median()) if values else math.nan
+
+
+def _estimate(side: Side, metric: str, sides: dict[tuple, Side], key: tuple) -> tuple[float, LogEstimate | None]:
+    """The side's figure (median over repeats) and its log estimate (None: no spread to judge by)."""
+    if metric == "speedup":
+        base = sides.get((*key[:2], BASELINE, *key[3:]))
+        if base is None or key[2] == BASELINE:
+            return math.nan, None
+        ratios = paired_ratios(side.figures.get("throughput", {}), base.figures.get("throughput", {}))
+        if not ratios:
+            return math.nan, None
+        value = float(pd.Series(ratios).median())
+        if len(ratios) >= 2:
+            return value, LogEstimate.of(ratios, "repeats")
+        mine, theirs = _window_estimate(side), _window_estimate(base)
+        return value, (mine - theirs) if mine is not None and theirs is not None else None
+    values = side.figures.get(metric, {})
+    if not values:
+        return math.nan, None
+    if len(values) >= 2:
+        return _median(values), LogEstimate.of(values.values(), "repeats")
+    if metric == "throughput":
+        return _median(values), _window_estimate(side)
+    return _median(values), None
+
+
+def _window_estimate(side: Side) -> LogEstimate | None:
+    """A one-repeat side's log throughput from its process's timed windows."""
+    if len(side.figures.get("throughput", {})) != 1 or not side.windows:
+        return None
+    return LogEstimate.of(next(iter(side.windows.values())), "timed windows")
+
+
+def _verdict(interval: Interval, better: str, words: tuple[str, str], exact: bool) -> str:
+    if interval.known:
+        if interval.contains(1.0):
+            return NO_DIFFERENCE
+        up = interval.low > 1.0
+        return words[0] if up else words[1]
+    if exact:  # identical figures without spread (a deterministic accuracy)
+        return NO_DIFFERENCE
+    return NO_VERDICT
+
+
+def compare_results(base: list[CellResult], new: list[CellResult]) -> pd.DataFrame:
+    """One row per matching cell and metric (:data:`COLUMNS`); see the module for the method."""
+    base_sides, new_sides = _sides(base), _sides(new)
+    rows = []
+    for metric, _title, better, words in METRICS:
+        for key in base_sides:
+            if key not in new_sides:
+                continue
+            b_value, b_est = _estimate(base_sides[key], metric, base_sides, key)
+            n_value, n_est = _estimate(new_sides[key], metric, new_sides, key)
+            if math.isnan(b_value) or math.isnan(n_value):
+                continue
+            ratio = n_value / b_value if b_value else math.nan
+            if b_est is not None and n_est is not None:
+                interval = (n_est - b_est).interval()
+                basis = interval.basis
+            else:
+                interval, basis = Interval(ratio), ""
+            rows.append({"metric": metric, "workload": key[0], "framework": key[1], "precision": key[2],
+                         "devices": key[3], "device_kind": key[4], "base": b_value, "new": n_value,
+                         "ratio": interval.value if interval.known else ratio,
+                         "low": interval.low, "high": interval.high, "basis": basis,
+                         "verdict": _verdict(interval, better, words, exact=b_value == n_value)})
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def regressions(frame: pd.DataFrame, percent: float) -> pd.DataFrame:
+    """Throughput and speed-up rows that are slower beyond ``percent`` and outside the noise.
+
+    A row counts when its verdict is "slower" (the interval lies wholly below
+    1.0) and its ratio is below ``1 - percent / 100``.
+    """
+    if frame.empty:
+        return frame
+    limit = 1.0 - percent / 100.0
+    return frame[frame["metric"].isin(GUARDED) & (frame["verdict"] == "slower") & (frame["ratio"] < limit)]
+
+
+def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``name: BASE → NEW`` for every recorded version, device, flag and setting that differs."""
+    lines = []
+
+    def differ(name: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) or isinstance(b, dict):
+            a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
+            for sub in sorted(set(a) | set(b)):
+                differ(f"{name}.{sub}", a.get(sub), b.get(sub))
+            return
+        if name == "cpu_flags" and isinstance(a, list) and isinstance(b, list):
+            gone, added = sorted(set(a) - set(b)), sorted(set(b) - set(a))
+            if gone or added:
+                lines.append("cpu_flags: " + ", ".join([*(f"-{f}" for f in gone), *(f"+{f}" for f in added)]))
+            return
+        if a != b:
+            lines.append(f"{name}: {_shown(a)} → {_shown(b)}")
+
+    for key in ENVIRONMENT_KEYS:
+        if key == "gpus":
+            differ("gpus", ", ".join(g.get("name", "?") for g in base.get("gpus") or []) or "none",
+                   ", ".join(g.get("name", "?") for g in new.get("gpus") or []) or "none")
+        else:
+            differ(key, base.get(key), new.get(key))
+    a_settings, b_settings = base.get("settings") or {}, new.get("settings") or {}
+    for key in SETTING_KEYS:
+        differ(f"settings.{key}", a_settings.get(key), b_settings.get(key))
+    return lines
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "(none)"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(map(str, value)) or "(none)"
+    return " ".join(str(value).split())
+
+
+def _busy(results: list[CellResult]) -> int:
+    from amp_suite.noise import is_busy_flag
+
+    return sum(1 for r in results if r.status == "ok"
+               and any(is_busy_flag(f) for f in (r.metrics or {}).get("measurement_flags") or []))
+
+
+def _fmt(value: float, metric: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    if metric == "speedup":
+        return f"{value:.2f}x"
+    if metric == "val_accuracy":
+        return f"{value * 100:.2f}%"
+    return f"{value:,.0f}"
+
+
+def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataFrame,
+                      base: tuple[list[CellResult], dict[str, Any]],
+                      new: tuple[list[CellResult], dict[str, Any]]) -> str:
+    """The markdown comparison: environment differences, one table per metric, unmatched cells."""
+    from amp_suite.report import table_text
+
+    out = ["# amp-suite compare", "",
+           f"- BASE: {base_dir} ({base[1].get('date', '?')})", f"- NEW: {new_dir} ({new[1].get('date', '?')})", "",
+           "## Environment differences", ""]
+    diffs = environment_differences(base[1], new[1])
+    out += [f"- {table_text(d)}" for d in diffs] or ["- none recorded (same versions, device, CPU flags and settings)"]
+    out.append("")
+    for name, results in (("BASE", base[0]), ("NEW", new[0])):
+        busy = _busy(results)
+        if busy:
+            out += [f"> **{name} ran on a busy machine:** {busy} of its cells were flagged (other processes "
+                    "competed for the CPU); their figures are likely low and noisy.", ""]
+    out += ["NEW/BASE is the ratio with its 95% interval: Welch's t-interval on log figures, each side's spread "
+            "from its repeats or, for a side with a single repeat, from its process's timed windows (which miss "
+            "the variation between processes: run both with `--repeats 3` for a fair verdict). A verdict is "
+            f"given only outside the noise: an interval containing 1.0 is \"{NO_DIFFERENCE}\".", ""]
+    with_devices = not frame.empty and bool((frame["devices"] != 1).any())
+    for metric, title, better, _words in METRICS:
+        rows = frame[frame["metric"] == metric] if not frame.empty else frame
+        if rows.empty:
+            continue
+        order = {p: i for i, p in enumerate(PRECISIONS)}
+        rows = rows.sort_values(by=["workload", "framework", "precision"],
+                                key=lambda s: s.map(order) if s.name == "precision" else s)
+        records = []
+        for r in rows.itertuples():
+            ratio = "–" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
+            if not math.isnan(r.low):
+                ratio += f" ({r.low:.3f}–{r.high:.3f})"
+            records.append({"workload": table_text(r.workload), "framework": table_text(r.framework),
+                            "device": table_text(r.device_kind),
+                            **({"devices": str(r.devices)} if with_devices else {}),
+                            "precision": table_text(r.precision), "BASE": _fmt(r.base, metric),
+                            "NEW": _fmt(r.new, metric), "NEW/BASE (95%)": ratio,
+                            "spread from": r.basis or "–", "verdict": r.verdict})
+        out += [f"## {title} ({better} is better)", "",
+                pd.DataFrame(records).to_markdown(index=False, disable_numparse=True), ""]
+        if metric == "val_accuracy":
+            out += ["Accuracy has a verdict only with two or more repeats on both sides (or identical figures).", ""]
+    base_keys, new_keys = {_cell_key(r) for r in base[0]}, {_cell_key(r) for r in new[0]}
+    only = [("BASE", sorted(base_keys - new_keys)), ("NEW", sorted(new_keys - base_keys))]
+    if any(keys for _, keys in only):
+        out += ["## Cells in one run only", ""]
+        for name, keys in only:
+            if keys:
+                out.append(f"- {name} only: " + table_text("; ".join(
+                    f"{w} / {f} / {p}" + (f" / {d} devices" if d != 1 else "") + f" / {k}"
+                    for w, f, p, d, k in keys)))
+        out.append("")
+    return "\n".join(out)
+
+
+def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
+    """One row per matching cell and metric of two sweep directories (:data:`COLUMNS`).
+
+    ``frame.attrs`` holds ``environment_differences`` (lines), ``base_only``
+    and ``new_only`` (cell keys present in one directory only) and
+    ``markdown`` (what ``amp-suite compare`` prints).
+    """
+    from amp_suite.api import load_results
+
+    base_loaded, new_loaded = load_results(base), load_results(new)
+    frame = compare_results(base_loaded[0], new_loaded[0])
+    base_keys = {_cell_key(r) for r in base_loaded[0]}
+    new_keys = {_cell_key(r) for r in new_loaded[0]}
+    frame.attrs.update(
+        environment_differences=environment_differences(base_loaded[1], new_loaded[1]),
+        base_only=sorted(base_keys - new_keys), new_only=sorted(new_keys - base_keys),
+        markdown=render_comparison(base, new, frame, base_loaded, new_loaded))
+    return frame

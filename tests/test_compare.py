@@ -1,0 +1,113 @@
+"""``amp-suite compare BASE NEW``: verdicts outside the noise only, the exit code of --fail-above."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+import amp_suite
+from amp_suite.comparison import NO_DIFFERENCE, compare_results, environment_differences
+from amp_suite.records import CellResult
+from conftest import run_cli
+
+NOISE = (0.97, 1.0, 1.03)  # a ±3% spread over three repeats
+
+
+def _cell(framework, precision, repeat, throughput, *, windows=None, memory=100.0, accuracy=0.9):
+    metrics = {"throughput": throughput, "peak_rss_bytes": memory * 2**20, "val_accuracy": accuracy,
+               "final_loss": 1.0, "window_throughputs": windows or [], "measurement_flags": []}
+    return CellResult(key=f"{framework}/tiny/{precision}/r{repeat}", framework=framework, workload="tiny",
+                      precision=precision, repeat=repeat, status="ok", metrics=metrics,
+                      config={"dataset": "mnist", "batch_size": 8, "devices": 1},
+                      device={"kind": "cpu", "name": "cpu"})
+
+
+def _write(directory: Path, cells, environment) -> Path:
+    directory.mkdir(parents=True)
+    (directory / "results.jsonl").write_text("".join(json.dumps(asdict(c)) + "\n" for c in cells))
+    (directory / "environment.json").write_text(json.dumps(environment))
+    return directory
+
+
+ENV = {"amp_suite_version": "0.1.0", "python": "3.12.3", "cpu_model": "Test CPU", "cpu_flags": ["avx2", "fma"],
+       "packages": {"numpy": "2.0.0"}, "settings": {"steps": 50, "repeats": 3}, "date": "2025-01-01"}
+
+
+@pytest.fixture
+def two_sweeps(tmp_path):
+    """BASE and NEW with three repeats: fp32 10% slower in NEW, amp_bf16 1% faster, inside the noise."""
+    base = [_cell("fake", "fp32", r, 1000 * k) for r, k in enumerate(NOISE)]
+    base += [_cell("fake", "amp_bf16", r, 1500 * k) for r, k in enumerate(NOISE)]
+    base += [_cell("torch", "fp32", 0, 500.0)]  # BASE only
+    new = [_cell("fake", "fp32", r, 900 * k) for r, k in enumerate(NOISE)]
+    new += [_cell("fake", "amp_bf16", r, 1515 * k) for r, k in enumerate(reversed(NOISE))]
+    new += [_cell("fake", "amp_fp16", 0, 700.0)]  # NEW only
+    new_env = {**ENV, "packages": {"numpy": "2.1.0"}, "cpu_flags": ["avx2", "fma", "avx512f"]}
+    return _write(tmp_path / "base", base, ENV), _write(tmp_path / "new", new, new_env)
+
+
+def _row(frame, metric, precision):
+    return frame[(frame.metric == metric) & (frame.precision == precision)].iloc[0]
+
+
+def test_a_known_regression_is_slower_and_a_change_inside_the_noise_is_none(two_sweeps):
+    frame = amp_suite.compare(*two_sweeps)
+    fp32 = _row(frame, "throughput", "fp32")
+    assert fp32.verdict == "slower" and fp32.ratio == pytest.approx(0.9, rel=1e-3)
+    assert fp32.high < 1.0 and fp32.basis == "repeats"
+    bf16 = _row(frame, "throughput", "amp_bf16")
+    assert bf16.verdict == NO_DIFFERENCE and bf16.low < 1.0 < bf16.high
+    speedup = _row(frame, "speedup", "amp_bf16")  # NEW's paired speed-ups spread by the reversed noise
+    assert speedup.ratio == pytest.approx(1.515 / 0.9 / 1.5, rel=0.01) and speedup.verdict != "slower"
+    assert _row(frame, "peak_memory_mib", "fp32").verdict == NO_DIFFERENCE  # identical figures
+    assert frame.attrs["base_only"] == [("tiny", "torch", "fp32", 1, "cpu")]
+    assert frame.attrs["new_only"] == [("tiny", "fake", "amp_fp16", 1, "cpu")]
+    assert "packages.numpy: 2.0.0 → 2.1.0" in frame.attrs["environment_differences"]
+    assert "cpu_flags: +avx512f" in frame.attrs["environment_differences"]
+
+
+def test_the_command_prints_tables_and_fails_above_the_threshold(two_sweeps, tmp_path):
+    base, new = map(str, two_sweeps)
+    done = run_cli("compare", base, new, "--fail-above", "5", "--out", str(tmp_path / "cmp.md"))
+    assert done.returncode == 1, done.stderr
+    assert "regression: tiny / fake / fp32: throughput 0.900x" in done.stderr
+    assert "amp_bf16" not in done.stderr  # a 1% change inside the noise never fails the job
+    for title in ("## Environment differences", "## Throughput, images/s", "## Speed-up over fp32",
+                  "## Peak memory, MiB", "## Validation accuracy", "## Cells in one run only"):
+        assert title in done.stdout
+    assert "- BASE only: tiny / torch / fp32 / cpu" in done.stdout
+    assert "- NEW only: tiny / fake / amp_fp16 / cpu" in done.stdout
+    assert (tmp_path / "cmp.md").read_text().strip() == done.stdout.strip()
+    lenient = run_cli("compare", base, new, "--fail-above", "15")
+    assert lenient.returncode == 0, lenient.stderr
+    assert run_cli("compare", base, new).returncode == 0
+    assert run_cli("compare", base, str(tmp_path / "nowhere")).returncode == 2
+
+
+def test_a_single_repeat_judges_by_its_windows_and_says_so():
+    tight = [1000.0, 1010.0, 990.0, 1005.0, 995.0]
+    base = [_cell("fake", "fp32", 0, 1000.0, windows=tight)]
+    slower = [_cell("fake", "fp32", 0, 900.0, windows=[w * 0.9 for w in tight])]
+    same = [_cell("fake", "fp32", 0, 1010.0, windows=[w * 1.01 for w in reversed(tight)] + [1000.0])]
+    frame = compare_results(base, slower)
+    row = _row(frame, "throughput", "fp32")
+    assert row.verdict == "slower" and row.basis == "timed windows"
+    noisy = [_cell("fake", "fp32", 0, 1010.0, windows=[800.0, 1200.0, 1010.0, 950.0, 1100.0])]
+    assert _row(compare_results(base, noisy), "throughput", "fp32").verdict == NO_DIFFERENCE
+    assert _row(compare_results(base, same), "throughput", "fp32").verdict in (NO_DIFFERENCE, "faster")
+    blind = compare_results([_cell("fake", "fp32", 0, 1000.0)], [_cell("fake", "fp32", 0, 900.0)])
+    assert _row(blind, "throughput", "fp32").verdict.startswith("no verdict")
+
+
+def test_a_sweep_of_the_fake_framework_compared_with_itself_has_no_difference(tiny_config, tmp_path, clean_fake_env):
+    out = tmp_path / "same"
+    amp_suite.run(frameworks="fake", precisions="fp32,amp_bf16", config=tiny_config, plugins=["fakefw"],
+                  repeats=2, steps=12, window_steps=4, out=str(out))
+    frame = amp_suite.compare(out, out)
+    assert set(frame.metric) == {"throughput", "speedup", "peak_memory_mib"}  # synthetic data: no accuracy
+    assert (frame.verdict == NO_DIFFERENCE).all() and (frame.ratio == 1.0).all()
+    assert environment_differences(json.loads((out / "environment.json").read_text()),
+                                   json.loads((out / "environment.json").read_text())) == []

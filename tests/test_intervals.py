@@ -1,0 +1,187 @@
+"""Intervals on speed-ups, interleaved repeats, and the noise flags of a busy machine."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import amp_suite
+from amp_suite import noise
+from amp_suite.intervals import LogEstimate, log_interval, paired_log_interval, t_quantile
+from amp_suite.records import CellResult, EpochResult
+from amp_suite.report import render_markdown, summary_frame
+from amp_suite.stats import Phase, steady_state
+from conftest import run_cli
+
+
+def test_t_quantile_matches_the_textbook_values():
+    assert t_quantile(1) == pytest.approx(12.706, abs=1e-3)
+    assert t_quantile(4) == pytest.approx(2.776, abs=1e-3)
+    assert t_quantile(25) == pytest.approx(2.060, abs=2e-3)
+    assert t_quantile(10_000) == pytest.approx(1.960, abs=3e-3)
+
+
+@pytest.mark.parametrize("n, sigma", [(2, 0.05), (3, 0.12), (5, 0.2), (10, 0.08)])
+def test_paired_log_interval_covers_the_true_ratio_95_percent_of_the_time(n, sigma):
+    # Throughputs with multiplicative noise: each repeat's ratio is true_ratio * lognormal noise.
+    rng = np.random.default_rng(1234 + n)
+    true = 1.7
+    draws, covered = 4000, 0
+    for _ in range(draws):
+        fp32 = 1000 * np.exp(rng.normal(0, sigma, n))
+        amp = fp32 * true * np.exp(rng.normal(0, sigma, n))
+        interval = paired_log_interval(dict(enumerate(amp)), dict(enumerate(fp32)))
+        covered += interval.low <= true <= interval.high
+    assert 0.935 <= covered / draws <= 0.965
+
+
+def test_welch_difference_of_log_estimates_covers_the_true_ratio():
+    rng = np.random.default_rng(7)
+    draws, covered = 3000, 0
+    for _ in range(draws):
+        base = 500 * np.exp(rng.normal(0, 0.05, 4))
+        new = 450 * np.exp(rng.normal(0, 0.15, 6))  # unequal spreads and sizes
+        interval = (LogEstimate.of(new, "repeats") - LogEstimate.of(base, "repeats")).interval()
+        covered += interval.low <= 0.9 <= interval.high
+    assert 0.93 <= covered / draws <= 0.97
+
+
+def test_one_pair_has_no_interval_and_bad_figures_are_left_out():
+    one = paired_log_interval({0: 200.0}, {0: 100.0})
+    assert one.value == pytest.approx(2.0) and not one.known and one.n == 1
+    assert not log_interval([2.0, float("nan"), -1.0]).known
+    assert log_interval([]).n == 0 and math.isnan(log_interval([]).value)
+
+
+def _cell(precision, repeat, throughput, *, flags=()):
+    metrics = {"throughput": throughput, "peak_rss_bytes": 100 * 2**20, "val_accuracy": 0.9, "final_loss": 1.0,
+               "measurement_flags": list(flags)}
+    return CellResult(key=f"torch/w/{precision}/r{repeat}", framework="torch", workload="w", precision=precision,
+                      repeat=repeat, status="ok", metrics=metrics, config={"dataset": "mnist", "batch_size": 8},
+                      device={"kind": "cpu", "name": "cpu"})
+
+
+def test_a_difference_inside_the_noise_is_reported_as_none():
+    fp32 = [1000.0, 1100.0, 950.0]
+    noisy = [1030.0, 1060.0, 960.0]  # ratios 1.03, 0.96, 1.01: inside the noise
+    faster = [1690.0, 1870.0, 1600.0]  # about 1.69x every time
+    results = ([_cell("fp32", r, t) for r, t in enumerate(fp32)]
+               + [_cell("amp_fp16", r, t) for r, t in enumerate(noisy)]
+               + [_cell("amp_bf16", r, t) for r, t in enumerate(faster)])
+    summary = summary_frame(results).set_index("precision")
+    assert summary.loc["amp_fp16", "speedup_low"] < 1.0 < summary.loc["amp_fp16", "speedup_high"]
+    assert summary.loc["amp_bf16", "speedup_low"] > 1.6 and summary.loc["amp_bf16", "speedup_pairs"] == 3
+    # the point estimate is the geometric mean of the paired ratios, inside its interval
+    assert summary.loc["amp_bf16", "speedup"] == pytest.approx(
+        math.exp(np.mean(np.log(np.array(faster) / np.array(fp32)))))
+    text = render_markdown(results, {})
+    row = next(line for line in text.splitlines() if line.startswith("| w "))
+    fp16_cell, bf16_cell = row.split("|")[5], row.split("|")[6]
+    assert "≈ 1.00x (" in fp16_cell and "≈" not in bf16_cell and "1.69x (" in bf16_cell
+    assert "no measurable difference" in text
+
+
+def test_a_single_repeat_says_it_has_no_interval():
+    text = render_markdown([_cell("fp32", 0, 100.0), _cell("amp_bf16", 0, 180.0)], {})
+    assert "1.80x)" in text and "–" not in next(l for l in text.splitlines() if l.startswith("| w "))
+    assert "single repeat: they have no interval" in text
+    assert "≈" not in next(l for l in text.splitlines() if l.startswith("| w "))
+
+
+def test_repeats_are_interleaved_and_precisions_alternate_within_a_framework(tiny_config):
+    from amp_suite.api import plan_cells
+    from amp_suite.config import load_config, with_overrides
+
+    config = load_config(tiny_config)
+    settings = with_overrides(config.settings, repeats=3, precisions=("fp32", "amp_bf16"),
+                              frameworks=("fake", "torch"))
+    keys = [c.run.key for c in plan_cells(config, settings)]
+    assert keys == [
+        "fake/tiny/fp32/r0", "fake/tiny/amp_bf16/r0", "torch/tiny/fp32/r0", "torch/tiny/amp_bf16/r0",
+        "fake/tiny/amp_bf16/r1", "fake/tiny/fp32/r1", "torch/tiny/amp_bf16/r1", "torch/tiny/fp32/r1",
+        "fake/tiny/fp32/r2", "fake/tiny/amp_bf16/r2", "torch/tiny/fp32/r2", "torch/tiny/amp_bf16/r2"]
+
+
+def test_steady_state_records_the_spread_over_windows():
+    def part(seconds):
+        return EpochResult(step_losses=[1.0] * 4, samples=400, window_time_s=seconds)
+
+    parts = [(Phase("warmup", 0, 0, 1), part(9.0)), (Phase("window", 0, 1, 5), part(1.0)),
+             (Phase("window", 0, 5, 9), part(2.0)), (Phase("window", 0, 9, 13), part(1.0))]
+    figures = steady_state(parts)
+    assert figures["window_throughputs"] == [400.0, 200.0, 400.0]
+    assert figures["window_throughput_median"] == 400.0
+    assert (figures["window_throughput_min"], figures["window_throughput_max"]) == (200.0, 400.0)
+    assert figures["window_throughput_cv"] == pytest.approx(np.std([400, 200, 400], ddof=1) / np.mean([400, 200, 400]))
+    assert figures["throughput"] == pytest.approx(1200 / 4.0)  # samples over summed time, as before
+    assert noise.noise_flags({**figures, "cpu_cores": 2})[0].startswith("noisy timing")
+
+
+def test_load_figures_judge_other_processes_not_the_cell_itself():
+    before = {"time": 0.0, "load_avg_1m": 1.9, "cpu_freq_mhz": 2400.0, "machine_busy_s": 100.0, "own_cpu_s": 5.0}
+    alone = {"time": 10.0, "load_avg_1m": 2.0, "cpu_freq_mhz": 2300.0, "machine_busy_s": 119.5, "own_cpu_s": 24.0}
+    figures = noise.load_figures(before, alone, cpu_count=2)
+    assert figures["other_cpu_cores"] == pytest.approx(0.05) and figures["cpu_freq_mhz_after"] == 2300.0
+    assert noise.noise_flags(figures) == []  # a cell using both cores is not a busy machine
+    burner = {**alone, "machine_busy_s": 135.0, "own_cpu_s": 25.0}  # others used 1.5 cores on average
+    flags = noise.noise_flags(noise.load_figures(before, burner, cpu_count=2))
+    assert len(flags) == 1 and flags[0].startswith("machine busy: other processes kept 1.50 of 2 cores")
+
+
+def test_a_busy_machine_flags_the_cells_and_the_report_says_so(tiny_config, tmp_path, clean_fake_env, monkeypatch):
+    # A burner that keeps 1.8 cores busy beside the cell, simulated by the readings the worker takes.
+    clock = {"t": 0.0}
+
+    def busy_snapshot():
+        clock["t"] += 5.0
+        return {"time": clock["t"], "load_avg_1m": 3.5, "cpu_freq_mhz": None,
+                "machine_busy_s": clock["t"] * 1.8, "own_cpu_s": 0.0}
+
+    monkeypatch.setattr(noise, "snapshot", busy_snapshot)
+    out = tmp_path / "busy"
+    frame = amp_suite.run(frameworks="fake", precisions="fp32,amp_bf16", config=tiny_config, plugins=["fakefw"],
+                          inline=True, out=str(out))
+    assert frame["machine_busy"].all()
+    assert frame["other_cpu_cores"].tolist() == pytest.approx([1.8, 1.8])
+    assert all("machine busy" in flags for flags in frame["measurement_flags"])
+    report = (out / "report.md").read_text()
+    assert "**Busy machine:** 2 of 2 cells ran while other processes competed" in report
+    assert report.index("Busy machine") < report.index("## Throughput")
+
+
+def test_an_idle_reading_leaves_the_cells_unflagged_for_load(tiny_config, tmp_path, clean_fake_env, monkeypatch):
+    clock = {"t": 0.0}
+
+    def idle_snapshot():
+        clock["t"] += 5.0
+        return {"time": clock["t"], "load_avg_1m": 0.1, "cpu_freq_mhz": 2000.0, "machine_busy_s": clock["t"] * 0.01,
+                "own_cpu_s": 0.0}
+
+    monkeypatch.setattr(noise, "snapshot", idle_snapshot)
+    out = tmp_path / "idle"
+    frame = amp_suite.run(frameworks="fake", precisions="fp32", config=tiny_config, plugins=["fakefw"],
+                          inline=True, out=str(out))
+    assert not frame["machine_busy"].any() and frame["cpu_freq_mhz_before"].tolist() == [2000.0]
+    assert "Busy machine" not in (out / "report.md").read_text()
+
+
+def test_repeats_auto_adds_repeats_up_to_the_cap_and_the_report_says_why(tiny_config, tmp_path, clean_fake_env):
+    out = tmp_path / "auto"
+    done = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32,amp_bf16",
+                   "--repeats", "auto", "--steps", "12", "--window-steps", "4", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    auto = json.loads((out / "environment.json").read_text())["auto_repeats"]
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    repeats = sorted({row["repeat"] for row in rows})
+    assert repeats == list(range(auto["repeats"])) and 2 <= auto["repeats"] <= 5
+    report = (out / "report.md").read_text()
+    assert "`--repeats auto`:" in report
+    if auto["wide"]:  # the fake framework's tiny steps are noisy: the cap is usually hit, and said
+        assert auto["repeats"] == 5 and "the cap of 5 repeats was hit" in report
+    else:
+        assert "within ±5%" in report
+    bad = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--repeats", "many", "--out", str(out))
+    assert bad.returncode == 2 and "repeats" in bad.stderr

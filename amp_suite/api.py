@@ -282,10 +282,11 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
             check_batch_split(name, settings.batch_size or workload.batch_size, count)
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
-    if settings.data_dir:
-        from amp_suite.datasets.fetch import check_data_dir
+    from amp_suite.datasets.fetch import DATA_DIR_ENV, check_data_dir
 
-        check_data_dir(settings.data_dir)
+    for data_dir in (settings.data_dir, os.environ.get(DATA_DIR_ENV)):
+        if data_dir:  # --data-dir, and $AMP_SUITE_DATA, which the loader reads too
+            check_data_dir(data_dir)
     out_dir = prepare_output_dir(settings.out)
     explicit_steps = request.overrides.get("steps")
     if explicit_steps is None and plan is not None:
@@ -389,7 +390,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     print(f"amp-suite: {len(outcome.results)} cells in {time.perf_counter() - started:.0f} s; wrote "
           + (", ".join(str(p) for p in report.written) or "no report"), file=sys.stderr)
     for failure in report.failures:
-        print(f"amp-suite: error: reporter {failure.plugin!r} failed: {one_line(failure.error)}", file=sys.stderr)
+        print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome
 
 
@@ -574,8 +575,13 @@ def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any
 
     directory = Path(directory)
     store = ResultStore(directory)
-    if not store.path.is_file():
-        what = "is not a file" if store.path.exists() else "does not exist"
+    try:
+        is_file, exists = store.path.is_file(), store.path.exists()
+    except (OSError, ValueError) as exc:  # an over-long name, a NUL, an unreadable parent
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot look at {str(store.path)[:200]!r}: {reason}") from None
+    if not is_file:
+        what = "is not a file" if exists else "does not exist"
         raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
     try:
         contents = store.read()

@@ -378,3 +378,21 @@ def test_workload_sizes_have_upper_bounds(tmp_path):
     done = run_cli("run", "--config", str(config), "--workloads", "huge")
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "input_size" in done.stderr and "8192" in done.stderr
+
+
+def test_a_symlink_loop_in_amp_suite_data_is_one_line(tiny_config, tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    done = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--out", str(tmp_path / "out"),
+                   env={"AMP_SUITE_DATA": str(loop / "mnist")})
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("amp-suite: warning:")]
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "cannot use the data directory" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_load_on_an_over_long_path_is_a_usage_error():
+    import amp_suite
+    from amp_suite.errors import UsageError
+
+    with pytest.raises(UsageError, match="File name too long"):
+        amp_suite.load("/tmp/" + "a" * 300)

@@ -82,7 +82,7 @@ def test_mnist_resnet8_declares_a_target_and_the_flag_overrides_it(tmp_path):
 @pytest.mark.slow
 def test_torch_reaches_the_mnist_resnet8_target_for_real(tmp_path):
     pytest.importorskip("torch")
-    frame = amp_suite.run(frameworks="torch", workloads="mnist_resnet8", precisions="fp32", epochs=4,
+    frame = amp_suite.run(frameworks="torch", workloads="mnist_resnet8", precisions="fp32", epochs=4, repeats=1,
                           out=str(tmp_path / "real"), timeout=1200)
     assert frame["status"].tolist() == ["ok"]
     assert frame["target_accuracy"].iloc[0] == 0.97 and frame["target_reached"].iloc[0]

@@ -20,21 +20,12 @@ from pathlib import Path
 import pytest
 
 from amp_suite.results import ResultStore
+from processes import alive as _alive
 from conftest import REPO, run_cli
 
 ON_LINUX = sys.platform.startswith("linux")
 
 
-def _alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie waiting for its reaper counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _wait(predicate, seconds: float, what: str) -> None:

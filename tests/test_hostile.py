@@ -22,6 +22,7 @@ import pytest
 from amp_suite.cli import main
 from amp_suite.records import CellResult
 from amp_suite.results import ResultStore
+from processes import alive as _alive
 from conftest import HELPERS, run_cli
 
 LONG = "a" * 300
@@ -159,15 +160,6 @@ def test_a_probe_dies_with_its_killed_host(tmp_path):
         time.sleep(0.05)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
 
 
 # --- 3. report and output-directory safety ---------------------------------------------------

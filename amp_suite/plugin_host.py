@@ -1,6 +1,8 @@
 """Builds the pluggy manager and wraps it in one typed method per hook.
 
-The rest of amp-suite never spells ``pm.hook.x(...)``.  Entry points are loaded
+The rest of amp-suite never spells ``pm.hook.x(...)``; the methods here do,
+so pluggy's wrappers (``@hookimpl(wrapper=True)``) and hook-call monitoring
+(``pm.add_hookcall_monitoring``) see every call.  Entry points are loaded
 one by one, so a broken third-party plugin is reported (``amp-suite plugins``)
 instead of taking the host down: a plugin that fails to import, fails
 validation or implements a hook that does not exist (a misspelt name) is
@@ -320,36 +322,32 @@ class PluginHost:
                 reserved: tuple[str, ...] | set[str] = ()) -> dict[str, Any]:
         """Merge every plugin's figures.
 
-        A key given twice, or a key in ``reserved`` (figures the host computes
-        itself), is a :class:`PluginError` naming the plugin; so is a plugin
-        whose ``measure`` raises (the original exception is its cause).
+        Each implementation is called through pluggy on its own (see
+        :meth:`_each`), so a figure is attributed to its plugin: a key given
+        twice, or a key in ``reserved`` (figures the host computes itself), is
+        a :class:`PluginError` naming the plugin; so is a plugin whose
+        ``measure`` raises (the original exception is its cause).
         """
         merged: dict[str, Any] = {}
         owners: dict[str, str] = {}
-        callers = self.pm.hook.measure.get_hookimpls()
-        for impl in reversed(callers):  # call order, for stable error messages
-            if impl.hookwrapper or impl.wrapper:
-                continue
+        for plugin_name, call in self._each("measure"):
             try:
-                answer = impl.function(**{a: v for a, v in
-                                          {"run": run, "model": model, "device": device}.items()
-                                          if a in impl.argnames})
+                answers = call(run=run, model=model, device=device)
             except Exception as exc:
-                raise PluginError(f"plugin {impl.plugin_name!r}: measure failed: {one_line(exc)}") from exc
-            if not answer:
-                continue
-            check_return(impl.plugin_name, "measure", answer)
-            for key, value in answer.items():
-                if key in reserved:
-                    raise PluginError(
-                        f"measure key {key!r} of plugin {impl.plugin_name!r} is a figure the host computes itself"
-                    )
-                if key in merged:
-                    raise PluginError(
-                        f"measure key {key!r} given by both {owners[key]!r} and {impl.plugin_name!r}"
-                    )
-                merged[key] = value
-                owners[key] = impl.plugin_name
+                raise PluginError(f"plugin {plugin_name!r}: measure failed: {one_line(exc)}") from exc
+            for answer in answers:
+                if not answer:
+                    continue
+                check_return(plugin_name, "measure", answer)
+                for key, value in answer.items():
+                    if key in reserved:
+                        raise PluginError(
+                            f"measure key {key!r} of plugin {plugin_name!r} is a figure the host computes itself"
+                        )
+                    if key in merged:
+                        raise PluginError(f"measure key {key!r} given by both {owners[key]!r} and {plugin_name!r}")
+                    merged[key] = value
+                    owners[key] = plugin_name
         return merged
 
     # --- reporting ---------------------------------------------------------
@@ -365,45 +363,62 @@ class PluginHost:
         written: list[Path] = []
         failures: list[ReporterFailure] = []
         sections: list[tuple[str, str]] = []
-        for impl in reversed(self.pm.hook.report_sections.get_hookimpls()):
-            if impl.hookwrapper or impl.wrapper:
-                continue
-            arguments = {"results": results, "out_dir": out_dir, "environment": environment}
+        for plugin_name, call in self._each("report_sections"):
             try:
-                answer = impl.function(**{a: v for a, v in arguments.items() if a in impl.argnames})
-                sections.extend((str(title), str(body)) for title, body in (answer or []))
+                for answer in call(results=results, out_dir=out_dir, environment=environment):
+                    sections.extend((str(title), str(body)) for title, body in (answer or []))
             except Exception as exc:
-                failures.append(ReporterFailure(impl.plugin_name, one_line(exc)))
-        for impl in reversed(self.pm.hook.write_report.get_hookimpls()):
-            if impl.hookwrapper or impl.wrapper:
-                continue
-            arguments = {"results": results, "out_dir": out_dir, "environment": environment,
-                         "sections": list(sections)}
+                failures.append(ReporterFailure(plugin_name, one_line(exc)))
+        for plugin_name, call in self._each("write_report"):
             try:
-                paths = impl.function(**{a: v for a, v in arguments.items() if a in impl.argnames})
-                check_return(impl.plugin_name, "write_report", paths)
+                for paths in call(results=results, out_dir=out_dir, environment=environment,
+                                  sections=list(sections)):
+                    check_return(plugin_name, "write_report", paths)
+                    written.extend(paths or [])
             except PluginError as exc:
-                failures.append(ReporterFailure(impl.plugin_name, str(exc).split(": ", 1)[1]))
-                continue
+                failures.append(ReporterFailure(plugin_name, str(exc).split(": ", 1)[1]))
             except Exception as exc:  # one broken reporter never costs the others
-                failures.append(ReporterFailure(impl.plugin_name, one_line(exc)))
-                continue
-            written.extend(paths or [])
+                failures.append(ReporterFailure(plugin_name, one_line(exc)))
         return ReportOutcome(written, failures)
 
+    # --- calling through pluggy --------------------------------------------
+
+    def _implementers(self, hook_name: str) -> list[str]:
+        """Plugins implementing ``hook_name`` (not as a wrapper), in pluggy's call order."""
+        return [impl.plugin_name for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls())
+                if not (impl.hookwrapper or impl.wrapper)]
+
+    def _each(self, hook_name: str) -> list[tuple[str, Callable[..., list[Any]]]]:
+        """One pluggy caller per implementing plugin, in call order, for the hooks whose answers are merged.
+
+        Each caller is ``pm.subset_hook_caller`` without the other
+        implementations, so wrappers (of any plugin) and hook-call monitors
+        still see every call, while a plugin that raises is named and never
+        costs the others their answers.
+        """
+        implementers = self._implementers(hook_name)
+        callers = []
+        for name in implementers:
+            others = [self.pm.get_plugin(n) for n in implementers if n != name]
+            callers.append((name, self.pm.subset_hook_caller(hook_name, remove_plugins=others)))
+        return callers
+
     def _first(self, hook_name: str, **kwargs: Any) -> Any:
-        """Call a firstresult hook the way pluggy does (last registered first), checking the answer's type."""
+        """Call a firstresult hook through pluggy, checking the answer's type."""
         return self._first_answer(hook_name, **kwargs)[1]
 
     def _first_answer(self, hook_name: str, **kwargs: Any) -> tuple[str, Any]:
-        """``(plugin name, answer)`` of the first plugin whose ``hook_name`` answers something."""
-        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
-            if impl.hookwrapper or impl.wrapper:
-                continue
-            answer = impl.function(**{name: kwargs[name] for name in impl.argnames})
-            if answer is not None:
-                return impl.plugin_name, check_return(impl.plugin_name, hook_name, answer)
-        raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
+        """``(plugin name, answer)`` of a firstresult hook, called as ``pm.hook.NAME(**kwargs)``.
+
+        A worker keeps one framework plugin, so the answer is that plugin's;
+        where several implement the hook (in-process tests), the answer is
+        attributed to them all by name.
+        """
+        answer = getattr(self.pm.hook, hook_name)(**kwargs)
+        if answer is None:
+            raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
+        plugin_name = " or ".join(self._implementers(hook_name)) or "?"
+        return plugin_name, check_return(plugin_name, hook_name, answer)
 
 
 def _validation_message(exc: pluggy.PluginValidationError) -> str:

@@ -114,3 +114,53 @@ def _tiny_workload():
     from amp_suite.workloads import workload_from_config
 
     return workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "num_classes": 3})
+
+
+class _Wrappers:
+    """A plugin wrapping two hooks, as pytest's ``wrapper=True`` hooks do."""
+
+    def __init__(self):
+        self.seen: list[tuple[str, object]] = []
+
+    @hookimpl(wrapper=True)
+    def select_device(self, run):
+        device = yield
+        self.seen.append(("select_device", device.name))
+        return device
+
+    @hookimpl(wrapper=True)
+    def measure(self, run):
+        answers = yield
+        self.seen.append(("measure", sorted(k for answer in answers for k in answer)))
+        return answers
+
+
+def test_wrappers_and_hook_call_monitors_see_every_call():
+    wrappers = _Wrappers()
+    monitored: list[str] = []
+    hosts = [PluginHost(autoload=False, extra_modules=("fakefw",)), PluginHost(autoload=False)]
+    for host in hosts:
+        host.register(wrappers, name="wrappers")
+        host.pm.add_hookcall_monitoring(lambda name, impls, kwargs: monitored.append(name),
+                                        lambda outcome, name, impls, kwargs: None)
+    assert hosts[0].select_device(RUN).name == "fake cpu"
+    hosts[1].register(_ExtraFigures(), name="watts")
+    merged = hosts[1].measure(RUN, model=None, device=CPU)
+    assert merged["watts"] == 42.0
+    # the wrapper saw the firstresult answer, and each measuring plugin's answer (one call per plugin)
+    assert wrappers.seen[0] == ("select_device", "fake cpu")
+    assert sorted(keys for hook, keys in wrappers.seen[1:] if hook == "measure") == [["peak_rss_bytes"], ["watts"]]
+    assert monitored.count("select_device") == 1 and monitored.count("measure") == 2
+
+
+def test_a_wrapper_can_change_a_firstresult_answer_and_the_contract_still_checks_it():
+    class _Breaks:
+        @hookimpl(wrapper=True)
+        def set_precision(self, run, device):
+            yield
+            return "not a PrecisionApplied"
+
+    host = PluginHost(autoload=False, extra_modules=("fakefw",))
+    host.register(_Breaks(), name="breaks")
+    with pytest.raises(PluginError, match="plugin 'fakefw': set_precision returned str"):
+        host.set_precision(RUN, CPU)

@@ -387,12 +387,11 @@ class DoctorRow:
 def parse_doctor_table(text: str) -> list[DoctorRow]:
     """The rows of the doctor's plain-text table (columns found from its dashed rule)."""
     lines = text.splitlines()
-    for at, line in enumerate(lines):
-        if line.strip() and set(line.replace(" ", "")) == {"-"} and len(line.split()) == 4:
-            rule = line
-            break
-    else:
+    at = next((i for i, line in enumerate(lines)
+               if line.strip() and set(line.replace(" ", "")) == {"-"} and len(line.split()) == 4), None)
+    if at is None:
         return []
+    rule = lines[at]
     spans = [(m.start(), m.end()) for m in re.finditer(r"-+", rule)]
     rows = []
     for line in lines[at + 1:]:
@@ -446,8 +445,7 @@ def parse_calibration(text: str) -> dict[str, CalibrationFigures]:
             current = CalibrationFigures(head.group(1), head.group(2), {})
             found[current.framework] = current
         elif current is not None and (row := _CAL_ROW.match(line)):
-            values = [_float(v) for v in row.group(2, 3)]
-            values = [v for v in values if v]
+            values = [v for v in (_float(text) for text in row.group(2, 3)) if v]
             if values:
                 current.peaks[row.group(1)] = max(values)
     return found

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amp_suite.config import (
-    SweepSettings,
     SuiteConfig,
+    SweepSettings,
     check_batch_split,
     check_framework_tables,
     check_names,
@@ -146,6 +146,7 @@ def device_counts(settings: SweepSettings) -> tuple[int, ...]:
             from amp_suite.launchers import visible_devices
 
             count = visible_devices(settings.device)
+        assert isinstance(count, int), count  # SweepSettings.check allows no other text
         if count not in counts:
             counts.append(count)
     return tuple(counts)
@@ -279,6 +280,7 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         check_request(settings.dataset, workload, settings.train_split, settings.val_split,
                       batch_size=settings.batch_size or workload.batch_size)
         for count in settings.devices:
+            assert isinstance(count, int), count  # "all" was resolved above
             check_batch_split(name, settings.batch_size or workload.batch_size, count)
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
@@ -482,7 +484,7 @@ def run(
     price_per_hour: float | None = None,
     currency: str | None = None,
     **settings: Any,
-) -> "pd.DataFrame":
+) -> pd.DataFrame:
     """Run a sweep and return one row per cell (the columns of ``results.csv``).
 
     ``settings`` are any :class:`~amp_suite.config.SweepSettings` field:
@@ -509,9 +511,8 @@ def run(
     overrides = {**settings, "frameworks": _names(frameworks), "workloads": _names(workloads),
                  "precisions": _names(precisions)}
     cost = {k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency)) if v is not None}
-    from amp_suite.progress import SweepProgress
-
     from amp_suite import api_checks  # the CLI's messages for the same mistakes
+    from amp_suite.progress import SweepProgress
 
     if "devices" in overrides:
         overrides["devices"] = api_checks.device_counts(overrides["devices"])
@@ -526,7 +527,7 @@ def run(
     return frame
 
 
-def results_table(results: list[CellResult], environment: dict[str, Any] | None = None) -> "pd.DataFrame":
+def results_table(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
     """The per-cell frame of ``results.csv`` for ``results``."""
     from amp_suite.report import results_frame
 
@@ -594,7 +595,7 @@ def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any
     return list(latest.values()), environment
 
 
-def compare(base: str | Path, new: str | Path) -> "pd.DataFrame":
+def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     """Two sweep directories matched cell by cell: one row per cell and metric, NEW/BASE with its interval.
 
     See :mod:`amp_suite.comparison`; ``frame.attrs["markdown"]`` is what ``amp-suite compare`` prints.
@@ -605,7 +606,7 @@ def compare(base: str | Path, new: str | Path) -> "pd.DataFrame":
 
 
 def load(directory: str | Path, *, price_per_hour: float | None = None,
-         currency: str | None = None) -> "pd.DataFrame":
+         currency: str | None = None) -> pd.DataFrame:
     """One row per cell of a finished (or running) sweep's ``results.jsonl``, as in ``results.csv``.
 
     ``price_per_hour``/``currency`` replace the sweep's cost settings.

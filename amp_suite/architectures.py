@@ -112,7 +112,7 @@ def cifar_resnet(block: Block, blocks: tuple[int, ...], widths: tuple[int, ...],
     """A CIFAR-style ResNet: 3x3 stride-1 stem with BatchNorm, no max-pool, stages, global pool, dense."""
     layers: list[LayerSpec] = [*_conv_bn("conv1", "bn1", widths[0], 3), relu()]
     in_width = widths[0]
-    for stage, (count, width, stride) in enumerate(zip(blocks, widths, strides), start=1):
+    for stage, (count, width, stride) in enumerate(zip(blocks, widths, strides, strict=True), start=1):
         for index in range(count):
             unit, in_width = block(f"layer{stage}_{index}", in_width, width, stride if index == 0 else 1)
             layers += unit

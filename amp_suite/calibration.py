@@ -391,8 +391,8 @@ def _probe_jax(device: str, budget_s: float) -> dict[str, Any]:
     def batched(fn, *args):
         """``repeats`` dispatches of ``fn(*args)``, then a wait for the last (they run in order)."""
         def call():
-            result = None
-            for _ in range(repeats):
+            result = fn(*args)
+            for _ in range(repeats - 1):
                 result = fn(*args)
             result.block_until_ready()
         return call
@@ -494,7 +494,7 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
     environment = host_environment()
     path = cache_path(environment)
     cached = read_cache(environment) or {}
-    data = {"machine": {k: environment.get(k) for k in ("cpu_model", "cpu_flags", "cpu_count", "gpus")},
+    data: dict[str, Any] = {"machine": {k: environment.get(k) for k in ("cpu_model", "cpu_flags", "cpu_count", "gpus")},
             "key": machine_key(environment), "frameworks": dict(cached.get("frameworks") or {})}
     failed = False
     for name in names:

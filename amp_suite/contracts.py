@@ -54,7 +54,7 @@ def conforms(value: Any, expected: Any) -> bool:
             return False
         if len(args) == 2 and args[1] is Ellipsis:
             return all(conforms(item, args[0]) for item in value)
-        return not args or (len(args) == len(value) and all(conforms(v, a) for v, a in zip(value, args)))
+        return not args or (len(args) == len(value) and all(conforms(v, a) for v, a in zip(value, args, strict=True)))
     if origin is dict:
         if not isinstance(value, dict):
             return False

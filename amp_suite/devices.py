@@ -111,12 +111,12 @@ def parse_smi_csv(text: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[Nvid
     Defensive: lines with too few columns are skipped, ``[N/A]`` and
     ``[Not Supported]`` become ``None``, units are dropped.
     """
-    gpus = []
+    gpus: list[NvidiaGpu] = []
     for line in text.strip().splitlines():
         parts = [p.strip() for p in line.split(",")]
         if len(parts) < len(fields):
             continue
-        row = dict(zip(fields, parts))
+        row = dict(zip(fields, parts, strict=False))
         index = _number(row.get("index", ""))
         capability = row.get("compute_cap", "")
         gpus.append(NvidiaGpu(

@@ -171,11 +171,12 @@ def _walk(layers: tuple[LayerSpec, ...], shape: Shape, out: list[LayerShapes], w
 def _spatial(layer: LayerSpec, shape: Shape, where: str) -> tuple[int, int, int]:
     if len(shape) != 3:
         raise UsageError(f"{where}: {layer.kind} needs an image (h, w, c) input, not features after flatten")
-    return shape  # type: ignore[return-value]
+    return shape
 
 
 def _output_shape(layer: LayerSpec, shape: Shape, out: list[LayerShapes], where: str) -> Shape:
     kind = layer.kind
+    new: Shape
     if kind in ("conv2d", "depthwise_conv2d"):
         h, w, c = _spatial(layer, shape, where)
         k, s, p = layer.kernel_size, layer.stride, layer.padding
@@ -306,7 +307,7 @@ def dense_after_flatten(layers: tuple[LayerSpec, ...], input_shape: Shape) -> di
     """
     items = walk(layers, input_shape)
     return {item.layer.name: prev.input_shape  # type: ignore[misc]
-            for prev, item in zip(items, items[1:])
+            for prev, item in zip(items, items[1:], strict=False)
             if prev.layer.kind == "flatten" and item.layer.kind == "dense"}
 
 

@@ -25,8 +25,13 @@ from pathlib import Path
 
 from amp_suite.errors import UsageError
 from amp_suite.results import RESULTS_FILE
-from amp_suite.safe_files import (UnsafeFileError, check_real_directory, check_regular_or_absent, open_regular,
-                                  read_regular)
+from amp_suite.safe_files import (
+    UnsafeFileError,
+    check_real_directory,
+    check_regular_or_absent,
+    open_regular,
+    read_regular,
+)
 
 try:  # POSIX; elsewhere runs are not locked
     import fcntl

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pluggy
 
-from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, host_measure, hookspecs
+from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookspecs, host_measure
 from amp_suite.contracts import check_logits, check_return
 from amp_suite.errors import PluginError, SweepInterrupted, one_line
 from amp_suite.records import (
@@ -42,6 +42,7 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
+
 
 def import_contained(load: Callable[[], object], name: str, source: str) -> object:
     """``load()`` (a plugin's import); what only a program's end should raise becomes a :class:`PluginError`.
@@ -205,7 +206,7 @@ class PluginHost:
     def _keep_only_framework(self, framework: str) -> None:
         for impl in self.pm.hook.framework_info.get_hookimpls():
             info = impl.function()
-            if info is None or info.name != framework:
+            if getattr(info, "name", None) != framework:
                 self.pm.unregister(name=impl.plugin_name)
                 self._sources.pop(impl.plugin_name, None)
                 self._distributions.pop(impl.plugin_name, None)
@@ -388,7 +389,7 @@ class PluginHost:
         return [impl.plugin_name for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls())
                 if not (impl.hookwrapper or impl.wrapper)]
 
-    def _each(self, hook_name: str) -> list[tuple[str, Callable[..., list[Any]]]]:
+    def _each(self, hook_name: str) -> list[tuple[str, Any]]:
         """One pluggy caller per implementing plugin, in call order, for the hooks whose answers are merged.
 
         Each caller is ``pm.subset_hook_caller`` without the other
@@ -397,7 +398,7 @@ class PluginHost:
         costs the others their answers.
         """
         implementers = self._implementers(hook_name)
-        callers = []
+        callers: list[tuple[str, Any]] = []
         for name in implementers:
             others = [self.pm.get_plugin(n) for n in implementers if n != name]
             callers.append((name, self.pm.subset_hook_caller(hook_name, remove_plugins=others)))

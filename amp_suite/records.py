@@ -110,8 +110,8 @@ class LayerSpec:
     window: int = 0
     momentum: float = 0.1
     epsilon: float = 1e-5
-    body: tuple["LayerSpec", ...] = ()
-    shortcut: tuple["LayerSpec", ...] = ()
+    body: tuple[LayerSpec, ...] = ()
+    shortcut: tuple[LayerSpec, ...] = ()
     pads: tuple[int, int, int, int] = (0, 0, 0, 0)
     keepdims: bool = False
     rate: float = 0.0

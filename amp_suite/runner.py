@@ -32,8 +32,8 @@ from typing import Any
 import amp_suite
 from amp_suite import progress as progress_channel
 from amp_suite import worker
-from amp_suite.launchers import single, torchrun
 from amp_suite.errors import StorageError, one_line
+from amp_suite.launchers import single, torchrun
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
@@ -221,6 +221,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
             threading.Thread(target=progress_channel.read_messages, args=(progress_r, on_step),
                              name="amp-suite-progress", daemon=True).start()
         try:
+            assert proc.stdin is not None  # started with stdin=PIPE
             try:
                 proc.stdin.write(request)
                 proc.stdin.close()

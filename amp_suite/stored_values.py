@@ -10,6 +10,7 @@ with a warning and write the report from the rest.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 # Largest magnitude a stored integer may have (far above any byte count or step count).
@@ -20,7 +21,7 @@ MAX_STORED_DEPTH = 64
 # Operations a calibration measures; each maps a dtype to TFLOP/s.
 MEASURED_OPS = ("matmul", "conv")
 # environment.json fields a report reads, with the JSON types they must have.
-ENVIRONMENT_TYPES: dict[str, type | tuple[type, ...]] = {
+ENVIRONMENT_TYPES: dict[str, type[Any] | tuple[type[Any], ...]] = {
     "amp_suite_version": str, "python": str, "platform": str, "date": str, "cpu_model": str,
     "cpu_count": int, "cpu_flags": list, "gpus": list, "packages": dict, "git_commit": (str, type(None)),
     "config_file": str, "settings": dict, "preset": dict, "cost": dict, "calibration": dict,
@@ -37,6 +38,7 @@ def number_problem(value: Any, where: str = "", depth: int = 0) -> str | None:
         return None if abs(value) <= MAX_STORED_INT else f"{where or 'value'} is out of range"
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{where or 'value'} is not a finite number"
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):

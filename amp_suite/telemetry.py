@@ -614,7 +614,7 @@ class RaplMeter(WindowMeter):
         joules = None
         if self._start_uj is not None and end_uj is not None:
             total_uj = 0
-            for domain, before, after in zip(self.domains, self._start_uj, end_uj):
+            for domain, before, after in zip(self.domains, self._start_uj, end_uj, strict=True):
                 delta = after - before
                 if delta < 0:
                     delta += domain.max_energy_range_uj

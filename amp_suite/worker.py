@@ -29,8 +29,8 @@ import numpy as np
 from amp_suite import devices, host_measure, noise, progress, telemetry
 from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.environment import cpu_info
-from amp_suite.loaded_libraries import loaded_cuda_libraries, numerics_environment
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
+from amp_suite.loaded_libraries import loaded_cuda_libraries, numerics_environment
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
     CellResult,
@@ -572,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from amp_suite.safe_files import write_file_atomically
 
+    assert result_file is not None  # no --result-fd: a result file was named
     write_file_atomically(Path(result_file), _result_line(result))
     return 0
 

@@ -33,7 +33,6 @@ import time
 
 import numpy as np
 
-
 LAYERS = ("conv1", "conv2", "dense1", "logits")
 
 

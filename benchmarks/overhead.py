@@ -174,8 +174,8 @@ def main() -> int:
                 widest = max(widest, spread)
                 ratio = statistics.median(ours) / statistics.median(theirs)
                 worst = min(worst, ratio)
-                paired = statistics.median(o / t for o, t in zip(ours, theirs))
-                per_round = ", ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs))
+                paired = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
+                per_round = ", ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs, strict=True))
                 print(f"{framework:<9} {size:>4} {batch:>5} {precision:<9} {statistics.median(theirs):>15,.0f} "
                       f"{statistics.median(ours):>11,.0f} {ratio:>6.3f} {paired:>6.3f}  ({per_round})", flush=True)
     scratch.cleanup()

@@ -13,10 +13,25 @@ from pathlib import Path
 import pytest
 
 from amp_suite import acceptance
-from amp_suite.acceptance import (FAIL, PASS, CommandResult, Machine, build_plan, judge_calibration,
-                                  judge_cpu_sweep, judge_devices, judge_doctor, judge_fused,
-                                  judge_sweep_command, judge_tf32, parse_calibration, parse_doctor_table,
-                                  read_results, render_report, run_plan)
+from amp_suite.acceptance import (
+    FAIL,
+    PASS,
+    CommandResult,
+    Machine,
+    build_plan,
+    judge_calibration,
+    judge_cpu_sweep,
+    judge_devices,
+    judge_doctor,
+    judge_fused,
+    judge_sweep_command,
+    judge_tf32,
+    parse_calibration,
+    parse_doctor_table,
+    read_results,
+    render_report,
+    run_plan,
+)
 from amp_suite.devices import NvidiaGpu, NvidiaInventory
 
 FRAMEWORKS = ("torch", "keras", "jax")

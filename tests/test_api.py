@@ -22,7 +22,7 @@ def test_run_returns_a_frame_with_one_row_per_cell(tiny_config, tmp_path, clean_
                        price_per_hour=1.5)
     assert isinstance(df, pd.DataFrame)
     assert len(df) == 4 and list(df.columns) == CELL_COLUMNS
-    assert set(zip(df.precision, df.repeat)) == {(p, r) for p in ("fp32", "amp_bf16") for r in (0, 1)}
+    assert set(zip(df.precision, df.repeat, strict=True)) == {(p, r) for p in ("fp32", "amp_bf16") for r in (0, 1)}
     assert (df.status == "ok").all() and (df.throughput > 0).all()
     assert (df.currency == "USD").all() and (df.cost_per_million_images > 0).all()
     assert df.attrs["exit_code"] == 0 and df.attrs["out_dir"] == str(out)

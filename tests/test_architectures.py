@@ -121,7 +121,7 @@ def test_augmentation_is_seeded_per_epoch_and_differs_between_epochs():
     a = input_pipeline(w, data, batch_size=8, steps=2, seed=0)
     b = input_pipeline(w, data, batch_size=8, steps=2, seed=0)
     e0, again, e1 = a.epoch(0), b.epoch(0), a.epoch(1)
-    assert all(np.array_equal(x.images, y.images) for x, y in zip(e0, again))  # every framework sees these
+    assert all(np.array_equal(x.images, y.images) for x, y in zip(e0, again, strict=True))  # every framework sees these
     assert not np.array_equal(e0[0].images, e1[0].images)
     seen = a.eval_images(data.train_images).reshape(-1, 3)  # normalized with the training split's statistics
     np.testing.assert_allclose(seen.mean(axis=0), 0, atol=1e-4)

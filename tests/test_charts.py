@@ -72,7 +72,7 @@ def test_plotted_values_match_results_csv(written):
     groups = [g["framework"] for g in sidecar["speedup"]["groups"]]
     assert groups == ["torch", "jax"]
     for series in sidecar["speedup"]["series"]:
-        for framework, value, ceiling in zip(groups, series["values"], series["ceiling_ratio"]):
+        for framework, value, ceiling in zip(groups, series["values"], series["ceiling_ratio"], strict=True):
             key = (framework, series["precision"])
             if key not in ok.index:
                 assert value is None  # jax amp_fp16 ran out of memory: no bar
@@ -80,13 +80,13 @@ def test_plotted_values_match_results_csv(written):
             assert value == pytest.approx(ok.loc[key, "throughput"] / ok.loc[(framework, "fp32"), "throughput"])
             assert ceiling == pytest.approx(ok.loc[key, "ceiling_ratio"])
     for series in sidecar["memory"]["series"]:
-        for framework, value in zip(groups, series["values"]):
+        for framework, value in zip(groups, series["values"], strict=True):
             key = (framework, series["precision"])
             if key in ok.index:
                 assert value == pytest.approx(
                     ok.loc[key, "peak_memory_mib"] / ok.loc[(framework, "fp32"), "peak_memory_mib"])
     for series in sidecar["accuracy"]["series"]:
-        for framework, value in zip(groups, series["values"]):
+        for framework, value in zip(groups, series["values"], strict=True):
             key = (framework, series["precision"])
             if key in ok.index:
                 assert value == pytest.approx(ok.loc[key, "val_accuracy"])

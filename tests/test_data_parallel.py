@@ -137,7 +137,7 @@ def test_two_nodes_run_one_cell_together(tiny_config, tmp_path, framework):
         env={**os.environ, **(_tf_config(workers, rank) if framework == "keras" else {})})
         for rank in (0, 1)]
     outputs = [node.communicate(timeout=900) for node in nodes]
-    for node, (_, err) in zip(nodes, outputs):
+    for node, (_, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-3000:]
     rows = [json.loads((tmp_path / f"node{rank}" / "results.jsonl").read_text()) for rank in (0, 1)]
     for rank, row in enumerate(rows):

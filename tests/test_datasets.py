@@ -150,7 +150,7 @@ def test_bilinear_resize_uses_half_pixel_centres():
 
 def _records(labels: list[int], rng: np.random.Generator) -> tuple[bytes, np.ndarray]:
     images = rng.integers(0, 256, size=(len(labels), 3, 32, 32), dtype=np.uint8)  # CHW, as stored
-    data = b"".join(bytes([label]) + image.tobytes() for label, image in zip(labels, images))
+    data = b"".join(bytes([label]) + image.tobytes() for label, image in zip(labels, images, strict=True))
     return data, images
 
 

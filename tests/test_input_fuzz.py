@@ -23,7 +23,7 @@ def _config(tmp_path: Path, defaults: dict[str, str] | None = None, extra: str =
     head, tail = text[:cut], text[cut:]
     for key, value in (defaults or {}).items():
         line = f"{key} = {value}"
-        head, replaced = re.subn(rf"(?m)^{re.escape(key)} = .*$", lambda _: line, head)
+        head, replaced = re.subn(rf"(?m)^{re.escape(key)} = .*$", lambda _, line=line: line, head)
         if not replaced:
             head = head.replace("[defaults]\n", f"[defaults]\n{line}\n", 1)
     text = head + tail

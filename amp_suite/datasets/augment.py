@@ -33,9 +33,9 @@ def random_crop_flip(images: np.ndarray, rng: np.random.Generator, pad: int = CR
     """NHWC images randomly cropped after zero padding and flipped horizontally."""
     n, h, w, _ = images.shape
     padded = np.pad(images, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
-    top = rng.integers(0, 2 * pad + 1, size=n)
-    left = rng.integers(0, 2 * pad + 1, size=n)
-    flip = rng.random(n) < 0.5
+    top = rng.integers(0, 2 * pad + 1, size=(n,))
+    left = rng.integers(0, 2 * pad + 1, size=(n,))
+    flip = rng.random((n,)) < 0.5
     out = np.empty_like(images)
     for i in range(n):
         crop = padded[i, top[i]:top[i] + h, left[i]:left[i] + w]

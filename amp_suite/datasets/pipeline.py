@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -64,8 +65,7 @@ class InputPipeline:
             images = self.dataset.model_images(self.dataset.train_images[idx])
             if self.augment:
                 images = random_crop_flip(images, augmentation_rng(self.seed, epoch, step))
-            if self.mean is not None:
-                images = normalize(images, self.mean, self.std)
+            images = self._normalized(images)
             masks = draw_masks(self.layers, self.input_shape, self.batch_size, self.seed, epoch, step)
             out.append(Batch(np.ascontiguousarray(images, dtype=np.float32), np.ascontiguousarray(labels[idx]),
                              masks))
@@ -80,8 +80,13 @@ class InputPipeline:
 
         Pass a slice (``dataset.val_images[start:stop]``): it is resized here.
         """
-        images = self.dataset.model_images(images)
-        return images if self.mean is None else normalize(images, self.mean, self.std)
+        return self._normalized(self.dataset.model_images(images))
+
+    def _normalized(self, images: np.ndarray) -> np.ndarray:
+        if self.mean is None:
+            return images
+        assert self.std is not None  # normalization() gives both or neither
+        return normalize(images, self.mean, self.std)
 
 
 def training_stats(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +99,8 @@ def training_stats(dataset: Dataset) -> tuple[np.ndarray, np.ndarray]:
     if shaping is None:
         return channel_stats(dataset.train_images)
     chunk_images = max(1, STATS_CHUNK_VALUES // (shaping.size * shaping.size * shaping.channels))
-    total = total_sq = 0.0
+    total: Any = 0.0  # then per-channel float64 sums
+    total_sq: Any = 0.0
     count = 0
     for start in range(0, int(dataset.train_images.shape[0]), chunk_images):
         chunk = dataset.model_images(dataset.train_images[start:start + chunk_images]).astype(np.float64)

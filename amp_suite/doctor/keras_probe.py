@@ -129,7 +129,7 @@ def _scaled_steps(where: str, initial: float, steps: int) -> tuple[float, bool]:
                     loss = tf.reduce_mean(tf.square(tf.cast(dense(x), tf.float32)))
                     scaled = optimizer.scale_loss(loss)
                 optimizer.apply(tape.gradient(scaled, variables), variables)
-            changed = any(not (b == v.numpy()).all() for b, v in zip(before, variables))
+            changed = any(not (b == v.numpy()).all() for b, v in zip(before, variables, strict=True))
             return float(optimizer.dynamic_scale.numpy()), changed
     finally:
         keras.mixed_precision.set_global_policy("float32")

@@ -15,7 +15,6 @@ import torch
 
 from amp_suite.doctor import probe_kit as kit
 
-
 # Why CUDA is not usable, as torch said it (warnings of is_available, the error of init).
 GPU_ERRORS: list[str] = []
 
@@ -84,7 +83,7 @@ def precision_section(dev: torch.device) -> dict[str, Any]:
     return found
 
 
-def _model(dev: torch.device) -> torch.nn.Module:
+def _model(dev: torch.device) -> torch.nn.Sequential:
     torch.manual_seed(0)
     return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(),
                                torch.nn.Linear(8 * 6 * 6, 10)).to(dev)
@@ -109,7 +108,11 @@ def amp_section(dev: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     loss.backward()
     seen["logits"] = str(logits.dtype).replace("torch.", "")
     seen["params"] = sorted({str(p.dtype).replace("torch.", "") for p in model.parameters()})
-    seen["grads"] = sorted({str(p.grad.dtype).replace("torch.", "") for p in model.parameters()})
+    grads = set()
+    for p in model.parameters():
+        assert p.grad is not None  # the backward pass reached every parameter
+        grads.add(str(p.grad.dtype).replace("torch.", ""))
+    seen["grads"] = sorted(grads)
     return seen
 
 
@@ -128,7 +131,7 @@ def _scaled_steps(dev: torch.device, initial: float, steps: int) -> tuple[float,
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
-    changed = any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters()))
+    changed = any(not torch.equal(b, p.detach()) for b, p in zip(before, model.parameters(), strict=True))
     return float(scaler.get_scale()), changed
 
 

@@ -145,10 +145,12 @@ def probe(request: dict[str, Any], out_dir: Path) -> None:
         cell_run = dataclasses.replace(run, steps=max(run.steps, 2), warmup=1, epochs=1)
         cell = execute(cell_run, workload, host)
         meta["cell"] = {"status": cell.status, "error": cell.error, "metrics": to_plain(cell.metrics)}
-    np.savez(out_dir / "probe.npz", logits_before=np.asarray(logits_before),
-             logits_before_train=np.asarray(logits_before_train), logits_after=np.asarray(logits_after),
-             **{f"init:{k}": v for k, v in initial.items()}, **{f"var:{k}": v for k, v in variables.items()},
-             **oracle_arrays)
+    # Any: numpy's stub would let a dict[str, ndarray] given as **kwds fill savez's allow_pickle.
+    arrays: dict[str, Any] = {
+        "logits_before": np.asarray(logits_before), "logits_before_train": np.asarray(logits_before_train),
+        "logits_after": np.asarray(logits_after), **{f"init:{k}": v for k, v in initial.items()},
+        **{f"var:{k}": v for k, v in variables.items()}, **oracle_arrays}
+    np.savez(out_dir / "probe.npz", **arrays)
     (out_dir / "probe.json").write_text(json.dumps(meta, indent=1, default=str))
 
 

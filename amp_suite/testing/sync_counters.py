@@ -76,6 +76,7 @@ def count_calls(targets: Iterable[Target], exempt: Iterable[Any] = ()) -> Iterat
     for owner, name in targets:
         current = owner.__dict__[name] if isinstance(owner, type) and name in owner.__dict__ else getattr(owner, name)
         if isinstance(current, property):
+            assert current.fget is not None, f"{name} is a property without a getter"
             replacement: Any = property(tally.wrap(current.fget), current.fset, current.fdel)
         else:
             replacement = tally.wrap(getattr(owner, name))

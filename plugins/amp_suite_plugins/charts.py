@@ -90,7 +90,7 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
 
     summary = summary_frame(results, environment)
     ok = summary[summary["status"] == "ok"] if not summary.empty else summary
-    groups = list(dict.fromkeys(zip(ok["workload"], ok["framework"]))) if not ok.empty else []
+    groups = list(dict.fromkeys(zip(ok["workload"], ok["framework"], strict=True))) if not ok.empty else []
     workloads = len({w for w, _ in groups})
     precisions = _order(ok["precision"]) if not ok.empty else []
     amp = [p for p in precisions if p != BASELINE]
@@ -145,7 +145,9 @@ def _loss_panels(results: list[CellResult], groups, precisions: list[str]) -> li
         for precision in precisions:
             match = next((r for r in results if r.status == "ok" and r.workload == workload
                           and r.framework == framework and r.precision == precision), None)
-            losses = _step_losses((match.metrics or {}) if match else {})
+            if match is None:
+                continue
+            losses = _step_losses(match.metrics or {})
             if losses:
                 curves.append({"precision": precision, "repeat": match.repeat, "losses": losses})
         panels.append({"workload": workload, "framework": framework, "curves": curves})
@@ -209,7 +211,7 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
         bars = ax.bar(offsets, heights, width * 0.92, label=item["precision"],
                       color=_colour(item["precision"], index), edgecolor=TEXT, linewidth=0.4)
         lows, highs = item.get("low") or [None] * len(xs), item.get("high") or [None] * len(xs)
-        for offset, raw, low, high in zip(offsets, item["values"], lows, highs):
+        for offset, raw, low, high in zip(offsets, item["values"], lows, highs, strict=True):
             if raw is None or low is None or high is None:
                 continue
             ax.errorbar([offset], [raw], yerr=[[max(raw - low, 0.0)], [max(high - raw, 0.0)]], fmt="none",
@@ -217,7 +219,7 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
             whiskered = True
             top = max(top, high)
         for bar, raw, extra, high in zip(bars, item["values"], item.get(annotate or marks or "", [None] * len(xs)),
-                                         highs):
+                                         highs, strict=True):
             if raw is None:
                 ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom",
                             fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
@@ -229,7 +231,7 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
                         fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
             top = max(top, raw)
         if marks:
-            for offset, ceiling in zip(offsets, item.get(marks, [])):
+            for offset, ceiling in zip(offsets, item.get(marks, []), strict=False):
                 if ceiling is None:
                     continue
                 ax.plot([offset - width * 0.46, offset + width * 0.46], [ceiling, ceiling], color=TEXT,

@@ -45,10 +45,10 @@ from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers
 from amp_suite.plugin_kit import (
+    STANDARD_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
-    STANDARD_PRECISIONS,
     standard_precision,
     timed_window,
 )
@@ -171,7 +171,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     # float32 matmuls may silently use TF32 on Ampere unless asked for full precision.
     matmul = "tensorfloat32" if run.precision == "tf32" else "highest"
     jax.config.update("jax_default_matmul_precision", matmul)
-    notes = (f"jax_default_matmul_precision={matmul}", f"jmp_policy=params=float32,compute={applied.compute_dtype},"
+    notes: tuple[str, ...] = (f"jax_default_matmul_precision={matmul}", f"jmp_policy=params=float32,compute={applied.compute_dtype},"
              "output=float32")
     if applied.compute_dtype != "float32":
         notes += (f"batch_norm=jmp policy params=float32,compute=float32,output={applied.compute_dtype}",
@@ -319,7 +319,7 @@ def _from_haiku_layout(key: str, value: np.ndarray, depthwise: set[str]) -> np.n
 def _load_canonical(tree: Any, variables: dict[str, np.ndarray],
                     depthwise: set[str]) -> dict[str, dict[str, np.ndarray]]:
     """Replace haiku's initial values by the canonical ones (same layouts, HWIO, (in, out), NHWC, but depthwise)."""
-    loaded = {}
+    loaded: dict[str, dict[str, np.ndarray]] = {}
     for module_path, leaves in tree.items():
         loaded[module_path] = {}
         for leaf, value in leaves.items():
@@ -454,7 +454,8 @@ AXIS = "data"
 
 def _replicate(jax: Any, mesh: Any, tree: Any) -> Any:
     """``tree`` (host values, the same in every process) replicated on every device of ``mesh``."""
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     sharding = NamedSharding(mesh, P())
     return jax.tree_util.tree_map(
@@ -484,7 +485,8 @@ def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[t
 
 def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any, Any]:
     """A global batch sharded over the mesh (masks along axis 0 too); this process supplies its devices' rows."""
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     sharding = NamedSharding(model.mesh, P(AXIS))
     first = model.process.first_replica * run.shard_size
@@ -505,7 +507,6 @@ def _scale_value(model: JaxModel) -> float | None:
 @hookimpl
 def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
     import jax
-
     import jax.numpy as jnp
 
     def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:

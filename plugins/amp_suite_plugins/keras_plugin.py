@@ -41,10 +41,10 @@ from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers, walk
 from amp_suite.plugin_kit import (
+    STANDARD_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
-    STANDARD_PRECISIONS,
     standard_precision,
     timed_window,
 )
@@ -142,7 +142,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     tf32 = run.precision == "tf32"
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
     keras.mixed_precision.set_global_policy(POLICIES[run.precision])
-    notes = (
+    notes: tuple[str, ...] = (
         f"dtype_policy={keras.mixed_precision.global_policy().name}",
         f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
         f"jit_compile={_jit(run)}",
@@ -469,7 +469,7 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
         try:
             return tf.cast(model.model(_inputs(model.mask_names, x, None), training=True), tf.float32).numpy()
         finally:
-            for variable, value in zip(model.model.non_trainable_variables, saved):
+            for variable, value in zip(model.model.non_trainable_variables, saved, strict=True):
                 variable.assign(value)
 
 
@@ -478,7 +478,7 @@ def get_variables(run: RunSpec, model: KerasModel) -> dict[str, np.ndarray]:
     out = {}
     for name, spec in model.named.items():
         values = model.model.get_layer(name).get_weights()
-        for leaf, value in zip(_LEAVES[spec.kind], values):
+        for leaf, value in zip(_LEAVES[spec.kind], values, strict=False):
             out[f"{name}/{leaf}"] = np.asarray(value, dtype=np.float32)
     return out
 

@@ -195,8 +195,9 @@ def _spec_net(torch: Any, workload: Workload, flatten_channels_last: bool = Fals
     ``predict``) applies no dropout.
     """
     nn, functional = torch.nn, torch.nn.functional
+    Module: Any = nn.Module  # torch is imported by the caller: an Any base class to the type checker
 
-    class SpecNet(nn.Module):
+    class SpecNet(Module):
         def __init__(self) -> None:
             super().__init__()
             self.specs = workload.layers
@@ -311,6 +312,7 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
     without one raises :class:`UnsupportedError`.
     """
     params = list(params)
+    kwargs: dict[str, Any]
     if spec.name == "sgd":
         cls, kwargs = torch.optim.SGD, dict(lr=spec.learning_rate, momentum=spec.momentum,
                                             weight_decay=spec.weight_decay)
@@ -384,6 +386,7 @@ def build_model(
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     scaler = None
     if applied.loss_scaling == "dynamic":
+        assert applied.initial_loss_scale is not None  # standard_precision sets it for dynamic scaling
         scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale,
                                       growth_factor=2.0, backoff_factor=0.5,
                                       growth_interval=loss_scale_growth_interval(run))

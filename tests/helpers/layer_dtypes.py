@@ -70,7 +70,7 @@ def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[st
         # a model with dropout takes [images, *masks]; no mask (None) is an evaluation call
         inputs = [images] + [None] * (len(model.model.inputs) - 1) if len(model.model.inputs) > 1 else images
         outputs = probe(inputs, training=False)
-        for layer, value in zip(layers, outputs):
+        for layer, value in zip(layers, outputs, strict=True):
             out[kinds[layer.name]].add(str(value.dtype.name))
         for layer in model.model.layers:
             if isinstance(layer, keras.layers.BatchNormalization):

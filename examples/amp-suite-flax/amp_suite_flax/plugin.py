@@ -581,7 +581,6 @@ def stage_batches(run: RunSpec, model: FlaxModel, batches: list[Batch]) -> list[
 @hookimpl
 def train_epoch(run: RunSpec, model: FlaxModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
     import jax
-
     import jax.numpy as jnp
 
     def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:

@@ -11,6 +11,15 @@ the logarithm of the ratio and mapped back with ``exp``:
   the mean log ratio (so the point estimate is the geometric mean of the
   paired ratios), half-width ``t(0.975, n - 1) * s / sqrt(n)``.  One pair has
   no interval.
+* **Pooled noise** (:func:`pooled_log_intervals`): with two or three repeats a
+  cell's own ``s`` rests on one or two degrees of freedom (``t(0.975, 1) =
+  12.7``), which makes every interval too wide to say anything.  The
+  run-to-run noise of log throughput is a property of the machine, so the
+  report pools it over every cell of the sweep that measured the same figure
+  (the pooled-variance t-interval: ``s_p^2 = sum(SS_i) / sum(n_i - 1)`` with
+  ``sum(n_i - 1)`` degrees of freedom).  A cell whose own spread is
+  significantly larger than the rest's (one-sided F-test at 1%) is not pooled:
+  it keeps its own interval and is marked as noisier than the sweep.
 * **Independent estimates** (:class:`LogEstimate`): a log mean with the
   variance of that mean and its degrees of freedom, from repeats or from the
   timed windows of one process.  Differences of estimates (``a - b``) add
@@ -69,6 +78,7 @@ class Interval:
     high: float = math.nan
     n: int = 1  # pairs, repeats or windows behind it
     basis: str = ""  # "paired repeats", "repeats", "timed windows", "" (none)
+    noisier: bool = False  # its spread is significantly above the pooled one: not pooled (own interval)
 
     @property
     def known(self) -> bool:
@@ -130,6 +140,96 @@ def paired_ratios(numerator: dict[int, float], denominator: dict[int, float]) ->
 def paired_log_interval(numerator: dict[int, float], denominator: dict[int, float]) -> Interval:
     """The interval of ``numerator / denominator`` over the repeats they share (see the module)."""
     return log_interval(paired_ratios(numerator, denominator))
+
+
+# A cell's own spread above the others' with less than this probability under equal noise is not pooled.
+POOLING_SIGNIFICANCE = 0.01
+
+
+def _log_stats(ratios: Sequence[float]) -> tuple[int, float, float]:
+    """``(n, mean, sum of squared deviations)`` of the logs of the usable ratios."""
+    logs = [math.log(v) for v in _finite_positive(ratios)]
+    if not logs:
+        return 0, math.nan, 0.0
+    mean = sum(logs) / len(logs)
+    return len(logs), mean, sum((x - mean) ** 2 for x in logs)
+
+
+def pooled_log_intervals(groups: Sequence[Sequence[float]], *,
+                         significance: float = POOLING_SIGNIFICANCE) -> list[Interval]:
+    """One interval per group of paired ratios, the run-to-run noise pooled over the groups (see the module).
+
+    Groups with fewer than two usable ratios get no interval.  A group whose
+    variance is above the pooled variance of the others at ``significance``
+    (one-sided F-test) keeps its own t-interval with ``noisier=True``; the
+    other groups share one pooled standard deviation and its degrees of
+    freedom.  With one group this is :func:`log_interval`.
+    """
+    stats = [_log_stats(group) for group in groups]
+    usable = [i for i, (n, _, _) in enumerate(stats) if n >= 2]
+    noisier = set()
+    for i in usable:
+        n_i, _, ss_i = stats[i]
+        ss_rest = sum(stats[j][2] for j in usable if j != i)
+        df_rest = sum(stats[j][0] - 1 for j in usable if j != i)
+        if df_rest == 0 or ss_i == 0:
+            continue
+        var_i = ss_i / (n_i - 1)
+        var_rest = ss_rest / df_rest
+        if var_rest == 0 or f_survival(var_i / var_rest, n_i - 1, df_rest) < significance:
+            noisier.add(i)
+    pooled = [i for i in usable if i not in noisier]
+    df_pooled = sum(stats[i][0] - 1 for i in pooled)
+    sd_pooled = math.sqrt(sum(stats[i][2] for i in pooled) / df_pooled) if df_pooled else math.nan
+    out = []
+    for i, (n, mean, ss) in enumerate(stats):
+        if n == 0:
+            out.append(Interval(math.nan, n=0))
+        elif n < 2:
+            out.append(Interval(math.exp(mean), n=n))
+        else:
+            own = i in noisier or len(pooled) < 2
+            sd, df = (math.sqrt(ss / (n - 1)), n - 1) if own else (sd_pooled, df_pooled)
+            half = t_quantile(df) * sd / math.sqrt(n)
+            basis = "paired repeats" if own else f"paired repeats, noise pooled over {len(pooled)} cells"
+            out.append(Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n=n, basis=basis,
+                                noisier=i in noisier))
+    return out
+
+
+def f_survival(x: float, d1: float, d2: float) -> float:
+    """``P(F > x)`` for Snedecor's F with ``(d1, d2)`` degrees of freedom."""
+    if x <= 0:
+        return 1.0
+    if math.isinf(x):
+        return 0.0
+    return regularized_beta(d2 / (d2 + d1 * x), d2 / 2, d1 / 2)
+
+
+def regularized_beta(x: float, a: float, b: float) -> float:
+    """The regularized incomplete beta function ``I_x(a, b)`` (continued fraction, modified Lentz)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):  # the continued fraction converges fast below this point
+        return 1.0 - regularized_beta(1.0 - x, b, a)
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)) / a
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    result = d
+    for m in range(1, 500):
+        for numerator in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            result *= c * d
+        if abs(c * d - 1.0) < 1e-12:
+            break
+    return front * result
 
 
 @dataclass(frozen=True)

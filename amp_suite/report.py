@@ -28,7 +28,7 @@ import pandas as pd
 
 from amp_suite.calibration import ceiling_ratio, datasheet_peaks, peak_tflops
 from amp_suite.cost import cell_cost
-from amp_suite.intervals import Interval, format_ratio, paired_log_interval
+from amp_suite.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
 from amp_suite.noise import is_busy_flag
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.published import published_section
@@ -302,14 +302,14 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
         })
     summary = pd.DataFrame(rows)
     base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind", "devices"])
-    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"], summary["devices"]))
+    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"], summary["devices"], strict=True))
 
     tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] == "ok")].set_index(
         ["workload", "framework", "device_kind", "devices"])
 
     def relative(column: str, how: str, to: pd.DataFrame = base) -> list[float]:
         out = []
-        for key, value in zip(keys, summary[column]):
+        for key, value in zip(keys, summary[column], strict=True):
             ref = to[column].get(key, math.nan) if key in to.index else math.nan
             if how == "ratio":
                 out.append(value / ref if ref and not math.isnan(ref) else math.nan)
@@ -326,10 +326,10 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     summary["energy_ratio"] = relative("energy_per_image_mj", "ratio")
     summary["accuracy_delta"] = relative("val_accuracy", "difference")
     saving = [-d for d in relative("cost_per_million_images", "difference")]
-    base_cost = [c + s for c, s in zip(summary["cost_per_million_images"], saving)]
+    base_cost = [c + s for c, s in zip(summary["cost_per_million_images"], saving, strict=True)]
     summary["cost_saving_per_million"] = saving
     summary["cost_saving_fraction"] = [s / b if b and not math.isnan(b) else math.nan
-                                       for s, b in zip(saving, base_cost)]
+                                       for s, b in zip(saving, base_cost, strict=True)]
     one = summary[summary["devices"] == 1].set_index(["workload", "framework", "device_kind", "precision"])
     scaling, efficiency = [], []
     for _, row in summary.iterrows():
@@ -361,31 +361,38 @@ def _paired_intervals(summary: pd.DataFrame, cells: pd.DataFrame) -> None:
     Repeat ``r`` of a precision is divided by repeat ``r`` of the reference
     (fp32, or tf32) in the same framework, workload and device; with two or
     more pairs the ratio becomes the geometric mean of the paired ratios and
-    gets its 95% t-interval on the log scale (:mod:`amp_suite.intervals`).
+    gets its 95% t-interval on the log scale, the run-to-run noise pooled over
+    every row of the same figure and device kind (a row noisier than the rest
+    keeps its own interval: :func:`~amp_suite.intervals.pooled_log_intervals`).
     With fewer pairs the ratio of medians stays and there is no interval.
     """
     throughput = _per_repeat(cells, "throughput")
     memory = _per_repeat(cells, "peak_memory_mib")
-    columns = {name: [] for name in ("speedup_low", "speedup_high", "speedup_pairs", "speedup_over_tf32_low",
-                                     "speedup_over_tf32_high", "memory_ratio_low", "memory_ratio_high")}
-    for index, row in summary.iterrows():
-        cell = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
-        pairs = 0
-        for figure, reference, source, name in (("speedup", BASELINE, throughput, "speedup"),
-                                                ("speedup_over_tf32", "tf32", throughput, "speedup_over_tf32"),
-                                                ("memory_ratio", BASELINE, memory, "memory_ratio")):
-            low = high = math.nan
-            if row["precision"] != reference and row["status"] == "ok":
-                interval = paired_log_interval(source.get((*cell, row["precision"]), {}),
-                                               source.get((*cell, reference), {}))
+    figures = (("speedup", BASELINE, throughput), ("speedup_over_tf32", "tf32", throughput),
+               ("memory_ratio", BASELINE, memory))
+    columns: dict[str, list[Any]] = {
+        f"{figure}_{part}": [math.nan] * len(summary)
+        for figure, _, _ in figures for part in ("low", "high")}
+    columns["speedup_pairs"] = [0] * len(summary)
+    columns["speedup_noisier"] = [False] * len(summary)
+    for figure, reference, source in figures:
+        groups: dict[str, list[tuple[int, list[float]]]] = {}  # device kind -> [(row position, ratios)]
+        for position, (_, row) in enumerate(summary.iterrows()):
+            if row["precision"] == reference or row["status"] != "ok":
+                continue
+            cell = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
+            ratios = paired_ratios(source.get((*cell, row["precision"]), {}), source.get((*cell, reference), {}))
+            groups.setdefault(str(row["device_kind"]), []).append((position, ratios))
+        for members in groups.values():
+            intervals = pooled_log_intervals([ratios for _, ratios in members])
+            for (position, _), interval in zip(members, intervals, strict=True):
                 if figure == "speedup":
-                    pairs = interval.n
+                    columns["speedup_pairs"][position] = interval.n
+                    columns["speedup_noisier"][position] = interval.noisier
                 if interval.known:
-                    summary.at[index, figure] = interval.value
-                    low, high = interval.low, interval.high
-            columns[f"{name}_low"].append(low)
-            columns[f"{name}_high"].append(high)
-        columns["speedup_pairs"].append(pairs)
+                    summary.iat[position, summary.columns.get_loc(figure)] = interval.value
+                    columns[f"{figure}_low"][position] = interval.low
+                    columns[f"{figure}_high"][position] = interval.high
     for name, values in columns.items():
         summary[name] = values
 
@@ -476,6 +483,8 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 # Marks a ratio whose 95% interval contains 1.0: no measurable difference.
 NO_DIFFERENCE_MARK = "≈"
+# A speed-up whose repeats disagree far more than the rest of the sweep's: its own interval, not pooled.
+NOISIER_MARK = "≁"
 
 
 def _ratio_text(interval: Interval) -> str:
@@ -495,8 +504,16 @@ def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = N
         lines.append("Speed-ups (and memory ratios) with two or more repeats show their 95% confidence interval, "
                      "`1.69x (1.55–1.80)`: a t-interval on the log ratios of paired repeats (repeat r of a "
                      "precision over repeat r of fp32 in the same framework), so its centre is the geometric "
-                     f"mean of the paired ratios (docs/measurement.md). {NO_DIFFERENCE_MARK} marks a speed-up "
+                     "mean of the paired ratios; the run-to-run noise is pooled over every cell of the table, "
+                     "as it is the machine's (docs/measurement.md). "
+                     f"{NO_DIFFERENCE_MARK} marks a speed-up "
                      "whose interval contains 1.0: **no measurable difference** from fp32 on this machine.")
+    noisier = amp[amp["speedup_noisier"].fillna(False).astype(bool)] if "speedup_noisier" in amp else amp[:0]
+    if not noisier.empty:
+        names = ", ".join(f"{r.workload} / {r.framework} / {r.precision}" for r in noisier.itertuples())
+        lines.append(f"{NOISIER_MARK} marks a speed-up whose repeats disagree far more than the rest of the "
+                     f"sweep's ({names}): its noise is not pooled, its interval is its own, and it is not to be "
+                     "trusted; run it again on a quiet machine or with more repeats.")
     if not with_interval.all():
         lines.append("Speed-ups without an interval come from a single repeat: they have no interval and cannot "
                      "tell a real difference from run-to-run noise (about ±12% between processes on a busy CPU). "
@@ -539,7 +556,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
             over_tf32 = speedup_interval(row, "speedup_over_tf32")
             ceiling = row.get("ceiling_ratio")
-            text += (f" ({_ratio_text(speedup_interval(row))}"
+            text += (f" ({NOISIER_MARK + ' ' if row.get('speedup_noisier') else ''}"
+                     f"{_ratio_text(speedup_interval(row))}"
                      + (f"; {_ratio_text(over_tf32)} over tf32"
                         if row["precision"] != "tf32" and _known(over_tf32.value) else "")
                      + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")"))
@@ -779,7 +797,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment),
            *runtime_lines(results), ""]
     if not cells.empty:
-        devices = sorted({device_label(k, [n]) for k, n in zip(cells["device_kind"], cells["device"]) if k})
+        devices = sorted({device_label(k, [n])
+                          for k, n in zip(cells["device_kind"], cells["device"], strict=True) if k})
         datasets = sorted({d for d in cells["dataset"] if d})
         out += [f"- devices used: {', '.join(devices) or 'none reached'}",
                 f"- dataset: {', '.join(datasets)}", ""]

@@ -10,7 +10,14 @@ import pytest
 
 import amp_suite
 from amp_suite import noise
-from amp_suite.intervals import LogEstimate, log_interval, paired_log_interval, t_quantile
+from amp_suite.intervals import (
+    LogEstimate,
+    f_survival,
+    log_interval,
+    paired_log_interval,
+    pooled_log_intervals,
+    t_quantile,
+)
 from amp_suite.records import CellResult, EpochResult
 from amp_suite.report import render_markdown, summary_frame
 from amp_suite.stats import Phase, steady_state
@@ -47,6 +54,62 @@ def test_welch_difference_of_log_estimates_covers_the_true_ratio():
         interval = (LogEstimate.of(new, "repeats") - LogEstimate.of(base, "repeats")).interval()
         covered += interval.low <= 0.9 <= interval.high
     assert 0.93 <= covered / draws <= 0.97
+
+
+def test_f_survival_matches_the_textbook_quantiles():
+    assert f_survival(5.987, 1, 6) == pytest.approx(0.05, abs=2e-4)
+    assert f_survival(7.559, 2, 10) == pytest.approx(0.01, abs=1e-4)
+    assert f_survival(161.45, 1, 1) == pytest.approx(0.05, abs=2e-4)
+    assert f_survival(0.0, 3, 3) == 1.0 and f_survival(math.inf, 3, 3) == 0.0
+
+
+def test_pooled_intervals_cover_95_percent_and_are_far_narrower_with_two_repeats():
+    # A default sweep: 6 AMP cells (3 frameworks x 2 precisions), 2 paired repeats each, one machine's noise.
+    rng = np.random.default_rng(99)
+    truths = [0.1, 0.8, 1.0, 1.2, 1.7, 2.5]
+    draws, covered, pooled_widths, own_widths = 2000, 0, [], []
+    for _ in range(draws):
+        groups = [list(true * np.exp(rng.normal(0, 0.15, 2))) for true in truths]
+        for true, group, interval in zip(truths, groups, pooled_log_intervals(groups), strict=True):
+            covered += interval.low <= true <= interval.high
+            pooled_widths.append(math.log(interval.high / interval.low))
+            own = log_interval(group)
+            own_widths.append(math.log(own.high / own.low))
+    assert 0.935 <= covered / (draws * len(truths)) <= 0.965
+    # t(1) = 12.7 against t(6) = 2.45: the pooled interval is several times narrower on average
+    assert np.mean(pooled_widths) < 0.4 * np.mean(own_widths)
+
+
+def test_a_cell_far_noisier_than_the_rest_keeps_its_own_interval():
+    rng = np.random.default_rng(5)
+    quiet = [list(1.5 * np.exp(rng.normal(0, 0.02, 3))) for _ in range(5)]
+    wild = [0.4, 1.6, 3.0]
+    intervals = pooled_log_intervals([*quiet, wild])
+    assert intervals[-1].noisier and not any(i.noisier for i in intervals[:-1])
+    assert intervals[-1].basis == "paired repeats"
+    assert (intervals[-1].low, intervals[-1].high) == pytest.approx((log_interval(wild).low, log_interval(wild).high))
+    assert all("pooled over 5 cells" in i.basis for i in intervals[:-1])
+    # the quiet cells' interval does not widen because of the wild one
+    assert all(i.high / i.low < 1.1 for i in intervals[:-1])
+    # fewer than two usable ratios: no interval, as before
+    assert not pooled_log_intervals([[2.0], [1.0, 1.1]])[0].known
+
+
+def test_a_tenfold_slowdown_with_two_repeats_is_measured_not_called_noise():
+    # the figures of a real default sweep on a busy 2-core Zen 4 (torch has no fast fp16 matmul there)
+    fp32 = {"torch": [1771.0, 2672.0], "keras": [3874.0, 2375.0], "jax": [1625.0, 1524.0]}
+    amp = {"torch": [225.0, 206.0], "keras": [3117.0, 2732.0], "jax": [1448.0, 1432.0]}
+    results = []
+    for framework in fp32:
+        for precision, figures in (("fp32", fp32), ("amp_fp16", amp)):
+            for repeat, value in enumerate(figures[framework]):
+                cell = _cell(precision, repeat, value)
+                results.append(CellResult(**{**cell.__dict__, "framework": framework,
+                                             "key": f"{framework}/w/{precision}/r{repeat}"}))
+    summary = summary_frame(results).set_index(["framework", "precision"])
+    assert summary.loc[("torch", "amp_fp16"), "speedup_high"] < 0.2  # alone, t(1) would reach past 1.0
+    assert log_interval([225 / 1771, 206 / 2672]).high > 1.0
+    assert summary.loc[("keras", "amp_fp16"), "speedup_low"] < 1.0 < summary.loc[("keras", "amp_fp16"), "speedup_high"]
 
 
 def test_one_pair_has_no_interval_and_bad_figures_are_left_out():

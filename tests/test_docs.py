@@ -167,3 +167,23 @@ def test_every_helper_heading_is_the_current_signature():
             function = getattr(module, heading.split("(", 1)[0], None)
             assert inspect.isfunction(function), f"`{module_name}`: {heading!r} names no function of the module"
             assert signature_text(function) == heading, f"`{module_name}`: {heading!r} is out of date"
+
+
+# --- the README's two commands and CI ------------------------------------------------------------
+
+
+def readme_commands() -> list[str]:
+    return re.findall(r"^```sh\n(.+?)\n```$", (REPO / "README.md").read_text(), flags=re.M | re.S)
+
+
+def test_the_readme_holds_exactly_two_commands_and_ci_runs_the_test_one():
+    commands = readme_commands()
+    assert len(commands) == 2, f"the README must hold two commands (set up + run, set up + test): {commands}"
+    assert all("\n" not in command for command in commands), commands
+    run_command, test_command = commands
+    assert run_command.endswith("amp-suite run") and test_command.endswith("python -m pytest")
+    ci_lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
+                if line and not line.startswith("#")]
+    assert test_command in ci_lines, f".ci/run does not run the README's test command {test_command!r}"
+    after = ci_lines[ci_lines.index(test_command) + 1:]
+    assert after == [".venv/bin/ruff check", ".venv/bin/mypy"], f"lint and type checks after the tests: {after}"

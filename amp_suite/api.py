@@ -31,10 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from amp_suite.config import (
     SuiteConfig,
-    SweepSettings,
     check_batch_split,
     check_framework_tables,
-    check_names,
     find_config,
     for_device_kind,
     load_config,
@@ -43,6 +41,7 @@ from amp_suite.config import (
 from amp_suite.errors import StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 from amp_suite.schema import closest
+from amp_suite.settings import CELL_FIELDS, SweepSettings, check_names
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is built
     import pandas as pd
@@ -57,7 +56,7 @@ SETTING_NAMES = tuple(f.name for f in fields(SweepSettings))
 class SweepRequest:
     """What ``amp-suite run`` (or :func:`run`) was asked to do.
 
-    ``overrides`` maps :class:`~amp_suite.config.SweepSettings` field names to
+    ``overrides`` maps :class:`~amp_suite.settings.SweepSettings` field names to
     values that replace the config's ``[defaults]`` and the preset's settings
     (``None`` keeps them).  ``cost`` holds ``price_per_hour``/``currency``
     overrides of ``[cost]``.
@@ -172,6 +171,10 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     from amp_suite.runner import Cell
 
     counts = device_counts(settings)
+    # Every setting a cell carries, under its RunSpec name (amp_suite.settings declares which).
+    per_cell = {cell: getattr(settings, name) for name, cell in CELL_FIELDS.items()}
+    per_cell["data_dir"] = str(Path(settings.data_dir).resolve()) if settings.data_dir else None
+    per_cell["coordinator"] = settings.coordinator or ""  # RunSpec: "" on one node
     cells = []
     for repeat in range(settings.repeats):
         for workload_name in settings.workloads:
@@ -187,21 +190,9 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     settings.frameworks, counts, precisions):
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                    steps=steps, epochs=settings.epochs, warmup=settings.warmup,
-                    window_steps=settings.window_steps, latency_steps=settings.latency_steps,
-                    window_seconds=settings.window_seconds, settle_warmup=settings.settle_warmup,
-                    min_timed_steps=settings.min_timed_steps, min_timed_seconds=settings.min_timed_seconds,
-                    extend_timing=settings.extend_timing,
-                    batch_size=settings.batch_size or workload.batch_size, seed=settings.seed,
-                    dataset=settings.dataset, train_split=settings.train_split,
-                    val_split=settings.val_split,
-                    data_dir=str(Path(settings.data_dir).resolve()) if settings.data_dir else None,
-                    download=settings.download, synthetic_fallback=settings.synthetic_fallback,
-                    device=settings.device, timeout_s=settings.timeout,
+                    **{**per_cell, "steps": steps, "batch_size": settings.batch_size or workload.batch_size},
                     options=dict(config.framework_options.get(framework, {})),
-                    plugin_modules=plugin_modules,
-                    devices=devices, sync_batch_norm=settings.sync_batch_norm, nnodes=settings.nnodes,
-                    node_rank=settings.node_rank, coordinator=settings.coordinator or "",
+                    plugin_modules=plugin_modules, devices=devices,
                     launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",
                 )
                 cells.append(Cell(run, workload))
@@ -487,7 +478,7 @@ def run(
 ) -> pd.DataFrame:
     """Run a sweep and return one row per cell (the columns of ``results.csv``).
 
-    ``settings`` are any :class:`~amp_suite.config.SweepSettings` field:
+    ``settings`` are any :class:`~amp_suite.settings.SweepSettings` field:
     ``steps``, ``epochs``, ``warmup``, ``batch_size``, ``repeats``,
     ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``
     (``repeats="auto"``: as ``--repeats auto``),

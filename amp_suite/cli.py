@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from amp_suite import __version__
-from amp_suite.config import check_names, find_config, load_config
+from amp_suite.config import find_config, load_config
 from amp_suite.errors import PluginError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
+from amp_suite.settings import add_setting_flags, check_names, overrides_from_flags, parse_list
 
 EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # Signals that stop a sweep the way Ctrl-C does.
@@ -55,23 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _csv(text: str | None) -> tuple[str, ...] | None:
-    if text is None:
-        return None
-    return tuple(part.strip() for part in text.split(",") if part.strip())
-
-
-def _devices(text: str | None) -> tuple[int | str, ...] | None:
-    """``--devices 1,2`` -> (1, 2); words stay words for the schema to judge."""
-    parts = _csv(text)
-    if parts is None:
-        return None
-    return tuple(int(p) if p.isascii() and p.isdigit() else p for p in parts)  # "²" is a digit to isdigit()
-
-
-def _repeats(text: str) -> int | str:
-    """``--repeats 3`` -> 3; ``auto`` stays a word (any other word is left for the schema to reject)."""
-    text = text.strip()
-    return int(text) if text.lstrip("-").isascii() and text.lstrip("-").isdigit() else text
+    return None if text is None else parse_list(text)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,46 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "when there is one)")
     run.add_argument("--preset", metavar="NAME",
                      help="fill the sweep from [presets.NAME] (amp-suite list shows them); flags still win")
-    run.add_argument("--frameworks", help="comma-separated, e.g. torch,keras,jax")
-    run.add_argument("--workloads", help="comma-separated workload names from the config")
-    run.add_argument("--precisions", help=f"comma-separated: {', '.join(PRECISIONS)}")
-    run.add_argument("--dataset", help="synthetic, mnist or cifar10 (default from the config)")
-    run.add_argument("--train-split", help="training split, TFDS notation: train, test[:8000], train[:10%%]")
-    run.add_argument("--val-split", help="validation split, e.g. test or test[8000:]")
-    run.add_argument("--data-dir", help="directory holding the official dataset files (or $AMP_SUITE_DATA)")
-    run.add_argument("--no-download", dest="download", action="store_false", default=None,
-                     help="never download dataset files")
-    run.add_argument("--synthetic-fallback", action="store_true", default=None,
-                     help="use synthetic data, and say so in the report, when a dataset cannot be had")
-    run.add_argument("--steps", type=int, help="training steps per epoch")
-    run.add_argument("--epochs", type=int, help="epochs per run")
-    run.add_argument("--warmup", type=int, help="steps of the first epoch excluded from steady state")
-    run.add_argument("--window-steps", type=int,
-                     help="steps dispatched back to back with one wait at the end (default 32)")
-    run.add_argument("--latency-steps", type=int,
-                     help="last steps of each epoch run one by one to measure per-step latency (default 10)")
-    run.add_argument("--window-seconds", type=float,
-                     help="size each timed window from the measured step time to last this long; 0: "
-                          "--window-steps steps per window (default: 1 on a GPU, 0 on a CPU)")
-    run.add_argument("--batch-size", type=int, help="override every workload's batch size")
-    run.add_argument("--target-accuracy", type=float, metavar="FRACTION",
-                     help="validation accuracy (e.g. 0.97) to reach: report the training time, steps and epochs "
-                          "to reach it; overrides the workloads' target_accuracy")
-    run.add_argument("--repeats", type=_repeats, metavar="N|auto",
-                     help="runs of each cell, in fresh processes, interleaved; 2 or more give every speed-up a 95%% "
-                          "interval. auto: start with 2 and add repeats (up to 5) until every speed-up's interval "
-                          "is within ±5%%")
-    run.add_argument("--timeout", type=float, help="seconds per cell before its worker is killed")
-    run.add_argument("--seed", type=int, help="seed of initial weights, data and batch order")
-    run.add_argument("--device", help="auto, cpu or gpu")
-    run.add_argument("--devices", help="comma-separated device counts per cell, e.g. 1,2 (data parallel; "
-                     "the global batch is split over them); all = every device the framework sees")
-    run.add_argument("--sync-batch-norm", action="store_true", default=None,
-                     help="BatchNorm statistics over all replicas where the framework has it (default: per replica)")
-    run.add_argument("--nnodes", type=int, help="machines each cell runs on (start amp-suite once per machine)")
-    run.add_argument("--node-rank", type=int, help="this machine's rank among --nnodes (0 is the coordinator)")
-    run.add_argument("--coordinator", help="HOST:PORT of node 0, where a cell's processes meet")
-    run.add_argument("--out", help="output directory")
+    add_setting_flags(run)  # one flag per sweep setting, declared in amp_suite/settings.py
     run.add_argument("--resume", action="store_true", help="skip cells already ok in OUT/results.jsonl")
     run.add_argument("--inline", action="store_true",
                      help="run cells in this process (debugging; frameworks then share a process)")
@@ -246,17 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from amp_suite.api import SweepRequest, sweep
     from amp_suite.progress import SweepProgress
 
-    overrides = dict(
-        frameworks=_csv(args.frameworks), workloads=_csv(args.workloads), precisions=_csv(args.precisions),
-        dataset=args.dataset, train_split=args.train_split, val_split=args.val_split,
-        data_dir=args.data_dir, download=args.download, synthetic_fallback=args.synthetic_fallback,
-        steps=args.steps, epochs=args.epochs, warmup=args.warmup,
-        window_steps=args.window_steps, latency_steps=args.latency_steps, window_seconds=args.window_seconds,
-        batch_size=args.batch_size, repeats=args.repeats, timeout=args.timeout, seed=args.seed,
-        device=args.device, out=args.out, devices=_devices(args.devices), sync_batch_norm=args.sync_batch_norm,
-        nnodes=args.nnodes, node_rank=args.node_rank, coordinator=args.coordinator,
-        target_accuracy=args.target_accuracy,
-    )
+    overrides = overrides_from_flags(args)
     auto = 0
     if overrides["repeats"] == "auto":
         from amp_suite.api import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS

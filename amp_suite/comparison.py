@@ -30,6 +30,7 @@ import pandas as pd
 from amp_suite.intervals import Interval, LogEstimate, paired_ratios
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
+from amp_suite.settings import COMPARED_SETTINGS
 
 MIB = 1024 * 1024
 # Metrics compared, in order: (key, title, which way is better, verdict words for higher / lower).
@@ -48,8 +49,8 @@ COLUMNS = ["metric", "workload", "framework", "precision", "devices", "device_ki
 # Environment entries whose differences are listed (nested dicts are compared key by key).
 ENVIRONMENT_KEYS = ("amp_suite_version", "git_commit", "python", "platform", "cpu_model", "cpu_count", "cpu_flags",
                     "gpus", "packages")
-SETTING_KEYS = ("dataset", "train_split", "val_split", "steps", "epochs", "warmup", "window_steps", "window_seconds",
-                "batch_size", "repeats", "seed", "device")
+# Settings whose differences are listed: those declared compared=True in amp_suite/settings.py.
+SETTING_KEYS = COMPARED_SETTINGS
 
 
 def _num(value: Any) -> float | None:

@@ -9,7 +9,7 @@ extends the catalog: each table it defines (``[defaults]``, ``[cost]``,
 ``[published.NAME]``) replaces the packaged table of the same name as a whole.
 
 Every value is checked before the first cell runs, against one typed schema
-(:data:`SETTINGS_FIELDS` for ``[defaults]``, the ``run`` flags and presets,
+(:data:`~amp_suite.settings.SETTINGS_FIELDS` for ``[defaults]``, the ``run`` flags and presets,
 :func:`framework_option_fields` for ``[frameworks.NAME]``); unknown keys are
 refused with the closest valid name.  Each problem is one line naming its
 file, exit 2.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from amp_suite.cost import COST_FIELDS
 from amp_suite.errors import UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import Workload
-from amp_suite.schema import Field, check_name, check_table, check_value, closest, shown
+from amp_suite.schema import Field, check_name, check_table, closest, shown
+from amp_suite.settings import SETTINGS_FIELDS, SweepSettings, check_names
 from amp_suite.workloads import workload_from_config
 
 if sys.version_info >= (3, 11):
@@ -47,115 +48,12 @@ NAMED_TABLES = ("workloads", "frameworks", "presets", "published")
 PACKAGE = "package"
 
 
-@dataclass(frozen=True)
-class SweepSettings:
-    """What a sweep runs; ``[defaults]`` in the config, overridden by CLI flags."""
-
-    frameworks: tuple[str, ...] = ("torch", "keras", "jax")
-    workloads: tuple[str, ...] = ("mnist_cnn",)
-    precisions: tuple[str, ...] = ("fp32", "amp_fp16", "amp_bf16")
-    dataset: str = "synthetic"
-    train_split: str = "train"
-    val_split: str = "test"
-    data_dir: str | None = None
-    download: bool = True
-    synthetic_fallback: bool = False
-    steps: int = 50
-    epochs: int = 1
-    warmup: int = 5
-    window_steps: int = 32    # steps dispatched back to back between two waits (and staged at once)
-    latency_steps: int = 10   # last steps of each epoch run one by one, for per-step latency
-    window_seconds: float = 0.0  # > 0: size each timed window to last this long (window_steps then ignored)
-    settle_warmup: bool = False  # after `warmup` steps, keep warming up until the step time settles
-    min_timed_steps: int = 8     # a cell with fewer timed steps is flagged in the report
-    min_timed_seconds: float = 0.02  # a cell whose timed windows last less in all is flagged
-    extend_timing: bool = False  # short of those bounds: time further training after validation instead
-    batch_size: int | None = None  # None: each workload's own batch size
-    repeats: int = 1
-    timeout: float = 900.0
-    seed: int = 0
-    device: str = "auto"
-    out: str = "amp-suite-results"
-    devices: tuple[int | str, ...] = (1,)  # data-parallel replicas per cell; "all": every device seen
-    sync_batch_norm: bool = False  # BatchNorm statistics over all replicas, where the framework has it
-    nnodes: int = 1  # machines one cell runs on (one amp-suite run per machine)
-    node_rank: int = 0  # this machine's rank among them
-    coordinator: str | None = None  # HOST:PORT of node 0, where the cell's processes meet
-    target_accuracy: float | None = None  # time to target: overrides every workload's target_accuracy
-
-    def check(self) -> None:
-        """Reject values that cannot make a meaningful sweep (exit 2)."""
-        for setting in fields(self):
-            check_value(setting.name, getattr(self, setting.name), SETTINGS_FIELDS[setting.name])
-        if self.warmup >= self.steps:
-            raise UsageError(
-                f"warmup ({self.warmup}) must be smaller than steps per epoch ({self.steps}): "
-                "no step would be timed"
-            )
-        if self.device not in ("auto", "cpu", "gpu"):
-            raise UsageError(f"unknown device {shown(self.device)}; allowed: auto, cpu, gpu")
-        check_names("precision", self.precisions, PRECISIONS)
-        if self.node_rank >= self.nnodes:
-            raise UsageError(f"node_rank ({self.node_rank}) must be smaller than nnodes ({self.nnodes})")
-        if self.nnodes > 1:
-            if not self.coordinator:
-                raise UsageError(f"nnodes = {self.nnodes} needs a coordinator HOST:PORT (node 0's address)")
-            check_coordinator(self.coordinator)
-            for count in self.devices:
-                if count == "all" or count % self.nnodes:
-                    raise UsageError(f"devices {count} do not split evenly over {self.nnodes} nodes; on several "
-                                     "nodes give device counts that are multiples of nnodes")
-
-
-def check_coordinator(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` split and checked (one-line error)."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        raise UsageError(f"coordinator must be HOST:PORT with a port from 1 to 65535, got {shown(text)}")
-    return host, int(port)
-
-
 def check_batch_split(workload: str, batch_size: int, devices: int) -> None:
     """The global batch must split evenly over the devices (one-line error)."""
     if batch_size % devices:
         raise UsageError(f"batch size {batch_size} of workload {workload!r} does not split evenly over "
                          f"{devices} devices; choose a --batch-size divisible by {devices}")
 
-
-# The type and range of every sweep setting, in [defaults] and on the command line.
-SETTINGS_FIELDS: dict[str, Field] = {
-    "frameworks": Field(tuple, names=True),
-    "workloads": Field(tuple, names=True),
-    "precisions": Field(tuple, names=True),
-    "dataset": Field(str, names=True),
-    "train_split": Field(str),
-    "val_split": Field(str),
-    "data_dir": Field(str, optional=True),
-    "download": Field(bool),
-    "synthetic_fallback": Field(bool),
-    "steps": Field(int, minimum=1, maximum=1_000_000),
-    "epochs": Field(int, minimum=1, maximum=10_000),
-    "warmup": Field(int, minimum=0, maximum=1_000_000),
-    "window_steps": Field(int, minimum=1, maximum=1_000_000),
-    "latency_steps": Field(int, minimum=0, maximum=1_000_000),
-    "window_seconds": Field(float, minimum=0, maximum=3600),
-    "settle_warmup": Field(bool),
-    "min_timed_steps": Field(int, minimum=1, maximum=1_000_000),
-    "min_timed_seconds": Field(float, minimum=0, maximum=24 * 3600),
-    "extend_timing": Field(bool),
-    "batch_size": Field(int, minimum=1, maximum=65_536, optional=True),
-    "repeats": Field(int, minimum=1, maximum=1_000),
-    "timeout": Field(float, above=0, maximum=7 * 24 * 3600),
-    "seed": Field(int, minimum=0, maximum=2**32 - 1),
-    "device": Field(str),
-    "out": Field(str),
-    "devices": Field(tuple, items=int, minimum=1, maximum=4096, choices=("all",)),
-    "sync_batch_norm": Field(bool),
-    "nnodes": Field(int, minimum=1, maximum=4096),
-    "node_rank": Field(int, minimum=0, maximum=4095),
-    "coordinator": Field(str, optional=True),
-    "target_accuracy": Field(float, above=0, maximum=1, optional=True),
-}
 
 # Options every framework plugin reads (amp_suite.plugin_kit: loss scaling of amp_fp16).
 COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
@@ -269,17 +167,6 @@ class SuiteConfig:
 def is_packaged(path: Path) -> bool:
     """Whether ``path`` is a file of the catalog shipped in the package."""
     return path.parent == CATALOG_DIR
-
-
-def check_names(kind: str, given: tuple[str, ...] | list[str], allowed: Any) -> None:
-    """One-line error for the first name not in ``allowed``."""
-    allowed = list(allowed)
-    for name in given:
-        if name not in allowed:
-            raise UsageError(f"unknown {kind} {shown(name)}; allowed: {', '.join(allowed)}"
-                             + (closest(name, allowed) if isinstance(name, str) else ""))
-    if not given:
-        raise UsageError(f"no {kind} given; allowed: {', '.join(allowed)}")
 
 
 def check_framework_tables(config: SuiteConfig, frameworks: Any, absent: Any = ()) -> None:

@@ -18,9 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from amp_suite.config import Preset, SuiteConfig, SweepSettings, with_overrides
+from amp_suite.config import Preset, SuiteConfig, with_overrides
 from amp_suite.errors import UsageError
 from amp_suite.schema import check_name, closest, shown
+from amp_suite.settings import SweepSettings
 
 
 @dataclass(frozen=True)

@@ -25,9 +25,9 @@ from __future__ import annotations
 import os
 import sys
 
-from amp_suite.config import check_coordinator
 from amp_suite.launchers.single import worker_command
 from amp_suite.records import RunSpec
+from amp_suite.settings import check_coordinator
 
 # The launcher's entry: import path first (kept for the workers), then torchrun.
 TORCHRUN_BOOTSTRAP = (

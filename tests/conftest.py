@@ -1,54 +1,31 @@
-"""Shared fixtures: a tiny sweep config, the fake framework plugin, a CLI runner."""
+"""Shared fixtures (a tiny sweep config, a clean fake-framework environment) and the helpers on the path.
+
+Test modules never import this file: what they share lives in ``tests/helpers/`` (``suite_cli``:
+the repository root, the tiny config, the CLI runner).
+"""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 HELPERS = Path(__file__).parent / "helpers"
-REPO = Path(__file__).parent.parent
-# Worker processes import the test plugins (fakefw, ghostfw) by module name.
+# Worker processes import the test plugins (fakefw, ghostfw) by module name, and test modules import
+# the helpers (suite_cli, processes, ...) as top-level modules: both find them on the path.
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p
 )
 sys.path.insert(0, str(HELPERS))
 
+from suite_cli import TINY_CONFIG  # noqa: E402 (the helpers' folder is on the path only from here)
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: a test of several seconds (the largest Keras graphs); "
                                        "-m 'not slow' leaves them out")
-
-
-TINY_CONFIG = """
-[defaults]
-frameworks = ["fake"]
-workloads = ["tiny"]
-precisions = ["fp32", "amp_fp16", "amp_bf16"]
-steps = 4
-warmup = 1
-epochs = 1
-repeats = 1
-timeout = 120
-out = "{out}"
-
-[workloads.tiny]
-model = "mnist_cnn"
-input_size = 8
-channels = 1
-num_classes = 3
-batch_size = 8
-
-[workloads.mnist_cnn]
-model = "mnist_cnn"
-input_size = 28
-channels = 1
-num_classes = 10
-batch_size = 16
-"""
 
 
 @pytest.fixture
@@ -63,12 +40,3 @@ def clean_fake_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
     for name in ("FAKEFW_MODE", "FAKEFW_TARGET", "FAKEFW_PIDFILE", "FAKEFW_GATE"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
-            cwd: Path | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m amp_suite`` as a user would, in a fresh process."""
-    return subprocess.run(
-        [sys.executable, "-m", "amp_suite", *args], capture_output=True, text=True,
-        env={**os.environ, **(env or {})}, timeout=timeout, cwd=cwd or REPO,
-    )

@@ -12,7 +12,7 @@ import pytest
 import amp_suite
 from amp_suite.errors import UsageError
 from amp_suite.report import CELL_COLUMNS
-from conftest import REPO
+from suite_cli import REPO
 
 
 def test_run_returns_a_frame_with_one_row_per_cell(tiny_config, tmp_path, clean_fake_env):

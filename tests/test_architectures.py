@@ -21,7 +21,7 @@ from amp_suite.workloads import (
     variable_specs,
     workload_from_config,
 )
-from conftest import REPO
+from suite_cli import REPO
 
 CONFIG = load_config(REPO / "benchmarks.toml")
 

@@ -16,7 +16,7 @@ import pytest
 from amp_suite import config as config_module
 from amp_suite.config import CATALOG_DIR, SweepSettings, catalog_files, find_config, load_config
 from amp_suite.errors import UsageError
-from conftest import REPO, run_cli
+from suite_cli import REPO, run_cli
 
 PRESETS = ("keras-tensor-cores", "keras-multi-gpu", "pytorch-fp16-cifar", "haiku-jmp-mnist")
 

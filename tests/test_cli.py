@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_cli
+from suite_cli import REPO, run_cli
 
 FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras")
 
@@ -131,7 +131,7 @@ def test_device_gpu_without_a_gpu_fails_every_cell_with_one_line(tiny_config, cl
 
 def test_a_framework_on_the_cpu_of_a_gpu_machine_is_unavailable_with_its_install_line(tiny_config):
     pytest.importorskip("torch")
-    from conftest import HELPERS
+    from suite_cli import HELPERS
 
     out = run_cli("run", "--config", str(tiny_config), "--frameworks", "torch", "--workloads", "mnist_cnn",
                   "--precisions", "fp32", env={"AMP_SUITE_FAKE_NVIDIA_SMI": str(HELPERS / "fake_nvidia_smi.py")})

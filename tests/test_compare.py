@@ -11,7 +11,7 @@ import pytest
 import amp_suite
 from amp_suite.comparison import NO_DIFFERENCE, compare_results, environment_differences
 from amp_suite.records import CellResult
-from conftest import run_cli
+from suite_cli import run_cli
 
 NOISE = (0.97, 1.0, 1.03)  # a ±3% spread over three repeats
 

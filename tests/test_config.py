@@ -6,7 +6,7 @@ import pytest
 
 from amp_suite.config import SweepSettings, load_config, with_overrides
 from amp_suite.errors import UsageError
-from conftest import REPO
+from suite_cli import REPO
 
 
 def test_shipped_config_declares_both_mnist_sizes():

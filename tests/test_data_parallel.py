@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import REPO
+from suite_cli import REPO
 
 MODULES = {"torch": ("torch",), "keras": ("tensorflow", "keras"), "jax": ("jax", "haiku", "jmp", "optax")}
 FRAMEWORKS = [pytest.param(name, marks=pytest.mark.skipif(

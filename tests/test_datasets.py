@@ -18,11 +18,15 @@ from amp_suite.datasets.preprocess import resize_bilinear, to_unit_float
 from amp_suite.datasets.splits import parse_split
 from amp_suite.errors import UsageError
 from amp_suite.workloads import workload_from_config
-from conftest import REPO, run_cli
+from suite_cli import REPO, run_cli
 
+# The official MNIST test split ships inside the package: tests of real digits read it from there.
+PACKAGED_MNIST = mnist.BUNDLED_DIR
+# Only the training labels come from outside the repository (../shared/data/mnist, where the machine has it).
 SHARED_MNIST = REPO.parent / "shared" / "data" / "mnist"
-needs_mnist = pytest.mark.skipif(not (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").exists(),
-                                 reason="shared MNIST files are not beside the repository")
+needs_train_labels = pytest.mark.skipif(
+    not (SHARED_MNIST / "train-labels-idx1-ubyte.gz").exists(),
+    reason=f"MNIST's training labels are not shipped; this test reads them from {SHARED_MNIST}, which is absent")
 MNIST_28 = workload_from_config("m", {"model": "mnist_cnn", "input_size": 28})
 
 
@@ -36,32 +40,30 @@ def private_cache(tmp_path, monkeypatch):
 # --- MNIST, on the real files ---------------------------------------------
 
 
-@needs_mnist
 def test_mnist_test_split_is_the_official_one():
-    images, labels = mnist.load_split("test", data_dir=str(SHARED_MNIST), allow_download=False)
+    images, labels = mnist.load_split("test", data_dir=str(PACKAGED_MNIST), allow_download=False)
     assert images.shape == (10_000, 28, 28, 1) and images.dtype == np.uint8
     assert np.bincount(labels).tolist() == [980, 1135, 1032, 1010, 982, 892, 958, 1028, 974, 1009]
     assert labels[:10].tolist() == [7, 2, 1, 0, 4, 1, 4, 9, 5, 9]
     assert images.mean() == pytest.approx(33.79, abs=0.01)
 
 
-@needs_mnist
+@needs_train_labels
 def test_mnist_train_labels_parse():
     labels = mnist.read_idx(SHARED_MNIST / "train-labels-idx1-ubyte.gz")
     assert np.bincount(labels).tolist() == [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
     assert labels[:5].tolist() == [5, 0, 4, 1, 9]
 
 
-@needs_mnist
 def test_load_dataset_takes_tfds_splits_scales_and_resizes():
     data = load_dataset("mnist", MNIST_28, steps=1, batch_size=8, seed=0, train_split="test[:8000]",
-                        val_split="test[8000:]", data_dir=str(SHARED_MNIST), allow_download=False)
+                        val_split="test[8000:]", data_dir=str(PACKAGED_MNIST), allow_download=False)
     assert data.train_images.shape == (8000, 28, 28, 1) and data.val_images.shape == (2000, 28, 28, 1)
     assert data.train_labels[:3].tolist() == [7, 2, 1]
     assert data.train_images.dtype == np.float32 and 0.0 <= data.train_images.min() < data.train_images.max() <= 1.0
     big = workload_from_config("b", {"model": "mnist_cnn", "input_size": 128})
     resized = load_dataset("mnist", big, steps=1, batch_size=8, seed=0, train_split="test[:16]",
-                           val_split="test[-8:]", data_dir=str(SHARED_MNIST), allow_download=False)
+                           val_split="test[-8:]", data_dir=str(PACKAGED_MNIST), allow_download=False)
     # kept as stored; the pipeline resizes the batch it makes
     assert resized.train_images.shape == (16, 28, 28, 1) and resized.val_labels.size == 8
     shaped = resized.model_images(resized.train_images)
@@ -70,13 +72,12 @@ def test_load_dataset_takes_tfds_splits_scales_and_resizes():
     assert shaped.mean() == pytest.approx(data.train_images[:16].mean(), rel=0.02)
 
 
-@needs_mnist
 def test_mnist_grey_is_copied_to_three_channels_one_batch_at_a_time():
     from amp_suite.datasets import input_pipeline
 
     workload = workload_from_config("rgb", {"model": "vgg16", "input_size": 64, "channels": 3})
     data = load_dataset("mnist", workload, steps=2, batch_size=4, seed=0, train_split="test[:8]",
-                        val_split="test[-4:]", data_dir=str(SHARED_MNIST), allow_download=False)
+                        val_split="test[-4:]", data_dir=str(PACKAGED_MNIST), allow_download=False)
     assert data.train_images.shape == (8, 28, 28, 1) and "grey copied to 3 channels" in data.note
     pipeline = input_pipeline(workload, data, batch_size=4, steps=2, seed=0)
     batch = pipeline.batches(0, 1, 2)[0]
@@ -224,9 +225,7 @@ LABELS = mnist.FILES["test-labels"]
 
 
 def _official_labels() -> bytes:
-    if (SHARED_MNIST / LABELS.name).exists():
-        return (SHARED_MNIST / LABELS.name).read_bytes()
-    pytest.skip("shared MNIST files are not beside the repository")
+    return (PACKAGED_MNIST / LABELS.name).read_bytes()
 
 
 def _serve(root: Path, folder: str, payload: bytes) -> None:
@@ -291,10 +290,9 @@ def test_files_in_the_data_dir_are_verified_too(tmp_path):
 # --- through the command line ------------------------------------------------
 
 
-@needs_mnist
 def test_corrupted_file_in_data_dir_stops_the_run_before_training(tiny_config, tmp_path):
     data_dir = tmp_path / "mnist"
-    shutil.copytree(SHARED_MNIST, data_dir)
+    shutil.copytree(PACKAGED_MNIST, data_dir)
     images = data_dir / "t10k-images-idx3-ubyte.gz"
     blob = bytearray(images.read_bytes())
     blob[5000] ^= 0x55
@@ -323,10 +321,9 @@ def test_offline_without_files_is_an_error_unless_fallback_is_asked(tiny_config,
     assert "**Data substitution:**" in report and "SUBSTITUTED" in report
 
 
-@needs_mnist
 def test_fake_framework_learns_real_mnist_through_the_cli(tiny_config, tmp_path):
     out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--dataset", "mnist",
-                  "--workloads", "mnist_cnn", "--data-dir", str(SHARED_MNIST), "--train-split", "test[:8000]",
+                  "--workloads", "mnist_cnn", "--data-dir", str(PACKAGED_MNIST), "--train-split", "test[:8000]",
                   "--val-split", "test[8000:]", "--steps", "100", "--epochs", "2", "--precisions", "fp32")
     assert out.returncode == 0, out.stderr
     report = (tmp_path / "out" / "report.md").read_text()

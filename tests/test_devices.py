@@ -19,7 +19,7 @@ from amp_suite.devices import (
 )
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import DeviceInfo, FrameworkInfo, RunSpec
-from conftest import HELPERS
+from suite_cli import HELPERS
 
 FAKE_SMI = str(HELPERS / "fake_nvidia_smi.py")
 TORCH = FrameworkInfo(name="torch", display_name="PyTorch", modules=("torch",), extra="torch",

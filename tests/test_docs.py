@@ -5,7 +5,7 @@ import inspect
 import re
 
 from amp_suite import hookspecs
-from conftest import REPO
+from suite_cli import REPO
 
 
 def hook_signatures() -> dict[str, str]:

@@ -11,7 +11,7 @@ from amp_suite.doctor import checks
 from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED
 from amp_suite.doctor.runner import DoctorPlan, ProbeError, render_table, run_checks
 from amp_suite.records import FrameworkInfo
-from conftest import run_cli
+from suite_cli import run_cli
 
 A100 = NvidiaInventory((NvidiaGpu(0, "NVIDIA A100", "580.65.06", compute_capability="8.0"),), "580.65.06", "fake")
 NO_GPU = NvidiaInventory(reason="nvidia-smi not found")

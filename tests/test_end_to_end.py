@@ -4,7 +4,7 @@ import csv
 import importlib.util
 import json
 
-from conftest import run_cli
+from suite_cli import run_cli
 
 INSTALLED = [name for name, module in (("torch", "torch"), ("keras", "tensorflow"), ("jax", "haiku"))
              if importlib.util.find_spec(module) is not None]
@@ -37,15 +37,11 @@ def test_sweep_over_installed_frameworks_reports_speedups(tmp_path):
 
 
 def test_every_framework_learns_real_mnist_in_fp32_and_bf16(tmp_path):
-    from test_datasets import SHARED_MNIST
+    from amp_suite.datasets.mnist import BUNDLED_DIR
 
-    if not (SHARED_MNIST / "t10k-images-idx3-ubyte.gz").exists():
-        import pytest
-
-        pytest.skip("shared MNIST files are not beside the repository")
     out_dir = tmp_path / "out"
     done = run_cli("run", "--frameworks", ",".join(INSTALLED), "--workloads", "mnist_cnn",
-                   "--precisions", "fp32,amp_bf16", "--dataset", "mnist", "--data-dir", str(SHARED_MNIST),
+                   "--precisions", "fp32,amp_bf16", "--dataset", "mnist", "--data-dir", str(BUNDLED_DIR),
                    "--train-split", "test[:4096]", "--val-split", "test[8000:9000]", "--steps", "32",
                    "--epochs", "2", "--warmup", "2", "--repeats", "1", "--out", str(out_dir), "--no-download")
     assert done.returncode == 0, done.stderr

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from suite_cli import REPO
 
 EXAMPLES = REPO / "examples"
 

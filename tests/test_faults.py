@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from amp_suite.results import ResultStore
-from conftest import REPO, run_cli
 from processes import alive as _alive
+from suite_cli import REPO, run_cli
 
 ON_LINUX = sys.platform.startswith("linux")
 

@@ -22,8 +22,8 @@ import pytest
 from amp_suite.cli import main
 from amp_suite.records import CellResult
 from amp_suite.results import ResultStore
-from conftest import HELPERS, run_cli
 from processes import alive as _alive
+from suite_cli import HELPERS, run_cli
 
 LONG = "a" * 300
 FAKE = ("-p", "fakefw")

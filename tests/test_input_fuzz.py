@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from amp_suite.cli import main
-from conftest import TINY_CONFIG, run_cli
+from suite_cli import TINY_CONFIG, run_cli
 
 
 def _config(tmp_path: Path, defaults: dict[str, str] | None = None, extra: str = "",

@@ -21,7 +21,7 @@ from amp_suite.intervals import (
 from amp_suite.records import CellResult, EpochResult
 from amp_suite.report import render_markdown, summary_frame
 from amp_suite.stats import Phase, steady_state
-from conftest import run_cli
+from suite_cli import run_cli
 
 
 def test_t_quantile_matches_the_textbook_values():

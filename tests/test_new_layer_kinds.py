@@ -234,7 +234,7 @@ def test_the_flax_example_refuses_a_kind_it_does_not_build_in_one_line(monkeypat
     # before it imports its framework.  The example builds them all now: take zero_pad away from it.
     from amp_suite.errors import UnsupportedError
     from amp_suite.workloads import workload_from_config
-    from conftest import REPO
+    from suite_cli import REPO
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "amp-suite-flax"))
     from amp_suite_flax import plugin

@@ -13,7 +13,7 @@ from amp_suite.api import plan_cells
 from amp_suite.config import load_config, with_overrides
 from amp_suite.errors import UsageError
 from amp_suite.presets import expand_preset, fit_device_counts
-from conftest import REPO, TINY_CONFIG, run_cli
+from suite_cli import REPO, TINY_CONFIG, run_cli
 
 FRAMEWORKS = {"torch", "keras", "jax"}
 # What docs/presets.md says each preset runs: workload -> batch size, and the settings of every cell.

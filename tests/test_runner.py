@@ -16,7 +16,7 @@ from amp_suite.config import load_config
 from amp_suite.records import CellResult, RunSpec
 from amp_suite.results import ResultStore
 from amp_suite.runner import Cell, run_in_worker, run_sweep
-from conftest import REPO
+from suite_cli import REPO
 
 
 def _cell(config_path: Path, precision: str = "fp32", framework: str = "fake", **run_args) -> Cell:

@@ -6,7 +6,7 @@ from amp_suite.config import load_config
 from amp_suite.datasets import epoch_batches, load_dataset
 from amp_suite.environment import cpu_info
 from amp_suite.workloads import flatten_input_shape, init_weights, param_count, parameter_shapes
-from conftest import REPO
+from suite_cli import REPO
 
 CONFIG = load_config(REPO / "benchmarks.toml")
 

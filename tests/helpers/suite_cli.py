@@ -1,0 +1,47 @@
+"""What test modules share: the repository's paths, a tiny sweep config and the CLI as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HELPERS = Path(__file__).resolve().parent
+REPO = HELPERS.parent.parent
+
+TINY_CONFIG = """
+[defaults]
+frameworks = ["fake"]
+workloads = ["tiny"]
+precisions = ["fp32", "amp_fp16", "amp_bf16"]
+steps = 4
+warmup = 1
+epochs = 1
+repeats = 1
+timeout = 120
+out = "{out}"
+
+[workloads.tiny]
+model = "mnist_cnn"
+input_size = 8
+channels = 1
+num_classes = 3
+batch_size = 8
+
+[workloads.mnist_cnn]
+model = "mnist_cnn"
+input_size = 28
+channels = 1
+num_classes = 10
+batch_size = 16
+"""
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m amp_suite`` as a user would, in a fresh process."""
+    return subprocess.run(
+        [sys.executable, "-m", "amp_suite", *args], capture_output=True, text=True,
+        env={**os.environ, **(env or {})}, timeout=timeout, cwd=cwd or REPO,
+    )

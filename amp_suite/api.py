@@ -263,7 +263,7 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
     check_names("framework", settings.frameworks, host.frameworks())
-    check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
+    config = check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
     for name in settings.workloads:

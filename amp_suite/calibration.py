@@ -1,7 +1,9 @@
 """The hardware ceiling: peak matmul and convolution TFLOP/s per framework, device and dtype.
 
-``amp-suite calibrate`` runs one probe process per framework (the framework
-is imported only there, as in a worker), which times
+``amp-suite calibrate`` runs one probe process per framework: the module its
+plugin names in ``FrameworkInfo.calibration_probe`` (the framework is imported
+only there, as in a worker; :mod:`amp_suite.calibration_kit` has the protocol
+and the shared timing), which times
 
 * a square matmul ``n x n @ n x n`` (2·n³ FLOPs), and
 * a 3x3 convolution, stride 1, "same" padding, 64 -> 64 channels on 28x28
@@ -9,17 +11,19 @@ is imported only there, as in a worker), which times
 
 in fp32, tf32 (GPUs with TF32 only), fp16 and bf16 — the same FLOP convention
 as the workloads (two per multiply-add).  Sizes grow until one call takes
-about :data:`TARGET_CALL_S` (up to 2048 on a CPU, 8192 on a GPU), so a dtype
-without fast kernels is measured small instead of for minutes; then calls are
-timed for ``budget`` seconds after two warm-up calls, and the fastest call
-gives the figure (a peak: other processes only ever slow a call down).  A dtype's peak is the larger of its matmul and conv
+about :data:`~amp_suite.calibration_kit.TARGET_CALL_S` (up to 2048 on a CPU,
+8192 on a GPU), so a dtype without fast kernels is measured small instead of
+for minutes; then calls are timed for ``budget`` seconds after two warm-up
+calls, and the fastest call gives the figure (a peak: other processes only
+ever slow a call down).  A dtype's peak is the larger of its matmul and conv
 figures.
 
-On a GPU the PyTorch and JAX probes dispatch :data:`GPU_CALLS_PER_SYNC`
-calls between two waits (a wait per call would time the launch gap too), and
-PyTorch's convolutions run with ``cudnn.benchmark`` on, as the suite's cells
-do.  ``--device gpu`` measures a GPU or nothing: a framework that cannot use
-the GPU fails its calibration with the reason, and nothing is cached for it.
+On a GPU the built-in PyTorch and JAX probes dispatch
+:data:`~amp_suite.calibration_kit.GPU_CALLS_PER_SYNC` calls between two waits
+(a wait per call would time the launch gap too), and PyTorch's convolutions
+run with ``cudnn.benchmark`` on, as the suite's cells do.  ``--device gpu``
+measures a GPU or nothing: a framework that cannot use the GPU fails its
+calibration with the reason, and nothing is cached for it.
 
 Results are cached as JSON under the user cache directory
 (``$AMP_SUITE_CACHE``, else ``$XDG_CACHE_HOME/amp-suite``, else
@@ -36,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import re
 import subprocess
@@ -45,24 +48,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from amp_suite.records import FrameworkInfo
+
 # Precision of a cell -> the dtype whose peak bounds it.
 PRECISION_DTYPES = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16"}
 DTYPES = ("fp32", "tf32", "fp16", "bf16")
-# Seconds one timed call should take, at least, before repeats start.
-TARGET_CALL_S = 0.02
-MATMUL_SIZES = {"cpu": (256, 512, 1024, 2048), "gpu": (1024, 2048, 4096, 8192)}
-CONV_BATCHES = {"cpu": (1, 4, 16, 64), "gpu": (16, 64, 256, 1024)}
-CONV_HW, CONV_CHANNELS, CONV_KERNEL = 28, 64, 3
-# Calls dispatched between two waits on a GPU (one call per wait on a CPU).
-GPU_CALLS_PER_SYNC = 10
 PROBE_TIMEOUT_S = 600
-# A probe's entry: as a worker's, the import path is the host's without the current directory.
 # Largest calibration cache read (a real one is a few kilobytes).
 CACHE_BYTES = 2**20
-PROBE_BOOTSTRAP = (
-    "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
-    "from amp_suite.calibration import probe_main; sys.exit(probe_main(sys.argv[1:]))"
-)
 
 # Dense (no sparsity) peaks in TFLOP/s from NVIDIA's published specifications.
 # fp32 is the non-tensor FP32 figure; tf32, fp16 and bf16 are tensor-core
@@ -220,277 +213,49 @@ def ceiling_ratio(calibration: dict[str, Any] | None, framework: str, device_kin
     return peak / base if peak and base else None
 
 
-# --- probes (run in a process of their own, one framework each) ---------------
-
-
-def _time_calls(call, budget_s: float) -> float:
-    """Fastest call of ``call()`` over ``budget_s`` seconds of calls (at least 3), after 2 warm-ups.
-
-    The fastest, not the median: a peak is what the hardware can do, and other
-    processes on the machine only ever slow a call down (timeit's reasoning).
-    """
-    call()
-    call()
-    times: list[float] = []
-    deadline = time.perf_counter() + budget_s
-    while len(times) < 3 or (time.perf_counter() < deadline and len(times) < 200):
-        start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-def _grow(sizes, make_call, flops_of, budget_s: float) -> dict[str, Any]:
-    """Time the first size whose single (second) call takes :data:`TARGET_CALL_S` (or the largest)."""
-    for index, size in enumerate(sizes):
-        call = make_call(size)
-        call()  # compilation, kernel choice, first allocation
-        once = math.inf
-        for _ in range(2):
-            start = time.perf_counter()
-            call()
-            once = min(once, time.perf_counter() - start)
-        if once >= TARGET_CALL_S or index == len(sizes) - 1:
-            seconds = _time_calls(call, budget_s)
-            return {"tflops": flops_of(size) / seconds / 1e12, "size": size, "seconds": seconds}
-    raise AssertionError("no size")
-
-
-def _matmul_flops(n: int) -> float:
-    return 2.0 * n ** 3
-
-
-def _conv_flops(batch: int) -> float:
-    return 2.0 * batch * CONV_HW * CONV_HW * CONV_CHANNELS * CONV_CHANNELS * CONV_KERNEL * CONV_KERNEL
-
-
-def _gpu_unusable(framework: str, reason: str) -> RuntimeError:
-    return RuntimeError(f"--device gpu: {framework} cannot use a GPU here ({reason}); nothing measured")
-
-
-def _probe_torch(device: str, budget_s: float) -> dict[str, Any]:
-    import warnings
-
-    import torch
-
-    with warnings.catch_warnings(record=True) as said:
-        warnings.simplefilter("always")
-        available = torch.cuda.is_available()
-    if device == "gpu" and not available:
-        reason = "; ".join(str(w.message) for w in said) or (
-            "a CPU-only build" if torch.version.cuda is None else "torch.cuda.is_available() is False")
-        raise _gpu_unusable("PyTorch", " ".join(reason.split())[:300])
-    gpu = available and device != "cpu"
-    dev = "cuda" if gpu else "cpu"
-    kind = "gpu" if gpu else "cpu"
-    sync = torch.cuda.synchronize if gpu else (lambda: None)
-    repeats = GPU_CALLS_PER_SYNC if gpu else 1
-    tf32_ok = gpu and torch.cuda.get_device_capability()[0] >= 8
-    if gpu:
-        torch.backends.cudnn.benchmark = True  # as the suite's GPU cells: cuDNN picks its fastest kernel
-    dtypes = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-    out: dict[str, Any] = {"device": torch.cuda.get_device_name() if gpu else "cpu", "kind": kind,
-                           "version": torch.__version__, "threads": torch.get_num_threads(),
-                           "calls_per_sync": repeats, "cudnn_benchmark": bool(gpu)}
-
-    def batched(op):
-        """``repeats`` dispatches of ``op``, then one wait."""
-        def call():
-            for _ in range(repeats):
-                op()
-            sync()
-        return call
-
-    for dtype_name, dtype in dtypes.items():
-        if dtype_name == "tf32" and not tf32_ok:
-            continue
-        torch.backends.cuda.matmul.allow_tf32 = dtype_name == "tf32"
-        torch.backends.cudnn.allow_tf32 = dtype_name == "tf32"
-
-        def matmul(n, dtype=dtype):
-            a = torch.randn(n, n, device=dev).to(dtype)
-            b = torch.randn(n, n, device=dev).to(dtype)
-            return batched(lambda: torch.mm(a, b))
-
-        def conv(batch, dtype=dtype, layout=torch.contiguous_format):
-            x = torch.randn(batch, CONV_CHANNELS, CONV_HW, CONV_HW, device=dev).to(dtype)
-            w = torch.randn(CONV_CHANNELS, CONV_CHANNELS, CONV_KERNEL, CONV_KERNEL, device=dev).to(dtype)
-            x, w = x.contiguous(memory_format=layout), w.contiguous(memory_format=layout)
-            return batched(lambda: torch.nn.functional.conv2d(x, w, padding=1))
-
-        def conv_channels_last(batch, dtype=dtype):
-            return conv(batch, dtype, torch.channels_last)
-
-        # PyTorch picks different kernels per memory format; the peak is the faster one.
-        _measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
-        _measure_both(out, dtype_name, kind, None, conv_channels_last, budget_s, repeats)
-    return out
-
-
-def _probe_keras(device: str, budget_s: float) -> dict[str, Any]:
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    import tensorflow as tf
-
-    gpus = tf.config.list_physical_devices("GPU")
-    for gpu in gpus:
-        tf.config.experimental.set_memory_growth(gpu, True)
-    if device == "gpu" and not gpus:
-        reason = "a CPU-only build" if not tf.test.is_built_with_cuda() else "TensorFlow lists no GPU"
-        raise _gpu_unusable("TensorFlow", reason)
-    use_gpu = bool(gpus) and device != "cpu"
-    kind = "gpu" if use_gpu else "cpu"
-    name = "/GPU:0" if use_gpu else "/CPU:0"
-    details = tf.config.experimental.get_device_details(gpus[0]) if use_gpu else {}
-    tf32_ok = use_gpu and (details.get("compute_capability") or (0, 0))[0] >= 8
-    dtypes = {"fp32": tf.float32, "tf32": tf.float32, "fp16": tf.float16, "bf16": tf.bfloat16}
-    out: dict[str, Any] = {"device": details.get("device_name", "cpu") if use_gpu else "cpu", "kind": kind,
-                           "version": tf.__version__}
-    for dtype_name, dtype in dtypes.items():
-        if dtype_name == "tf32" and not tf32_ok:
-            continue
-        tf.config.experimental.enable_tensor_float_32_execution(dtype_name == "tf32")
-
-        def matmul(n, dtype=dtype):
-            with tf.device(name):
-                a = tf.cast(tf.random.normal((n, n)), dtype)
-                b = tf.cast(tf.random.normal((n, n)), dtype)
-                fn = tf.function(lambda: tf.reduce_sum(tf.cast(tf.linalg.matmul(a, b)[:1, :1], tf.float32)))
-            return lambda: fn().numpy()
-
-        def conv(batch, dtype=dtype):
-            with tf.device(name):
-                x = tf.cast(tf.random.normal((batch, CONV_HW, CONV_HW, CONV_CHANNELS)), dtype)
-                w = tf.cast(tf.random.normal((CONV_KERNEL, CONV_KERNEL, CONV_CHANNELS, CONV_CHANNELS)), dtype)
-                fn = tf.function(lambda: tf.reduce_sum(tf.cast(
-                    tf.nn.conv2d(x, w, strides=1, padding="SAME")[:1, :1, :1, :1], tf.float32)))
-            return lambda: fn().numpy()
-
-        _measure_both(out, dtype_name, kind, matmul, conv, budget_s)
-    return out
-
-
-def _probe_jax(device: str, budget_s: float) -> dict[str, Any]:
-    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    import jax
-    import jax.numpy as jnp
-
-    if device == "cpu":
-        target = jax.devices("cpu")[0]
-    elif device == "gpu":
-        try:
-            target = jax.devices("gpu")[0]
-        except RuntimeError as exc:
-            raise _gpu_unusable("JAX", " ".join(str(exc).split())[:300]) from None
-    else:
-        target = jax.devices()[0]
-    kind = "cpu" if target.platform == "cpu" else "gpu"
-    repeats = GPU_CALLS_PER_SYNC if kind == "gpu" else 1
-    tf32_ok = kind == "gpu" and float(getattr(target, "compute_capability", "0") or 0) >= 8.0
-    dtypes = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
-
-    def batched(fn, *args):
-        """``repeats`` dispatches of ``fn(*args)``, then a wait for the last (they run in order)."""
-        def call():
-            result = fn(*args)
-            for _ in range(repeats - 1):
-                result = fn(*args)
-            result.block_until_ready()
-        return call
-
-    out: dict[str, Any] = {"device": getattr(target, "device_kind", target.platform), "kind": kind,
-                           "version": jax.__version__, "calls_per_sync": repeats}
-    for dtype_name, dtype in dtypes.items():
-        if dtype_name == "tf32" and not tf32_ok:
-            continue
-        precision = jax.lax.Precision.DEFAULT if dtype_name == "tf32" else jax.lax.Precision.HIGHEST
-
-        def matmul(n, dtype=dtype, precision=precision):
-            key = jax.random.PRNGKey(0)
-            a = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
-            b = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
-            fn = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
-            return batched(fn, a, b)
-
-        def conv(batch, dtype=dtype, precision=precision):
-            key = jax.random.PRNGKey(0)
-            x = jax.device_put(jax.random.normal(key, (batch, CONV_HW, CONV_HW, CONV_CHANNELS)).astype(dtype),
-                               target)
-            w = jax.device_put(jax.random.normal(key, (CONV_KERNEL, CONV_KERNEL, CONV_CHANNELS,
-                                                       CONV_CHANNELS)).astype(dtype), target)
-            fn = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
-                x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision))
-            return batched(fn, x, w)
-
-        _measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
-    return out
-
-
-def _measure_both(out: dict[str, Any], dtype_name: str, kind: str, matmul, conv, budget_s: float,
-                  repeats: int = 1) -> None:
-    """Matmul and conv figures of one dtype into ``out`` (a second measurement keeps the faster).
-
-    One timed call of ``make(size)`` runs the operation ``repeats`` times.
-    """
-    for op, sizes, make, flops in (("matmul", MATMUL_SIZES[kind], matmul, _matmul_flops),
-                                   ("conv", CONV_BATCHES[kind], conv, _conv_flops)):
-        if make is None:
-            continue
-        try:
-            figure = _grow(sizes, make, lambda size, flops=flops: repeats * flops(size), budget_s)
-        except Exception as exc:  # a dtype the framework cannot run here
-            out.setdefault("errors", {})[f"{op}/{dtype_name}"] = " ".join(str(exc).split())[:300]
-            continue
-        if figure["tflops"] > (out.get(op) or {}).get(dtype_name, 0.0):
-            out.setdefault(op, {})[dtype_name] = figure["tflops"]
-            out.setdefault("sizes", {})[f"{op}/{dtype_name}"] = figure["size"]
-
-
-PROBES = {"torch": _probe_torch, "keras": _probe_keras, "jax": _probe_jax}
-
-
-def probe_main(argv: list[str]) -> int:
-    """``python -m amp_suite.calibration FRAMEWORK DEVICE BUDGET``: print one JSON line."""
-    framework, device, budget = argv[0], argv[1], float(argv[2])
-    result = PROBES[framework](device, budget)
-    print("AMP_SUITE_CALIBRATION " + json.dumps(result), flush=True)
-    return 0
-
-
 # --- the command -------------------------------------------------------------
 
 
-def _run_probe(framework: str, device: str, budget_s: float, env: dict[str, str]) -> dict[str, Any]:
+def _run_probe(framework: FrameworkInfo, device: str, budget_s: float) -> dict[str, Any]:
+    """``python -m CALIBRATION_PROBE DEVICE BUDGET`` with the plugin's environment; the figures it printed."""
+    from amp_suite.calibration_kit import read_report
     from amp_suite.child_process import exit_description, isolated_command, isolated_env
 
     child_env = dict(os.environ)
-    for key, value in env.items():  # the plugin's defaults, as a worker sets them: the user's value wins
+    for key, value in framework.env.items():  # the plugin's defaults, as a worker sets them: the user's value wins
         child_env.setdefault(key, value)
     # isolated path, and the probe dies with this process (as workers do)
-    done = subprocess.run(isolated_command("amp_suite.calibration", framework, device, str(budget_s)),
-                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=isolated_env(child_env))
-    for line in done.stdout.splitlines():
-        if line.startswith("AMP_SUITE_CALIBRATION "):
-            return json.loads(line.split(" ", 1)[1])
+    done = subprocess.run(isolated_command(framework.calibration_probe, device, str(budget_s)),
+                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=isolated_env(child_env),
+                          stdin=subprocess.DEVNULL)
+    figures = read_report(done.stdout)
+    if figures is not None:
+        return figures
     tail = " ".join((done.stderr or "").strip().splitlines()[-1:])
     raise RuntimeError(f"probe {exit_description(done.returncode)}: {tail}")
 
 
 def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, host, budget_s: float = 1.0,
               stream=None) -> int:
-    """Measure (or show the cached) peaks of every installed framework; exit code."""
+    """Measure (or show the cached) peaks of every installed framework whose plugin names a probe; exit code."""
     from amp_suite.environment import host_environment
     from amp_suite.errors import UsageError
     from amp_suite.safe_files import write_file_atomically
+    from amp_suite.schema import closest
     from amp_suite.worker import missing_modules
 
     stream = stream or sys.stdout
     if not (0 < budget_s <= 60):
         raise UsageError(f"--budget must be above 0 and at most 60 seconds, got {budget_s}")
     infos = host.frameworks()
-    names = list(frameworks) if frameworks else [n for n in infos if n in PROBES]
+    probed = [name for name, info in infos.items() if info.calibration_probe]
+    names = list(frameworks) if frameworks else probed
     for name in names:
-        if name not in PROBES:
-            raise UsageError(f"no calibration probe for framework {name!r}; known: {', '.join(PROBES)}")
+        if name not in probed:
+            reason = ("its plugin names no FrameworkInfo.calibration_probe" if name in infos
+                      else f"no plugin provides it{closest(name, list(infos))}")
+            raise UsageError(f"no calibration probe for framework {name!r} ({reason}); "
+                             f"known: {', '.join(probed) or 'none'}")
     environment = host_environment()
     path = cache_path(environment)
     cached = read_cache(environment) or {}
@@ -498,8 +263,8 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
             "key": machine_key(environment), "frameworks": dict(cached.get("frameworks") or {})}
     failed = False
     for name in names:
-        info = infos.get(name)
-        if info is None or missing_modules(info):
+        info = infos[name]
+        if missing_modules(info):
             print(f"{name}: not installed, skipped", file=stream)
             continue
         kind_wanted = None if device == "auto" else device
@@ -510,9 +275,14 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
             continue
         started = time.perf_counter()
         try:
-            figures = _run_probe(name, device, budget_s, dict(info.env))
+            figures = _run_probe(info, device, budget_s)
         except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
             print(f"{name}: calibration failed: {' '.join(str(exc).split())}", file=sys.stderr)
+            failed = True
+            continue
+        if figures.get("kind") not in ("cpu", "gpu"):
+            print(f"{name}: calibration failed: the probe's figures name no device kind (cpu or gpu): "
+                  f"{figures.get('kind')!r}", file=sys.stderr)
             failed = True
             continue
         if device == "gpu" and figures.get("kind") != "gpu":
@@ -554,7 +324,3 @@ def _describe(name: str, kind: str, figures: dict[str, Any], *, cached: bool) ->
 
 def _tf(value: float | None) -> str:
     return "n/a" if not value else f"{value:.3f} TFLOP/s"
-
-
-if __name__ == "__main__":
-    sys.exit(probe_main(sys.argv[1:]))

@@ -12,7 +12,9 @@ Every value is checked before the first cell runs, against one typed schema
 (:data:`~amp_suite.settings.SETTINGS_FIELDS` for ``[defaults]``, the ``run`` flags and presets,
 :func:`framework_option_fields` for ``[frameworks.NAME]``); unknown keys are
 refused with the closest valid name.  Each problem is one line naming its
-file, exit 2.
+file, exit 2.  A framework's options are declared by its plugin
+(``FrameworkInfo.options``), so ``[frameworks.NAME]`` tables are checked once
+the plugins are loaded: :func:`check_framework_tables`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,7 @@ from typing import Any
 from amp_suite.cost import COST_FIELDS
 from amp_suite.errors import UsageError
 from amp_suite.precision import PRECISIONS
-from amp_suite.records import Workload
+from amp_suite.records import FrameworkInfo, Workload
 from amp_suite.schema import Field, check_name, check_table, closest, shown
 from amp_suite.settings import SETTINGS_FIELDS, SweepSettings, check_names
 from amp_suite.workloads import workload_from_config
@@ -60,18 +63,30 @@ COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
     "initial_loss_scale": Field(float, above=0, maximum=2.0**64),
     "loss_scale_growth_interval": Field(int, minimum=1, maximum=1_000_000_000),
 }
-# Options of the built-in framework plugins, beyond the common ones.
-FRAMEWORK_OPTIONS: dict[str, dict[str, Field]] = {
-    "torch": {"channels_last": Field(bool), "cudnn_benchmark": Field(bool), "compile": Field(bool),
-              "fused": Field(bool)},
-    "keras": {"jit_compile": Field(bool)},
-    "jax": {},
-}
+# The frameworks of the packaged plugins: their tables (the catalog has some) are accepted on a
+# machine where the plugin is not loaded, so one config serves every machine.
+BUILT_IN_FRAMEWORKS = ("torch", "keras", "jax")
 
 
-def framework_option_fields(framework: str) -> dict[str, Field]:
-    """The options ``[frameworks.FRAMEWORK]`` may set."""
-    return {**FRAMEWORK_OPTIONS.get(framework, {}), **COMMON_FRAMEWORK_OPTIONS}
+def framework_option_fields(framework: FrameworkInfo) -> dict[str, Field]:
+    """The options ``[frameworks.NAME]`` may set: those the plugin declares, then the common ones."""
+    return {**{name: option.schema for name, option in framework.options.items()}, **COMMON_FRAMEWORK_OPTIONS}
+
+
+def framework_options_table(frameworks: dict[str, FrameworkInfo]) -> str:
+    """The markdown table of every framework option (``docs/usage.md`` holds it for the built-in plugins)."""
+    from amp_suite.settings import describe
+
+    rows = ["| framework | option | values | default | what it sets |", "|---|---|---|---|---|"]
+    for name, info in frameworks.items():
+        for option, spec in info.options.items():
+            rows.append(f"| `{name}` | `{option}` | {describe(spec.schema)} | `{_toml_text(spec.default)}` | "
+                        f"{' '.join(spec.help.split())} |")
+    return "\n".join(rows)
+
+
+def _toml_text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
 
 
 # --- presets and published figures --------------------------------------------
@@ -169,18 +184,28 @@ def is_packaged(path: Path) -> bool:
     return path.parent == CATALOG_DIR
 
 
-def check_framework_tables(config: SuiteConfig, frameworks: Any, absent: Any = ()) -> None:
-    """Every ``[frameworks.NAME]`` table names a framework a plugin provides.
+def check_framework_tables(config: SuiteConfig, frameworks: Mapping[str, FrameworkInfo],
+                           absent: Iterable[str] = ()) -> SuiteConfig:
+    """``config`` with every ``[frameworks.NAME]`` table checked against the options its plugin declares.
 
-    Built-in frameworks and the names in ``absent`` (plugins disabled or
-    failed to load) are accepted too, so one config serves every machine.
+    ``frameworks`` are the loaded plugins' descriptions (``PluginHost.frameworks()``).
+    A table of a framework no plugin provides is refused, except for the
+    built-in frameworks and the names in ``absent`` (plugins disabled or
+    failed to load): those are kept as written, so one config serves every
+    machine.  Each problem is one line naming the file, the table, the key
+    and the closest valid name.
     """
-    known = list(dict.fromkeys([*frameworks, *FRAMEWORK_OPTIONS, *absent]))
-    for name in config.framework_options:
+    known = list(dict.fromkeys([*frameworks, *BUILT_IN_FRAMEWORKS, *absent]))
+    checked: dict[str, dict[str, Any]] = {}
+    for name, table in config.framework_options.items():
+        where = config.sources.get(f"frameworks.{name}", config.path)
         if name not in known:
-            where = config.sources.get(f"frameworks.{name}", config.path)
             raise UsageError(f"{where}: [frameworks.{name}] names no known framework"
                              f"{closest(name, known)}; known: {', '.join(known)}")
+        info = frameworks.get(name)
+        checked[name] = (table if info is None else
+                         check_table(table, framework_option_fields(info), f"{where}: [frameworks.{name}]"))
+    return replace(config, framework_options=checked)
 
 
 # Deepest nesting of arrays and inline tables a config file may have.
@@ -448,9 +473,11 @@ def load_config(path: Path | None) -> SuiteConfig:
     if not workloads:
         raise UsageError(f"{here}: no [workloads.NAME] table declares a workload")
     options = {}
-    for name, table, where in named("frameworks"):
+    for name, table, where in named("frameworks"):  # the keys are checked with the plugins: check_framework_tables
         check_name("framework", name)
-        options[name] = check_table(table, framework_option_fields(name), f"{where}: [frameworks.{name}]")
+        if not isinstance(table, dict):
+            raise UsageError(f"{where}: [frameworks.{name}] must be a table, got {shown(table)}")
+        options[name] = dict(table)
     cost = check_table(tables.get("cost", {}), COST_FIELDS, f"{sources.get('cost', here)}: [cost]")
     published = {name: _published(name, table, where) for name, table, where in named("published")}
     presets = {}

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -226,36 +225,6 @@ def select_checked(run: RunSpec, framework: FrameworkInfo, select: Callable[[Run
     return device
 
 
-def runtime_versions() -> dict[str, Any]:
-    """CUDA runtime and cuDNN versions of the frameworks imported in this process.
-
-    Reads only modules already imported (the worker imported its framework
-    while choosing the device), so it never imports one itself.  Keys are
-    ``cuda_runtime_version`` and ``cudnn_version``; absent when unknown.
-    """
-    found: dict[str, Any] = {}
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        _put(found, "cuda_runtime_version", lambda: torch.version.cuda)
-        _put(found, "cudnn_version", lambda: version_text(torch.backends.cudnn.version(), "cudnn")
-             if torch.cuda.is_available() else None)
-    tf = sys.modules.get("tensorflow")
-    if tf is not None:
-        build = _safe(lambda: tf.sysconfig.get_build_info()) or {}
-        _put(found, "cuda_runtime_version", lambda: build.get("cuda_version"))
-        _put(found, "cudnn_version", lambda: build.get("cudnn_version"))
-    if "jax" in sys.modules:
-        _put(found, "cuda_runtime_version", lambda: version_text(_jax_cuda("cuda_runtime_get_version"), "cuda"))
-        _put(found, "cudnn_version", lambda: version_text(_jax_cuda("cudnn_get_version"), "cudnn"))
-    return found
-
-
-def _jax_cuda(function: str) -> Any:
-    from jax._src.lib import cuda_versions  # None unless a CUDA plugin is installed
-
-    return getattr(cuda_versions, function)() if cuda_versions is not None else None
-
-
 def version_text(value: Any, kind: str) -> str:
     """A CUDA (``12090``) or cuDNN (``92000``, ``8902``) version integer as ``12.9`` / ``9.20.0``."""
     if not isinstance(value, int) or isinstance(value, bool):
@@ -266,15 +235,3 @@ def version_text(value: Any, kind: str) -> str:
         return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
     return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
 
-
-def _safe(get: Callable[[], Any]) -> Any:
-    try:
-        return get()
-    except Exception:  # a version is a nicety: never let it fail a cell
-        return None
-
-
-def _put(found: dict[str, Any], key: str, get: Callable[[], Any]) -> None:
-    value = _safe(get)
-    if value not in (None, "", "None", 0) and key not in found:
-        found[key] = str(value)

@@ -12,6 +12,7 @@ in this order::
       -> (per epoch, per window) stage_batches -> train_epoch
          (reset_memory_peak once warm-up is done)
       -> measure -> predict (validation, eval mode)
+      -> runtime_versions (once the cell succeeded)
 
 A worker registers only the framework plugin its run names (plus plugins
 that run no framework, i.e. that do not implement ``framework_info``), so a
@@ -222,6 +223,24 @@ def measure(run: RunSpec, model: Any, device: DeviceInfo) -> dict[str, Any] | No
     :param model: the handle from :func:`build_model`.
     :param device: what :func:`select_device` returned.
     :return: a flat dict of JSON-able values, or ``None``.
+    """
+
+
+@hookspec(firstresult=True)
+def runtime_versions(run: RunSpec) -> dict[str, str] | None:
+    """The CUDA runtime and cuDNN versions the framework really loaded for ``run``.
+
+    Called in the worker after the cell succeeded; the answer goes into the
+    cell's environment record (the report's header names each version a
+    sweep's cells saw).  Read what the framework already loaded (its
+    version APIs, its build information) and never raise: a version is a
+    nicety, and a call that raises fails the cell.
+
+    :param run: the cell that ran.
+    :return: ``cuda_runtime_version`` and ``cudnn_version`` as text
+        (``"13.0"``, ``"9.20.0"``; :func:`amp_suite.devices.version_text`
+        turns the integers CUDA libraries report into that), each only where
+        known; ``{}`` or ``None`` on a CPU.
     """
 
 

@@ -8,8 +8,9 @@ instead of taking the host down: a plugin that fails to import, fails
 validation or implements a hook that does not exist (a misspelt name) is
 unregistered and listed in :attr:`PluginHost.failures` with a message that
 names the fix (pluggy's whole validation message, the closest hook or argument
-name).  So is a framework plugin whose ``framework_info`` raises or returns
-something other than a ``FrameworkInfo``.  Every other hook's answer is
+name).  So is a framework plugin whose ``framework_info`` raises, returns
+something other than a ``FrameworkInfo``, or declares an option or a probe the
+host cannot use (:func:`declaration_problem`).  Every other hook's answer is
 checked against its declared return type (:mod:`amp_suite.contracts`) when it
 is called.  A reporter that raises or answers wrongly is reported, and the
 other reporters still write.
@@ -31,17 +32,19 @@ import pluggy
 
 from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookspecs, host_measure
 from amp_suite.contracts import check_logits, check_return
-from amp_suite.errors import PluginError, SweepInterrupted, one_line
+from amp_suite.errors import PluginError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import (
     Batch,
     CellResult,
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
+    FrameworkOption,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
+from amp_suite.schema import Field, check_value
 
 
 def import_contained(load: Callable[[], object], name: str, source: str) -> object:
@@ -192,8 +195,10 @@ class PluginHost:
         """Unregister (and list as failed) every plugin whose ``framework_info`` raises or answers wrongly."""
         for impl in list(self.pm.hook.framework_info.get_hookimpls()):
             try:
-                check_return(impl.plugin_name, "framework_info", impl.function())
-                continue
+                problem = declaration_problem(check_return(impl.plugin_name, "framework_info", impl.function()))
+                if problem is None:
+                    continue
+                error = f"framework_info: {problem}"
             except PluginError as exc:
                 error = str(exc).split(": ", 1)[1]
             except Exception as exc:
@@ -351,6 +356,14 @@ class PluginHost:
                     owners[key] = plugin_name
         return merged
 
+    def runtime_versions(self, run: RunSpec) -> dict[str, str]:
+        """The CUDA runtime and cuDNN versions the run's framework loaded; ``{}`` when its plugin gives none."""
+        answer = self.pm.hook.runtime_versions(run=run)
+        if answer is None:
+            return {}
+        plugin_name = " or ".join(self._implementers("runtime_versions")) or "?"
+        return dict(check_return(plugin_name, "runtime_versions", answer))
+
     # --- reporting ---------------------------------------------------------
 
     def write_report(
@@ -420,6 +433,24 @@ class PluginHost:
             raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
         plugin_name = " or ".join(self._implementers(hook_name)) or "?"
         return plugin_name, check_return(plugin_name, hook_name, answer)
+
+
+def declaration_problem(info: FrameworkInfo) -> str | None:
+    """What in ``info`` the host cannot use (an option that is no ``FrameworkOption``, a default its own
+    schema refuses, a probe that is no module name), or None."""
+    for key, option in info.options.items():
+        if not isinstance(option, FrameworkOption) or not isinstance(option.schema, Field):
+            return (f"options[{key!r}] is {type(option).__name__}; it must be "
+                    "FrameworkOption(Field(...), default, help)")
+        try:
+            check_value(f"option {key}", option.default, option.schema)
+        except UsageError as exc:
+            return f"the default of {exc} (its own schema refuses it)"
+    for name in ("doctor_probe", "calibration_probe"):
+        module = getattr(info, name)
+        if not isinstance(module, str) or (module and not all(part.isidentifier() for part in module.split("."))):
+            return f"{name} {module!r} is not a module name (e.g. 'my_plugin.doctor')"
+    return None
 
 
 def _validation_message(exc: pluggy.PluginValidationError) -> str:

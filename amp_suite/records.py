@@ -3,7 +3,9 @@
 Everything here is plain data (numbers, strings, tuples, dicts of those, numpy
 arrays inside a worker only), so a record can be turned into JSON with
 :func:`dataclasses.asdict` and sent from a worker process to the host.
-Framework objects never appear in these records.
+Framework objects never appear in these records.  :class:`FrameworkInfo` is
+the one record each process asks its plugin for instead of receiving it, so
+its options may hold schema fields (types).
 """
 
 from __future__ import annotations
@@ -13,8 +15,26 @@ from typing import Any
 
 import numpy as np
 
+from amp_suite.schema import Field
+
 # Device kinds a plugin may declare precisions for.
 DEVICE_KINDS = ("cpu", "gpu")
+
+
+@dataclass(frozen=True)
+class FrameworkOption:
+    """One option a framework plugin reads from ``run.options``: a key of ``[frameworks.NAME]``.
+
+    ``schema`` is its type and bounds (:class:`amp_suite.schema.Field`): the
+    sweep checks the table against it before the first cell runs, refusing an
+    unknown key with the closest declared name.  ``default`` is what the
+    plugin uses when the key is absent; ``help`` says what it changes, in one
+    line.
+    """
+
+    schema: Field
+    default: Any
+    help: str
 
 
 @dataclass(frozen=True)
@@ -34,6 +54,14 @@ class FrameworkInfo:
     every device of the node, or ``"torchrun"``, one worker per device; empty
     (the default) when the plugin has no data-parallel engine, and then its
     cells on several devices are ``unsupported``.
+
+    ``options`` declares the plugin's own keys of ``[frameworks.NAME]`` (the
+    loss-scaling keys every plugin reads are added by the host).
+    ``doctor_probe`` and ``calibration_probe`` name modules the host runs as
+    ``python -m MODULE ...`` in a fresh process with ``env`` set, for
+    ``amp-suite doctor`` and ``amp-suite calibrate`` (the protocols are in
+    :mod:`amp_suite.doctor.probe_kit` and :mod:`amp_suite.calibration_kit`);
+    empty: the command skips the framework.
     """
 
     name: str
@@ -45,6 +73,9 @@ class FrameworkInfo:
     distributions: tuple[str, ...] = ()
     install_command: str = ""
     launcher: str = ""
+    options: dict[str, FrameworkOption] = field(default_factory=dict)
+    doctor_probe: str = ""
+    calibration_probe: str = ""
 
     def install_hint(self) -> str:
         """The command that installs the framework: ``install_command``, the extra, or the distributions."""

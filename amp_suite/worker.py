@@ -223,7 +223,7 @@ def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None, *,
         if host is None:
             host = PluginHost(extra_modules=run.plugin_modules, framework=run.framework)
         _execute(run, workload, host, result)
-        result.environment.update(devices.runtime_versions())
+        result.environment.update(host.runtime_versions(run))
         result.status = "ok"
     except BaseException as exc:  # every outcome becomes a row
         if isinstance(exc, KeyboardInterrupt):

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from amp_suite import calibration
+from amp_suite import calibration, calibration_kit
 from amp_suite.calibration import datasheet_peaks, is_mig_name, machine_key
 from amp_suite.devices import detect_nvidia
 from amp_suite.environment import parse_mig_devices, parse_mig_modes
@@ -122,8 +122,10 @@ def test_the_torch_probe_refuses_gpu_without_one():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
+    from amp_suite_plugins import torch_calibration
+
     with pytest.raises(RuntimeError, match="cannot use a GPU here"):
-        calibration._probe_torch("gpu", 0.01)
+        torch_calibration.probe("gpu", 0.01)
 
 
 GPU = detect_nvidia().present
@@ -131,8 +133,10 @@ GPU = detect_nvidia().present
 
 @pytest.mark.skipif(not (GPU and TORCH), reason="needs an NVIDIA GPU and torch")
 def test_torch_calibration_on_the_gpu_stays_under_the_datasheet():
-    figures = calibration._run_probe("torch", "gpu", 0.3, {})
-    assert figures["kind"] == "gpu" and figures["calls_per_sync"] == calibration.GPU_CALLS_PER_SYNC
+    from amp_suite_plugins import torch_plugin
+
+    figures = calibration._run_probe(torch_plugin.framework_info(), "gpu", 0.3)
+    assert figures["kind"] == "gpu" and figures["calls_per_sync"] == calibration_kit.GPU_CALLS_PER_SYNC
     assert figures["cudnn_benchmark"] is True
     print(json.dumps({k: figures.get(k) for k in ("device", "matmul", "conv", "sizes")}))
     sheet = datasheet_peaks(figures["device"])

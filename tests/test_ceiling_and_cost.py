@@ -109,8 +109,8 @@ def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, 
     monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
     probed = []
 
-    def fake_probe(framework, device, budget_s, env):
-        probed.append(framework)
+    def fake_probe(framework, device, budget_s):
+        probed.append(framework.name)
         return {"kind": "cpu", "device": "cpu", "version": "1.0",
                 "matmul": {"fp32": 0.1, "bf16": 0.4}, "conv": {"fp32": 0.2, "bf16": 0.3}}
 
@@ -134,7 +134,7 @@ def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, 
 
 
 def test_growing_sizes_stop_at_a_measurable_call():
-    from amp_suite import calibration
+    from amp_suite import calibration_kit
 
     sizes_seen = []
 
@@ -142,5 +142,5 @@ def test_growing_sizes_stop_at_a_measurable_call():
         sizes_seen.append(size)
         return lambda: sum(range(size * 20_000))
 
-    figure = calibration._grow((1, 2, 4, 8, 16), make, lambda size: 1e9 * size, 0.05)
+    figure = calibration_kit.grow((1, 2, 4, 8, 16), make, lambda size: 1e9 * size, 0.05)
     assert figure["size"] == sizes_seen[-1] and figure["tflops"] > 0

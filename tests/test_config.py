@@ -1,5 +1,6 @@
 """benchmarks.toml: the shipped file loads, and bad files fail with one clear line."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -56,3 +57,42 @@ def test_settings_check(overrides, needle):
     with pytest.raises(UsageError) as info:
         with_overrides(SweepSettings(), **overrides).check()
     assert needle in str(info.value)
+
+
+# --- [frameworks.NAME]: checked against the options the framework's plugin declares ---------------
+
+def _third_party(**options):
+    from amp_suite.records import FrameworkInfo
+
+    return FrameworkInfo(name="mxnet", display_name="MXNet", modules=("mxnet",), extra="", precisions={},
+                         options=options)
+
+
+def test_a_plugins_declared_options_check_its_table(tmp_path):
+    from amp_suite.config import check_framework_tables
+    from amp_suite.records import FrameworkOption
+    from amp_suite.schema import Field
+
+    hybridize = FrameworkOption(Field(bool), True, "compile the graph")
+    workers = FrameworkOption(Field(int, minimum=1, maximum=64), 4, "data-loading threads")
+    frameworks = {"mxnet": _third_party(hybridize=hybridize, workers=workers)}
+    good = load_config(_write(tmp_path, "[workloads.a]\nmodel = \"mnist_cnn\"\n"
+                                        "[frameworks.mxnet]\nhybridize = false\ninitial_loss_scale = 1024\n"))
+    assert good.framework_options["mxnet"] == {"hybridize": False, "initial_loss_scale": 1024}  # as written
+    checked = check_framework_tables(good, frameworks)
+    assert checked.framework_options["mxnet"] == {"hybridize": False, "initial_loss_scale": 1024.0}
+    for table, needle in (("hybridise = false", "[frameworks.mxnet]: unknown key 'hybridise' (did you mean "
+                                                "'hybridize'?); allowed: hybridize, workers, initial_loss_scale"),
+                          ("workers = 0", "[frameworks.mxnet] workers must be >= 1, got 0"),
+                          ("hybridize = 1", "[frameworks.mxnet] hybridize must be true or false, got 1")):
+        config = load_config(_write(tmp_path, f"[workloads.a]\nmodel = \"mnist_cnn\"\n[frameworks.mxnet]\n{table}\n"))
+        with pytest.raises(UsageError, match="^" + re.escape(f"{tmp_path / 'bad.toml'}: {needle}")) as caught:
+            check_framework_tables(config, frameworks)
+        assert "\n" not in str(caught.value)
+
+
+def test_a_table_of_a_built_in_framework_whose_plugin_is_not_loaded_is_kept_as_written(tmp_path):
+    from amp_suite.config import check_framework_tables
+
+    config = load_config(_write(tmp_path, "[workloads.a]\nmodel = \"mnist_cnn\"\n[frameworks.torch]\nfused = 3\n"))
+    assert check_framework_tables(config, {}).framework_options["torch"] == {"fused": 3}

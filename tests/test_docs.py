@@ -114,7 +114,8 @@ import ast  # noqa: E402
 import importlib  # noqa: E402
 
 # Modules whose helpers writing-a-plugin.md documents, each in a section headed "### `MODULE`".
-HELPER_MODULES = ("amp_suite.plugin_kit", "amp_suite.layers", "amp_suite.workloads", "amp_suite.environment")
+HELPER_MODULES = ("amp_suite.plugin_kit", "amp_suite.layers", "amp_suite.workloads", "amp_suite.environment",
+                  "amp_suite.doctor.probe_kit", "amp_suite.calibration_kit")
 # Code written as a backend author writes it: the built-in plugins and the example packages (not their tests).
 BACKEND_SOURCES = ("plugins/amp_suite_plugins", "examples")
 

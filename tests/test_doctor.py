@@ -32,10 +32,11 @@ GPU_REPORT = {
     "preallocation": {"preallocate_env": "false", "bytes_reserved": 200 * 2**20, "bytes_limit": 40 * 2**30},
 }
 TORCH = FrameworkInfo(name="torch", display_name="PyTorch", modules=("torch",), extra="torch",
-                      precisions={"cpu": ("fp32",), "gpu": ("fp32",)})
+                      precisions={"cpu": ("fp32",), "gpu": ("fp32",)}, doctor_probe="amp_suite_plugins.torch_doctor")
 KERAS = FrameworkInfo(name="keras", display_name="Keras", modules=("tensorflow",), extra="tf",
                       precisions={"cpu": ("fp32",), "gpu": ("fp32",)},
-                      env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"})
+                      env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
+                      doctor_probe="amp_suite_plugins.keras_doctor")
 
 
 # --- the pure verdicts, on the numbers a GPU gives ------------------------------------
@@ -155,6 +156,26 @@ def test_device_gpu_without_a_gpu_fails_and_missing_frameworks_name_their_instal
     rows = run_checks(_plan("auto"), inventory=NO_GPU, probe=lambda *a: pytest.fail("not probed"),
                       missing=lambda info: ["torch"])
     assert rows[0].status == SKIPPED and "pip install 'amp-suite[torch]'" in rows[-1].detail
+
+
+def test_a_framework_whose_plugin_names_no_probe_is_skipped_with_the_reason():
+    bare = FrameworkInfo(name="bare", display_name="Bare", modules=(), extra="", precisions={"cpu": ("fp32",)})
+    rows = run_checks(_plan(frameworks=(bare,)), inventory=NO_GPU, probe=lambda *a: pytest.fail("not probed"),
+                      missing=lambda info: [])
+    assert rows[-1].scope == "bare" and rows[-1].status == SKIPPED
+    assert "FrameworkInfo.doctor_probe is empty" in rows[-1].detail
+
+
+def test_the_built_in_plugins_name_their_own_probes():
+    from amp_suite.plugin_host import PluginHost
+
+    frameworks = PluginHost().frameworks()
+    for name in ("torch", "keras", "jax"):
+        info = frameworks[name]
+        assert info.doctor_probe == f"amp_suite_plugins.{name}_doctor"
+        assert info.calibration_probe == f"amp_suite_plugins.{name}_calibration"
+        for module in (info.doctor_probe, info.calibration_probe):
+            assert importlib.util.find_spec(module) is not None, module
 
 
 def test_a_probe_that_crashed_is_a_failed_row():
@@ -309,14 +330,15 @@ def test_timing_is_sized_by_device_kind(monkeypatch):
     assert 12 * batches[0] * width * width * hidden / 2 >= 0.3e12  # >= 10 ms at ~40 TFLOP/s float32
     built = []
 
-    def build(batch):  # a "step" of batch milliseconds
+    def build(batch):  # a "step" of batch milliseconds (batch 0: no wait at all)
         built.append(batch)
-        return (lambda: time.sleep(batch / 1000)), (lambda: None), None
+        return (lambda: time.sleep(batch / 1000) if batch else None), (lambda: None), None
 
     monkeypatch.setattr(kit, "MIN_TRIALS", 1)
     monkeypatch.setattr(kit, "MAX_TRIALS", 1)
-    found = kit.time_sized(build, (1, 4, 50), method="sleep", min_step_s=0.003)
-    assert built == [1, 4] and found["batch"] == 4 and found["step_s"] >= 0.003
+    # A step that does nothing cannot take 20 ms even on a loaded machine; one that sleeps 40 ms always does.
+    found = kit.time_sized(build, (0, 40, 500), method="sleep", min_step_s=0.02)
+    assert built == [0, 40] and found["batch"] == 40 and found["step_s"] >= 0.02
 
 
 def test_loaded_libraries_reads_the_process_map(tmp_path):

@@ -130,13 +130,14 @@ def test_signal_names_and_numbers():
 
 
 def test_the_doctor_probe_never_imports_from_the_current_directory(tmp_path, monkeypatch):
+    import dataclasses
+
     from amp_suite.doctor import runner
     from fakefw import framework_info
 
     (tmp_path / "json.py").write_text("raise SystemExit('the json.py of the current directory ran')\n")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setitem(runner.PROBES, "fake", "sleepy_probe")
-    report = runner.subprocess_probe(framework_info(), "cpu", 60)
+    report = runner.subprocess_probe(dataclasses.replace(framework_info(), doctor_probe="sleepy_probe"), "cpu", 60)
     assert not report["json_module"].startswith(str(tmp_path))
     assert report["path0"] != "" and Path(report["path0"]).resolve() != tmp_path.resolve()
 

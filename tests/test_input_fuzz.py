@@ -191,12 +191,15 @@ def test_report_and_resume_read_past_foreign_lines(tmp_path, capsys, lines, need
 
 def test_a_table_for_a_disabled_framework_is_accepted(tmp_path, monkeypatch):
     from amp_suite.config import check_framework_tables, load_config
+    from fakefw import framework_info
 
     config = load_config(_config(tmp_path, extra="[frameworks.torch]\nchannels_last = false\n"
-                                                 "[frameworks.myfw]\n"))
-    check_framework_tables(config, ["fake"], absent={"myfw"})  # torch is built in, myfw disabled
+                                                 "[frameworks.myfw]\nanything = 1\n"))
+    fake = {"fake": framework_info()}
+    checked = check_framework_tables(config, fake, absent={"myfw"})  # torch is built in, myfw disabled
+    assert checked.framework_options["myfw"] == {"anything": 1}  # kept as written: its plugin is not here
     with pytest.raises(Exception, match="names no known framework"):
-        check_framework_tables(config, ["fake"])
+        check_framework_tables(config, fake)
 
 
 def test_ctrl_c_during_a_download_is_one_line(tmp_path, capsys, monkeypatch):

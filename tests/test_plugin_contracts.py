@@ -7,6 +7,7 @@ hints of third-party frameworks, their versions in the report header, and
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,16 @@ def framework_info():
     return FrameworkInfo(name="thirdparty", display_name="Third party", modules=("amp_suite_no_such_module",),
                          extra="", precisions={"cpu": ("fp32",)}, distributions=("thirdparty-core",))
 '''
+BAD_DECLARATIONS = '''
+from amp_suite import hookimpl
+from amp_suite.records import FrameworkInfo, FrameworkOption
+from amp_suite.schema import Field
+
+@hookimpl
+def framework_info():
+    return FrameworkInfo(name="baddecl", display_name="Bad", modules=("numpy",), extra="", precisions={},
+                         options={"fast": FrameworkOption(Field(bool), "yes", "go fast")})
+'''
 RUN = RunSpec(framework="fake", workload="tiny", precision="fp32")
 CPU = DeviceInfo(kind="cpu", platform="cpu", name="cpu")
 
@@ -59,7 +70,8 @@ CPU = DeviceInfo(kind="cpu", platform="cpu", name="cpu")
 @pytest.fixture
 def plugin_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name, text in (("wrong_argument", WRONG_ARGUMENT), ("string_report", STRING_REPORT),
-                       ("dict_framework_info", DICT_FRAMEWORK_INFO), ("third_party", THIRD_PARTY)):
+                       ("dict_framework_info", DICT_FRAMEWORK_INFO), ("third_party", THIRD_PARTY),
+                       ("bad_declarations", BAD_DECLARATIONS)):
         (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
@@ -84,6 +96,63 @@ def test_a_framework_info_of_the_wrong_type_is_listed_as_failed(plugin_dir):
     assert failure.error.startswith("framework_info returned dict of str: ")
     assert failure.error.endswith("it must return FrameworkInfo")
     assert list(host.frameworks()) == ["fake"]
+
+
+def test_an_option_whose_default_fails_its_own_schema_is_listed_as_failed(plugin_dir):
+    host = PluginHost(extra_modules=("bad_declarations", "fakefw"), autoload=False)
+    [failure] = host.failures
+    assert failure.name == "bad_declarations"
+    assert failure.error == ("framework_info: the default of option fast must be true or false, got 'yes' "
+                             "(its own schema refuses it)")
+    assert list(host.frameworks()) == ["fake"]
+
+
+def test_declarations_the_host_cannot_use_are_named():
+    from amp_suite.plugin_host import declaration_problem
+    from amp_suite.records import FrameworkInfo, FrameworkOption
+    from amp_suite.schema import Field
+
+    base = FrameworkInfo(name="x", display_name="X", modules=(), extra="", precisions={})
+    assert declaration_problem(base) is None
+    not_an_option = dataclasses.replace(base, options={"fast": Field(bool)})
+    assert "options['fast'] is Field" in declaration_problem(not_an_option)
+    assert "not a module name" in declaration_problem(dataclasses.replace(base, doctor_probe="my plugin.doctor"))
+    good = dataclasses.replace(base, options={"fast": FrameworkOption(Field(bool), True, "go fast")},
+                               calibration_probe="my_plugin.calibration")
+    assert declaration_problem(good) is None
+
+
+def test_the_built_in_plugins_declare_usable_options_with_their_defaults():
+    from amp_suite.plugin_host import declaration_problem
+
+    frameworks = PluginHost().frameworks()
+    for name in ("torch", "keras", "jax"):
+        assert declaration_problem(frameworks[name]) is None
+    torch_options = frameworks["torch"].options
+    assert (torch_options["channels_last"].default, torch_options["cudnn_benchmark"].default,
+            torch_options["compile"].default, torch_options["fused"].default) == (True, True, False, False)
+    assert frameworks["keras"].options["jit_compile"].default is True and frameworks["jax"].options == {}
+
+
+def test_runtime_versions_come_from_the_framework_plugin():
+    class Versions:
+        @hookimpl
+        def runtime_versions(self, run):
+            return {"cuda_runtime_version": "13.0", "cudnn_version": "9.20.0"}
+
+    class Wrong:
+        @hookimpl
+        def runtime_versions(self):
+            return {"cuda_runtime_version": 13}
+
+    host = PluginHost(extra_modules=("fakefw",), autoload=False)
+    assert host.runtime_versions(RUN) == {}  # a plugin without the hook: no versions, the cell is fine
+    host.register(Versions())
+    assert host.runtime_versions(RUN) == {"cuda_runtime_version": "13.0", "cudnn_version": "9.20.0"}
+    host = PluginHost(extra_modules=("fakefw",), autoload=False)
+    host.register(Wrong())
+    with pytest.raises(PluginError, match="runtime_versions returned dict of str: int"):
+        host.runtime_versions(RUN)
 
 
 @pytest.mark.parametrize("module,needle", [

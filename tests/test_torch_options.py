@@ -26,7 +26,8 @@ def _build(options: dict, optimizer: str = "sgd"):
 
 
 def test_fused_is_a_validated_torch_option():
-    assert "fused" in framework_option_fields("torch")
+    assert "fused" in framework_option_fields(torch_plugin.framework_info())
+    assert torch_plugin.OPTIONS["fused"].default is False
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])

@@ -10,8 +10,10 @@ preallocate.  Checks that need a GPU are skipped, with the reason, where there
 is none.
 
 Layout: :mod:`.checks` judges plain numbers (pure, tested with GPU numbers on
-any machine); one ``<framework>_probe`` module per framework measures them in
-its own process; :mod:`.runner` ties both together and prints the table.
+any machine); each framework plugin's probe (the module its
+``FrameworkInfo.doctor_probe`` names, written with :mod:`.probe_kit`)
+measures them in its own process; :mod:`.runner` ties both together and
+prints the table.  No framework is imported by this package.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""What every framework probe shares (no framework imported here).
+"""What every framework's doctor probe shares (no framework imported here).
 
-A probe is ``python -m amp_suite.doctor.<framework>_probe DEVICE`` (``cpu`` or
-``auto``): one framework in one fresh process, imported after the doctor set
-the plugin's environment variables.  It prints one JSON object on its last
-line, one entry per section; a section that raised holds ``{"error": ...}``:
+A framework plugin names its probe in ``FrameworkInfo.doctor_probe``; the
+doctor runs it as ``python -m MODULE DEVICE`` (``cpu`` or ``auto``): one
+framework in one fresh process, imported after the doctor set the plugin's
+environment variables.  It measures with the framework's own APIs, the way
+the plugin's recipe does, fills its sections with :func:`section` and ends
+with :func:`emit`: one JSON object on its last line, one entry per section;
+a section that raised holds ``{"error": ...}``.  The doctor's verdicts
+(:mod:`amp_suite.doctor.checks`) read these sections:
 
 - ``device``: ``kind`` (``gpu``/``cpu``), ``cuda_build``, ``name``,
   ``compute_capability``, ``driver``, ``cuda_runtime``, ``cudnn``;

@@ -1,12 +1,13 @@
 """Runs the doctor: machine checks here, one probe process per framework, one table.
 
-No framework is imported in this process.  Each framework's probe runs in a
-fresh interpreter with the plugin's environment variables as the sweep's
-worker sets them: defaults that a value the user exported wins over (JAX's
-``XLA_PYTHON_CLIENT_PREALLOCATE=false`` among them).  One exception:
-TensorFlow's log level is lowered to show warnings, because its
-library-load warnings are what explains a GPU it cannot use; the probe's
-stderr is read, never shown, and its telling lines go into the failed
+No framework is imported in this process.  Each framework's probe (the module
+its plugin names in ``FrameworkInfo.doctor_probe``; a plugin that names none
+gets a skipped row) runs in a fresh interpreter with the plugin's environment
+variables as the sweep's worker sets them: defaults that a value the user
+exported wins over (JAX's ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` among
+them).  One exception: TensorFlow's log level is lowered to show warnings,
+because its library-load warnings are what explains a GPU it cannot use; the
+probe's stderr is read, never shown, and its telling lines go into the failed
 checks' reasons.  The numbers a probe prints are judged by
 :mod:`amp_suite.doctor.checks`.
 """
@@ -26,12 +27,6 @@ from amp_suite.doctor import checks
 from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED, CheckResult
 from amp_suite.records import FrameworkInfo
 
-# The probe module of each built-in framework.
-PROBES = {
-    "torch": "amp_suite.doctor.torch_probe",
-    "keras": "amp_suite.doctor.keras_probe",
-    "jax": "amp_suite.doctor.jax_probe",
-}
 PROBE_TIMEOUT_S = 600.0
 MACHINE = "machine"
 # Set over the plugin's (and the user's) value in the doctor's probes only: the
@@ -73,13 +68,12 @@ class DoctorPlan:
 
 
 def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) -> dict[str, Any]:
-    """``python -m PROBE DEVICE`` with the framework's environment; its JSON report."""
-    module = PROBES[framework.name]
+    """``python -m DOCTOR_PROBE DEVICE`` with the framework's environment; its JSON report."""
     from amp_suite.child_process import exit_description, isolated_command, isolated_env
 
     env = isolated_env(probe_env(framework))
     try:
-        done = subprocess.run(isolated_command(module, "cpu" if device == "cpu" else "auto"),
+        done = subprocess.run(isolated_command(framework.doctor_probe, "cpu" if device == "cpu" else "auto"),
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -178,8 +172,9 @@ def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
             rows.append(CheckResult(info.name, "installed", SKIPPED,
                                     f"{info.display_name} is not installed (missing {', '.join(absent)}): {line}"))
             continue
-        if info.name not in PROBES:
-            rows.append(CheckResult(info.name, "installed", SKIPPED, "the doctor has no probe for this framework"))
+        if not info.doctor_probe:
+            rows.append(CheckResult(info.name, "installed", SKIPPED, "the doctor has no probe for this framework "
+                                    "(its plugin's FrameworkInfo.doctor_probe is empty)"))
             continue
         if progress:
             progress(f"probing {info.display_name} ...")

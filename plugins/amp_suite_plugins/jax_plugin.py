@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite import hookimpl
+from amp_suite.devices import version_text
 from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers
@@ -79,6 +80,8 @@ def framework_info() -> FrameworkInfo:
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("jax",),
         launcher="process",  # one worker per node drives every device of the node
+        doctor_probe="amp_suite_plugins.jax_doctor",
+        calibration_probe="amp_suite_plugins.jax_calibration",
     )
 
 
@@ -627,3 +630,37 @@ def _per_device_bytes(leaf: Any) -> int:
     if sharding is not None and hasattr(sharding, "shard_shape"):
         shape = tuple(sharding.shard_shape(shape))
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
+
+
+@hookimpl
+def runtime_versions() -> dict[str, str]:
+    """The CUDA runtime and cuDNN versions of JAX's CUDA plugin (none without one)."""
+    found = cuda_versions()
+    names = {"cuda_runtime": "cuda_runtime_version", "cudnn": "cudnn_version"}
+    return {names[key]: value for key, value in found.items() if key in names}
+
+
+def cuda_versions() -> dict[str, str]:
+    """``cuda_runtime``, ``cudnn`` and ``cudnn_compiled`` as JAX's CUDA plugin reports them; imports JAX.
+
+    JAX has no public API for these: the private ``jax._src.lib.cuda_versions``
+    (None without a CUDA plugin) is read here, the one place the suite touches
+    it.  A version that cannot be read is left out.
+    """
+    try:
+        from jax._src.lib import cuda_versions as versions
+    except Exception:  # a JAX that moved its private module: no versions
+        return {}
+    if versions is None:
+        return {}
+    found: dict[str, str] = {}
+    for key, function, kind in (("cuda_runtime", "cuda_runtime_get_version", "cuda"),
+                                ("cudnn", "cudnn_get_version", "cudnn"),
+                                ("cudnn_compiled", "cudnn_build_version", "cudnn")):
+        try:
+            value = getattr(versions, function)()
+        except Exception:  # absent in this version, or the library failed to load
+            continue
+        if value not in (None, "", 0):
+            found[key] = version_text(value, kind)
+    return found

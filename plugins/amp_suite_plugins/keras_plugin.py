@@ -53,14 +53,21 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
+    FrameworkOption,
     LayerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
+from amp_suite.schema import Field
 
 NAME = "keras"
 POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16"}
+# The keys of [frameworks.keras] this plugin reads (the loss-scaling keys every plugin reads come on top).
+OPTIONS = {
+    "jit_compile": FrameworkOption(Field(bool), True, "compile the train step with XLA (jit_compile=True); "
+                                   "false: a tf.function graph"),
+}
 
 
 @hookimpl
@@ -74,6 +81,9 @@ def framework_info() -> FrameworkInfo:
         env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
         launcher="process",  # one worker per node drives every device of the node
+        options=OPTIONS,
+        doctor_probe="amp_suite_plugins.keras_doctor",
+        calibration_probe="amp_suite_plugins.keras_calibration",
     )
 
 
@@ -98,7 +108,7 @@ def _inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | No
 
 
 def _jit(run: RunSpec) -> bool:
-    return bool(run.options.get("jit_compile", True))
+    return bool(run.options.get("jit_compile", OPTIONS["jit_compile"].default))
 
 
 @hookimpl
@@ -500,3 +510,16 @@ def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, An
         if model.strategy is not None:
             figures["device_peak_memory_bytes_per_device"] = peaks
     return figures
+
+
+@hookimpl
+def runtime_versions() -> dict[str, str]:
+    """The CUDA and cuDNN versions TensorFlow was built with (its GPU build loads those)."""
+    import tensorflow as tf
+
+    try:
+        build = tf.sysconfig.get_build_info()
+    except Exception:  # an unusual build without the record: no versions
+        return {}
+    found = {"cuda_runtime_version": build.get("cuda_version"), "cudnn_version": build.get("cudnn_version")}
+    return {key: str(value) for key, value in found.items() if value not in (None, "", "None", 0)}

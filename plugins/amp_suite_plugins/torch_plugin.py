@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite import hookimpl
+from amp_suite.devices import version_text
 from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import dense_after_flatten, walk
@@ -66,15 +67,28 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
+    FrameworkOption,
     LayerSpec,
     OptimizerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
+from amp_suite.schema import Field
 from amp_suite.workloads import learning_rate_at
 
 NAME = "torch"
+# The keys of [frameworks.torch] this plugin reads (the loss-scaling keys every plugin reads come on top).
+OPTIONS = {
+    "channels_last": FrameworkOption(Field(bool), True, "images and convolution weights in the channels_last "
+                                     "memory format (NHWC)"),
+    "cudnn_benchmark": FrameworkOption(Field(bool), True, "on a GPU, cuDNN times its kernels and keeps the "
+                                       "fastest (torch.backends.cudnn.benchmark)"),
+    "compile": FrameworkOption(Field(bool), False, "train through torch.compile (inductor), compiled in the "
+                               "warm-up steps"),
+    "fused": FrameworkOption(Field(bool), False, "the torch.optim optimizer with fused=True: one kernel for the "
+                             "whole update"),
+}
 
 
 @hookimpl
@@ -87,7 +101,15 @@ def framework_info() -> FrameworkInfo:
         precisions=STANDARD_PRECISIONS,
         distributions=("torch",),
         launcher="torchrun",
+        options=OPTIONS,
+        doctor_probe="amp_suite_plugins.torch_doctor",
+        calibration_probe="amp_suite_plugins.torch_calibration",
     )
+
+
+def option(run: RunSpec, name: str) -> Any:
+    """``run.options[name]``, else the default :data:`OPTIONS` declares."""
+    return run.options.get(name, OPTIONS[name].default)
 
 
 @dataclass
@@ -141,12 +163,12 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     notes = [f"allow_tf32={tf32}", f"float32_matmul_precision={torch.get_float32_matmul_precision()}"]
     if device.kind == "gpu":
-        torch.backends.cudnn.benchmark = bool(run.options.get("cudnn_benchmark", True))
+        torch.backends.cudnn.benchmark = bool(option(run, "cudnn_benchmark"))
         notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
-    notes.append(f"channels_last={bool(run.options.get('channels_last', True))}")
-    if run.options.get("compile", False):
+    notes.append(f"channels_last={bool(option(run, 'channels_last'))}")
+    if option(run, "compile"):
         notes.append("torch.compile=inductor (compiled in the warm-up steps)")
-    if run.options.get("fused", False):
+    if option(run, "fused"):
         notes.append("optimizer=fused (torch.optim ... fused=True: one kernel per step; the figure "
                      "optimizer_implementation confirms it)")
     else:
@@ -371,7 +393,7 @@ def build_model(
 
     torch.manual_seed(run.seed)
     dev = torch.device("cuda" if device.kind == "gpu" else "cpu")
-    memory_format = torch.channels_last if run.options.get("channels_last", True) else torch.contiguous_format
+    memory_format = torch.channels_last if option(run, "channels_last") else torch.contiguous_format
     channels_last = memory_format == torch.channels_last
     # Dense weights after a flatten keep the canonical HWC row order when the flatten is channels-last.
     flattened = {} if channels_last else {
@@ -382,7 +404,7 @@ def build_model(
     net = net.to(dev, memory_format=memory_format)
     net.train()
     optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters(),
-                                           fused=bool(run.options.get("fused", False)), device_type=dev.type)
+                                           fused=bool(option(run, "fused")), device_type=dev.type)
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     scaler = None
     if applied.loss_scaling == "dynamic":
@@ -397,7 +419,7 @@ def build_model(
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    if run.options.get("compile", False):
+    if option(run, "compile"):
         train_forward = torch.compile(train_forward)
     return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
                       train_forward, process)
@@ -616,7 +638,7 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
         "framework_version": f"torch {package_version('torch') or torch.__version__}",
         "torch_num_threads": torch.get_num_threads(),
         # from the option, not the object: a data-parallel cell's DDP wrapper is not the module either
-        "compilation": "torch.compile (inductor)" if run.options.get("compile", False) else "eager",
+        "compilation": "torch.compile (inductor)" if option(run, "compile") else "eager",
         "optimizer_implementation": optimizer_implementation(torch, model.optimizer),
     }
     if model.device_type == "cuda":
@@ -626,6 +648,23 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
     if model.process is not None:
         figures.update(_per_rank_memory(torch, figures))
     return figures
+
+
+@hookimpl
+def runtime_versions() -> dict[str, str]:
+    """The CUDA runtime torch was built with and, on a GPU, the cuDNN it loaded."""
+    import torch
+
+    found: dict[str, str] = {}
+    if torch.version.cuda:
+        found["cuda_runtime_version"] = str(torch.version.cuda)
+    try:
+        cudnn = torch.backends.cudnn.version() if torch.cuda.is_available() else None
+    except Exception:  # a cuDNN that does not match the build raises here: the doctor names it
+        cudnn = None
+    if cudnn:
+        found["cudnn_version"] = version_text(cudnn, "cudnn")
+    return found
 
 
 def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:

@@ -109,6 +109,9 @@ def framework_info() -> FrameworkInfo:
         distributions=("flax", "jax"),
         install_command="pip install 'flax==0.12.8' 'jmp>=0.0.4' 'optax>=0.2'",
         launcher="process",  # one worker process drives every device of the cell (a JAX Mesh)
+        # run as `python -m MODULE` by `amp-suite doctor` and `amp-suite calibrate`, one process each
+        doctor_probe="amp_suite_flax.doctor",
+        calibration_probe="amp_suite_flax.calibration",
     )
 
 
@@ -630,3 +633,36 @@ def measure(run: RunSpec, model: FlaxModel, device: DeviceInfo) -> dict[str, Any
         if all(peak is not None for peak in peaks):
             figures["device_peak_memory_bytes"] = int(max(peaks))
     return figures
+
+
+@hookimpl
+def runtime_versions() -> dict[str, str]:
+    """The CUDA runtime and cuDNN versions JAX's CUDA plugin loaded (none on a CPU-only JAX)."""
+    found = cuda_versions()
+    return {f"{key}_version": found[key] for key in ("cuda_runtime", "cudnn") if key in found}
+
+
+def cuda_versions() -> dict[str, str]:
+    """``cuda_runtime``, ``cudnn`` and ``cudnn_compiled`` as JAX's CUDA plugin reports them; imports JAX.
+
+    JAX publishes these in no public API, so this reads its private
+    ``jax._src.lib.cuda_versions`` (None without a CUDA plugin), guarded: a
+    JAX that moved it gives no versions rather than a failed cell.
+    """
+    from amp_suite.devices import version_text
+
+    try:
+        from jax._src.lib import cuda_versions as versions
+    except Exception:
+        return {}
+    found: dict[str, str] = {}
+    for key, function, kind in (("cuda_runtime", "cuda_runtime_get_version", "cuda"),
+                                ("cudnn", "cudnn_get_version", "cudnn"),
+                                ("cudnn_compiled", "cudnn_build_version", "cudnn")):
+        try:
+            value = getattr(versions, function)() if versions is not None else None
+        except Exception:  # absent in this JAX, or the library failed to load
+            continue
+        if value:
+            found[key] = version_text(value, kind)
+    return found

@@ -194,3 +194,49 @@ def test_the_loss_scale_crosses_the_jit_boundary_as_arrays(monkeypatch):
     assert type(model.loss_scale) is tuple and len(model.loss_scale) == 2, model.loss_scale
     assert result.loss_scale_final == applied.initial_loss_scale  # finite steps, far from the growth interval
     assert result.extra["traces"] == 1 and result.skipped_steps == 0
+
+
+# --- amp-suite doctor and amp-suite calibrate, through the modules framework_info names ---
+
+EXAMPLE = Path(__file__).resolve().parents[1]
+
+
+def _suite(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``amp-suite ARGS -p amp_suite_flax.plugin`` in a fresh process, on a machine without a GPU.
+
+    The example's folder ends PYTHONPATH, so the probe processes (whose import
+    path drops the current directory) find the package before it is installed.
+    """
+    path = [p for p in (os.environ.get("PYTHONPATH", ""), str(EXAMPLE)) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path), "AMP_SUITE_CACHE": str(tmp_path / "cache"),
+           "AMP_SUITE_FAKE_NVIDIA_SMI": "none"}
+    return subprocess.run([sys.executable, "-m", "amp_suite", *args, "-p", PLUGIN[0]], capture_output=True,
+                          text=True, timeout=900, env=env, cwd=tmp_path)
+
+
+def test_the_doctor_checks_flax_through_its_own_probe(tmp_path):
+    """`amp-suite doctor --frameworks flax`: amp_suite_flax.doctor measures, and every CPU check passes."""
+    done = _suite("doctor", "--frameworks", "flax", "--device", "cpu", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("flax")]
+    checks = " ".join(rows)
+    for check in ("sees the expected device", "fp32 matmul is fp32", "fp32 conv is fp32",
+                  "amp_fp16 computes in float16", "amp_bf16 computes in bfloat16", "fp16 loss scale skips and grows",
+                  "step time covers device work", "peak-memory API answers", "GPU preallocation off"):
+        assert check in checks, (check, rows)
+    assert not any(" failed " in row for row in rows), rows
+    passed = [row for row in rows if " passed " in row]
+    assert len(passed) >= 7, rows  # on a CPU: TF32 and the allocator peak are skipped (and a timing miss on a busy one)
+
+
+def test_calibrate_measures_flax_through_its_own_probe(tmp_path):
+    """`amp-suite calibrate --frameworks flax`: amp_suite_flax.calibration's peaks are printed and cached."""
+    done = _suite("calibrate", "--frameworks", "flax", "--device", "cpu", "--budget", "0.2", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    version = importlib.metadata.version("flax")
+    assert f"flax {version} on cpu" in done.stdout and "fp32 matmul" in done.stdout, done.stdout
+    (cache,) = (tmp_path / "cache" / "calibration").glob("*.json")
+    figures = json.loads(cache.read_text())["frameworks"]["flax"]["cpu"]
+    assert figures["kind"] == "cpu" and figures["version"] == version
+    assert figures["matmul"]["fp32"] > 0 and figures["conv"]["fp32"] > 0
+

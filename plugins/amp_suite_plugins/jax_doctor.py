@@ -1,4 +1,4 @@
-"""The doctor's JAX probe: ``python -m amp_suite.doctor.jax_probe cpu|auto``.
+"""The doctor's JAX probe: ``python -m amp_suite_plugins.jax_doctor cpu|auto``.
 
 Uses JAX's, haiku's and jmp's own APIs (matmul precision, ``jmp.Policy`` on a
 haiku module, ``jmp.DynamicLossScale``, ``block_until_ready``,
@@ -46,6 +46,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from amp_suite.doctor import probe_kit as kit  # noqa: E402
+from amp_suite_plugins.jax_plugin import cuda_versions  # noqa: E402
 
 
 def _choose(requested: str) -> Any:
@@ -75,25 +76,6 @@ def _importable(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-def _cuda_versions() -> dict[str, str]:
-    from jax._src.lib import cuda_versions
-
-    from amp_suite.devices import version_text
-
-    if cuda_versions is None:
-        return {}
-
-    def ask(function: str, kind: str) -> str:
-        get = getattr(cuda_versions, function, None)
-        try:
-            return version_text(get(), kind) if get is not None else ""
-        except Exception:
-            return ""
-
-    return {"cuda_runtime": ask("cuda_runtime_get_version", "cuda"), "cudnn": ask("cudnn_get_version", "cudnn"),
-            "cudnn_compiled": ask("cudnn_build_version", "cudnn")}
-
-
 def device_section(dev: Any) -> dict[str, Any]:
     plugins = [name for name in ("jax_cuda13_plugin", "jax_cuda12_plugin") if _importable(name)]
     found: dict[str, Any] = {"kind": "gpu" if found_gpu(dev) else "cpu", "cuda_build": bool(plugins)}
@@ -104,7 +86,7 @@ def device_section(dev: Any) -> dict[str, Any]:
     if NOTES.lines:
         found["log_notes"] = list(dict.fromkeys(NOTES.lines))[:10]
     if found["kind"] == "gpu":
-        found.update({k: v for k, v in _cuda_versions().items() if v})
+        found.update(cuda_versions())
         found.update(name=dev.device_kind, compute_capability=str(getattr(dev, "compute_capability", "")),
                      driver=str(getattr(dev.client, "platform_version", "")))
         # cuDNN loads lazily: run one convolution, then see which libcudnn files are mapped.

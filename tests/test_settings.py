@@ -95,3 +95,16 @@ def test_plan_cells_carries_every_cell_setting_into_every_cell(tmp_path):
         if name in CELL_FIELDS:
             assert getattr(run, CELL_FIELDS[name]) == value, name
     assert run.coordinator == ""
+
+
+def test_the_docs_list_every_option_the_built_in_plugins_declare():
+    from amp_suite.config import BUILT_IN_FRAMEWORKS, framework_options_table
+    from amp_suite.plugin_host import PluginHost
+
+    known = PluginHost().frameworks()
+    table = framework_options_table({name: known[name] for name in BUILT_IN_FRAMEWORKS})
+    text = (REPO / "docs" / "usage.md").read_text()
+    found = re.search(r"<!-- framework options table[^>]*-->\n(.*?)\n<!-- end of framework options table -->", text,
+                      flags=re.S)
+    assert found and found.group(1) == table, "docs/usage.md's framework options table is stale"
+    assert "`fused`" in table and "`jit_compile`" in table

@@ -33,7 +33,7 @@ import amp_suite
 from amp_suite import progress as progress_channel
 from amp_suite import worker
 from amp_suite.errors import StorageError, one_line
-from amp_suite.launchers import single, torchrun
+from amp_suite.launchers import launcher_for
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
@@ -44,8 +44,6 @@ LOG_TAIL_LINES = 25
 RESULT_BYTES = 64 * 2**20
 # Seconds to wait for the result pipe to close after the worker exited.
 RESULT_DRAIN_S = 10.0
-# The worker's entry (kept here under its old name for callers of the runner).
-WORKER_BOOTSTRAP = single.WORKER_BOOTSTRAP
 
 
 @dataclass(frozen=True)
@@ -178,17 +176,17 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     child_env.update(one_gpu_visible(run, child_env))
     oom_before = _oom_kills()
     result_r, result_w = os.pipe()
-    # torchrun closes inherited descriptors: its workers could not write to a progress pipe (the number
-    # might even name another file of theirs), so a torchrun cell reports no progress inside the cell.
-    wants_progress = on_step is not None and run.launcher != "torchrun"
+    launcher = launcher_for(run)
+    # A launcher whose processes cannot inherit pipes reports no progress inside the cell.
+    wants_progress = on_step is not None and launcher.inherits_pipes
     progress_r, progress_w = os.pipe() if wants_progress else (None, None)
     if progress_w is not None:
         child_env[progress_channel.PROGRESS_FD_ENV] = str(progress_w)
     received: list[bytes] = []
-    # A torchrun cell's workers cannot inherit the pipe: local rank 0 writes a file beside the log.
-    result_file = log_path.with_name(log_path.name + ".result") if run.launcher == "torchrun" else None
+    # Processes that cannot inherit the result pipe write their node's result to a file beside the log.
+    result_file = None if launcher.inherits_pipes else log_path.with_name(log_path.name + ".result")
     if result_file is not None:
-        command = torchrun.command(run, str(result_file))
+        command = launcher.command(run, str(result_file))
         _remove(result_file)
         try:
             create_new(Path(str(result_file) + ".request"), request)
@@ -198,7 +196,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
             os.close(result_w)
             raise StorageError(f"cannot write {str(result_file)!r}.request: {exc.strerror or one_line(exc)}") from None
     else:
-        command = single.worker_command("--result-fd", str(result_w))
+        command = launcher.command(run, str(result_w))
     with log:
         try:
             proc = subprocess.Popen(
@@ -238,14 +236,12 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         finally:
             reader.join(RESULT_DRAIN_S)
             if result_file is not None:
-                _kill_group(proc)  # torchrun's group; its workers end with it
+                _kill_group(proc)  # the launcher's group; its workers end with it
                 received.append(_read_and_remove(result_file))
     answer = parse_lines(b"".join(received)).results
     code = proc.returncode
-    if answer and run.launcher == "torchrun" and code and code > 0 and answer[-1].status != "ok":
-        # Local rank 0 saw the symptom (a collective broke); torchrun knows a rank failed.
-        answer[-1].error = (f"torchrun exited with code {code}: a rank failed or was killed, and the others were "
-                            f"ended; local rank 0 saw: {answer[-1].error}")
+    if answer and code and code > 0 and answer[-1].status != "ok":
+        answer[-1].error = launcher.failed_with_result(code, answer[-1].error)
     if answer and (code == 0 or answer[-1].status != "ok"):
         return with_log(answer[-1], log_path)
     if code is not None and code < 0:
@@ -254,10 +250,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         if sig == "SIGKILL" and oom_before is not None and oom_after is not None and oom_after > oom_before:
             return _failure(cell, "oom", "worker killed by the kernel's OOM killer", started, log_path)
         return _failure(cell, "failed", f"worker killed by {sig}", started, log_path)
-    if run.launcher == "torchrun":  # torchrun ends every rank when one fails, then exits non-zero
-        return _failure(cell, "failed", f"torchrun exited with code {code} and no result: a rank failed or was "
-                        "killed, and the others were ended (see the log)", started, log_path)
-    return _failure(cell, "failed", f"worker exited with code {code} and no result", started, log_path)
+    return _failure(cell, "failed", launcher.failed_without_result(code), started, log_path)
 
 
 def signal_name(number: int) -> str:
@@ -277,7 +270,7 @@ def _remove(path: Path) -> None:
 
 
 def _read_and_remove(path: Path) -> bytes:
-    """A torchrun cell's result file (empty without one); the file and its request are removed."""
+    """A result file (empty without one), as a launcher without inherited pipes leaves it; then removed."""
     try:
         data = read_regular(path, limit=RESULT_BYTES)
     except OSError:

@@ -24,8 +24,8 @@ from suite_cli import TINY_CONFIG  # noqa: E402 (the helpers' folder is on the p
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: a test of several seconds (the largest Keras graphs); "
-                                       "-m 'not slow' leaves them out")
+    config.addinivalue_line("markers", "slow: a test that starts a real framework (seconds to minutes on 2 "
+                                       "cores); -m 'not slow' leaves them out")
 
 
 @pytest.fixture

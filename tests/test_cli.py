@@ -129,6 +129,7 @@ def test_device_gpu_without_a_gpu_fails_every_cell_with_one_line(tiny_config, cl
     assert all("--device gpu: this machine has no NVIDIA GPU" in line for line in lines)
 
 
+@pytest.mark.slow  # a real framework
 def test_a_framework_on_the_cpu_of_a_gpu_machine_is_unavailable_with_its_install_line(tiny_config):
     pytest.importorskip("torch")
     from suite_cli import HELPERS

@@ -23,6 +23,9 @@ import pytest
 
 from suite_cli import REPO
 
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
+
 MODULES = {"torch": ("torch",), "keras": ("tensorflow", "keras"), "jax": ("jax", "haiku", "jmp", "optax")}
 FRAMEWORKS = [pytest.param(name, marks=pytest.mark.skipif(
     any(importlib.util.find_spec(m) is None for m in mods), reason=f"{name} is not installed"))

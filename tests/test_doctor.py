@@ -201,6 +201,7 @@ INSTALLED = [name for name, module in (("torch", "torch"), ("keras", "tensorflow
 
 
 @pytest.mark.skipif(not INSTALLED, reason="no framework installed")
+@pytest.mark.slow  # a real framework
 def test_doctor_on_this_machine_passes_its_cpu_checks_and_skips_gpu_ones():
     out = run_cli("doctor", "--frameworks", ",".join(INSTALLED), env={"AMP_SUITE_FAKE_NVIDIA_SMI": "none"})
     assert out.returncode == 0, out.stdout + out.stderr

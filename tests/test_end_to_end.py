@@ -4,7 +4,12 @@ import csv
 import importlib.util
 import json
 
+import pytest
+
 from suite_cli import run_cli
+
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
 
 INSTALLED = [name for name, module in (("torch", "torch"), ("keras", "tensorflow"), ("jax", "haiku"))
              if importlib.util.find_spec(module) is not None]

@@ -21,6 +21,9 @@ import pytest
 
 from suite_cli import REPO
 
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = REPO / "examples"
 
 

@@ -18,6 +18,9 @@ import pytest
 
 from amp_suite.testing import framework_installed
 
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 

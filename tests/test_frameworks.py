@@ -15,6 +15,9 @@ from amp_suite.records import RunSpec
 from amp_suite.testing import framework_installed
 from amp_suite.testing.conformance import BackendConformance
 
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
+
 MNIST_CNN_PARAMS = 824_458
 
 

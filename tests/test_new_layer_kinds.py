@@ -54,6 +54,9 @@ from amp_suite.testing import (
     run_probe,
 )
 
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
+
 # Keras and XLA compile a 4-million-parameter training step: up to about a minute a probe
 slow = pytest.mark.slow
 FRAMEWORKS = ("torch", "keras", "jax")

@@ -167,6 +167,7 @@ def test_a_preset_naming_an_undeclared_workload_is_refused_when_used():
         expand_preset(replace(config, presets=broken), "haiku-jmp-mnist")
 
 
+@pytest.mark.slow  # a real framework
 def test_a_preset_runs_end_to_end_and_its_report_puts_the_article_beside_the_measurement(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "out"

@@ -225,3 +225,20 @@ def test_memory_peak_does_not_grow_with_steps(tmp_path, clean_fake_env):
         assert result.status == "ok", result.error
         growth[steps] = result.metrics["rss_growth_bytes"]
     assert growth[200] - growth[10] < 16 * 2**20, growth
+
+
+def test_the_runner_asks_each_cells_launcher_how_to_start_it_and_what_its_exit_means():
+    from amp_suite.launchers import launcher_for
+
+    one = launcher_for(RunSpec(framework="fake", workload="w", precision="fp32"))
+    assert one.inherits_pipes and one.command(RunSpec(framework="fake", workload="w", precision="fp32"), "7")[-2:] \
+        == ["--result-fd", "7"]
+    assert one.failed_with_result(3, "boom") == "boom"
+    assert one.failed_without_result(3) == "worker exited with code 3 and no result"
+    ddp = RunSpec(framework="torch", workload="w", precision="fp32", devices=2, launcher="torchrun")
+    many = launcher_for(ddp)
+    command = many.command(ddp, "/tmp/cell.result")
+    assert not many.inherits_pipes and command[-2:] == ["--result-file", "/tmp/cell.result"]
+    assert command[command.index("--nproc-per-node") + 1] == "2" and "--standalone" in command
+    assert "local rank 0 saw: boom" in many.failed_with_result(1, "boom")
+    assert many.failed_without_result(1).startswith("torchrun exited with code 1 and no result")

@@ -12,6 +12,9 @@ from amp_suite.records import RunSpec  # noqa: E402
 from amp_suite.workloads import init_variables, workload_from_config  # noqa: E402
 from amp_suite_plugins import torch_plugin  # noqa: E402
 
+# Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
+pytestmark = pytest.mark.slow
+
 
 def _build(options: dict, optimizer: str = "sgd"):
     workload = workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "batch_size": 4,

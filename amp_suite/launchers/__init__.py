@@ -12,6 +12,10 @@ decides how many processes that takes; the framework plugin names it in
 * ``"torchrun"`` — PyTorch's launcher (``python -m torch.distributed.run``)
   starts one worker per device (:mod:`.torchrun`).
 
+The runner asks :func:`launcher_for` for the cell's :class:`Launcher` and
+never tests which one it got: the launcher gives the command, says whether its
+processes can inherit the runner's pipes, and explains its own exit codes.
+
 Nothing here imports a framework.  Inside a worker, :func:`this_process`
 says which process of the cell it is, as a :class:`DistributedSpec`.
 """
@@ -20,11 +24,49 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from amp_suite.records import RunSpec
 
 LAUNCHERS = ("process", "torchrun")
+
+
+class Launcher(Protocol):
+    """How the runner starts the processes of one cell, and what their exit means."""
+
+    @property
+    def name(self) -> str:
+        """The launcher's name, as :attr:`RunSpec.launcher` holds it."""
+        ...
+
+    @property
+    def inherits_pipes(self) -> bool:
+        """True: the cell's processes inherit the runner's result and progress pipes; false: the node's
+        result comes back in a file the runner names, and no progress inside the cell."""
+        ...
+
+    def command(self, run: RunSpec, result: str) -> list[str]:
+        """The command line; ``result`` is the result pipe's descriptor, or the result file's path."""
+        ...
+
+    def failed_with_result(self, code: int, seen: str) -> str:
+        """The error of a cell that exited with ``code`` > 0 after a failed result saying ``seen``."""
+        ...
+
+    def failed_without_result(self, code: int | None) -> str:
+        """The error of a cell that exited with ``code`` and gave no result."""
+        ...
+
+
+def launcher_for(run: RunSpec) -> Launcher:
+    """The launcher that starts ``run``'s processes."""
+    if run.launcher == "torchrun":
+        from amp_suite.launchers.torchrun import TORCHRUN
+
+        return TORCHRUN
+    from amp_suite.launchers.single import SINGLE_PROCESS
+
+    return SINGLE_PROCESS
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 from amp_suite.launchers.single import worker_command
 from amp_suite.records import RunSpec
@@ -50,6 +51,32 @@ def command(run: RunSpec, result_path: str) -> list[str]:
     """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
     return [sys.executable, "-c", TORCHRUN_BOOTSTRAP, *torchrun_arguments(run),
             "--no-python", *worker_command("--result-file", result_path)]
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """The :class:`~amp_suite.launchers.Launcher` of torchrun cells: no inherited pipes, a result file."""
+
+    name: str = "torchrun"
+    # torchrun closes inherited descriptors: its workers could not write to the runner's pipes (the numbers
+    # might even name other files of theirs), so local rank 0 writes a file and no progress comes back.
+    inherits_pipes: bool = False
+
+    def command(self, run: RunSpec, result: str) -> list[str]:
+        return command(run, result)
+
+    def failed_with_result(self, code: int, seen: str) -> str:
+        # Local rank 0 saw the symptom (a collective broke); torchrun knows a rank failed.
+        return (f"torchrun exited with code {code}: a rank failed or was killed, and the others were ended; "
+                f"local rank 0 saw: {seen}")
+
+    def failed_without_result(self, code: int | None) -> str:
+        # torchrun ends every rank when one fails, then exits non-zero
+        return (f"torchrun exited with code {code} and no result: a rank failed or was killed, and the others "
+                "were ended (see the log)")
+
+
+TORCHRUN = Torchrun()
 
 
 def main(argv: list[str]) -> int:

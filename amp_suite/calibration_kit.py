@@ -25,7 +25,8 @@ Both operations count two FLOPs per multiply-add, as the workloads do:
 :func:`measure_both` grows each operation's size (:data:`MATMUL_SIZES`,
 :data:`CONV_BATCHES`) until one call takes :data:`TARGET_CALL_S`, then keeps
 the fastest call of ``budget`` seconds of calls.  On a GPU a timed call should
-dispatch :data:`GPU_CALLS_PER_SYNC` operations between two waits.
+dispatch :data:`GPU_CALLS_PER_SYNC` operations between two waits
+(:func:`batched_call` builds one where a result has ``block_until_ready``).
 """
 
 from __future__ import annotations
@@ -125,6 +126,21 @@ def measure_both(out: dict[str, Any], dtype_name: str, kind: str, matmul: MakeCa
         if figure["tflops"] > (out.get(op) or {}).get(dtype_name, 0.0):
             out.setdefault(op, {})[dtype_name] = figure["tflops"]
             out.setdefault("sizes", {})[f"{op}/{dtype_name}"] = figure["size"]
+
+
+def batched_call(fn: Callable[..., Any], *args: Any, repeats: int) -> Call:
+    """One timed call: ``repeats`` dispatches of ``fn(*args)``, then a wait for the last.
+
+    For frameworks that dispatch asynchronously and run in order (JAX): the
+    wait is the last result's ``block_until_ready()``, so no framework is
+    imported here.
+    """
+    def call() -> None:
+        result = fn(*args)
+        for _ in range(repeats - 1):
+            result = fn(*args)
+        result.block_until_ready()
+    return call
 
 
 def gpu_unusable(framework: str, reason: str) -> RuntimeError:

@@ -49,8 +49,6 @@ COLUMNS = ["metric", "workload", "framework", "precision", "devices", "device_ki
 # Environment entries whose differences are listed (nested dicts are compared key by key).
 ENVIRONMENT_KEYS = ("amp_suite_version", "git_commit", "python", "platform", "cpu_model", "cpu_count", "cpu_flags",
                     "gpus", "packages")
-# Settings whose differences are listed: those declared compared=True in amp_suite/settings.py.
-SETTING_KEYS = COMPARED_SETTINGS
 
 
 def _num(value: Any) -> float | None:
@@ -214,7 +212,7 @@ def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[s
         else:
             differ(key, base.get(key), new.get(key))
     a_settings, b_settings = base.get("settings") or {}, new.get("settings") or {}
-    for key in SETTING_KEYS:
+    for key in COMPARED_SETTINGS:  # those declared compared=True in amp_suite/settings.py
         differ(f"settings.{key}", a_settings.get(key), b_settings.get(key))
     return lines
 

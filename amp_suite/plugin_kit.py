@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from amp_suite.devices import version_text
 from amp_suite.environment import cpu_info
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import DeviceInfo, EpochResult, PrecisionApplied, RunSpec
@@ -18,6 +19,28 @@ def cpu_device() -> DeviceInfo:
     """The host CPU as a :class:`DeviceInfo`."""
     info = cpu_info()
     return DeviceInfo(kind="cpu", platform="cpu", name=info["cpu_model"], count=1)
+
+
+def read_cuda_versions(versions: Any | None) -> dict[str, str]:
+    """``cuda_runtime``, ``cudnn`` and ``cudnn_compiled`` read from JAX's ``cuda_versions`` object.
+
+    ``versions`` is what the caller imported as ``jax._src.lib.cuda_versions``
+    (None without a CUDA plugin), so no framework is imported here.  A version
+    whose function is absent, raises, or answers nothing is left out.
+    """
+    if versions is None:
+        return {}
+    found: dict[str, str] = {}
+    for key, function, kind in (("cuda_runtime", "cuda_runtime_get_version", "cuda"),
+                                ("cudnn", "cudnn_get_version", "cudnn"),
+                                ("cudnn_compiled", "cudnn_build_version", "cudnn")):
+        try:
+            value = getattr(versions, function)()
+        except Exception:  # absent in this version, or the library failed to load
+            continue
+        if value not in (None, "", 0):
+            found[key] = version_text(value, kind)
+    return found
 
 
 def require_device_kind(run: RunSpec, gpu_available: bool, framework: str) -> str:

@@ -5,7 +5,8 @@ doctor runs it as ``python -m MODULE DEVICE`` (``cpu`` or ``auto``): one
 framework in one fresh process, imported after the doctor set the plugin's
 environment variables.  It measures with the framework's own APIs, the way
 the plugin's recipe does, fills its sections with :func:`section` and ends
-with :func:`emit`: one JSON object on its last line, one entry per section;
+with :func:`emit` (:func:`run_sections` does both): one JSON object on its
+last line, one entry per section;
 a section that raised holds ``{"error": ...}``.  The doctor's verdicts
 (:mod:`amp_suite.doctor.checks`) read these sections:
 
@@ -37,7 +38,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from amp_suite.doctor.checks import CONV_PROBE_HW, CONV_PROBE_IN, CONV_PROBE_OUT, MEMORY_PROBE_BYTES, PROBE_K
@@ -65,7 +66,7 @@ AGREEMENT = 0.02
 
 __all__ = ["CONV_PROBE_HW", "CONV_PROBE_IN", "CONV_PROBE_OUT", "GROWTH_INTERVAL", "GROWTH_SCALE",
            "MEMORY_PROBE_BYTES", "OVERFLOW_SCALE", "PROBE_K", "TIMING_BATCH", "TIMING_STEPS", "TIMING_WIDTH",
-           "emit", "loaded_libraries", "section", "time_sized", "time_steps", "timing_shape"]
+           "emit", "loaded_libraries", "run_sections", "section", "time_sized", "time_steps", "timing_shape"]
 
 # (step, wait, timed_step or None) of an MLP step at one batch size.
 StepKit = tuple[Callable[[], None], Callable[[], None], "Callable[[], float] | None"]
@@ -185,3 +186,15 @@ def emit(report: dict[str, Any]) -> None:
     """Print the report as the last line of stdout, for the doctor to read."""
     sys.stdout.write("\n" + json.dumps(report, default=str) + "\n")
     sys.stdout.flush()
+
+
+def run_sections(sections: Sequence[tuple[str, Callable[[], dict[str, Any]]]]) -> None:
+    """Fill one report with each ``(name, measure)`` in order (:func:`section`), then :func:`emit` it.
+
+    What a probe's ``main`` does once it has chosen its device: a section that
+    raises holds its error and the next one still runs.
+    """
+    report: dict[str, Any] = {}
+    for name, measure in sections:
+        section(report, name, measure)
+    emit(report)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
 from typing import Any
 
 from amp_suite import calibration_kit as kit
@@ -37,15 +36,6 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
     tf32_ok = kind == "gpu" and float(getattr(target, "compute_capability", "0") or 0) >= 8.0
     dtypes = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
 
-    def batched(fn: Callable[..., Any], *args: Any) -> kit.Call:
-        """``repeats`` dispatches of ``fn(*args)``, then a wait for the last (they run in order)."""
-        def call() -> None:
-            result = fn(*args)
-            for _ in range(repeats - 1):
-                result = fn(*args)
-            result.block_until_ready()
-        return call
-
     out: dict[str, Any] = {"device": getattr(target, "device_kind", target.platform), "kind": kind,
                            "version": jax.__version__, "calls_per_sync": repeats}
     for dtype_name, dtype in dtypes.items():
@@ -58,7 +48,7 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
             a = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
             b = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
             fn = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
-            return batched(fn, a, b)
+            return kit.batched_call(fn, a, b, repeats=repeats)
 
         def conv(batch: int, dtype: Any = dtype, precision: Any = precision) -> kit.Call:
             key = jax.random.PRNGKey(0)
@@ -68,7 +58,7 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
                                                        kit.CONV_CHANNELS)).astype(dtype), target)
             fn = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
                 x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision))
-            return batched(fn, x, w)
+            return kit.batched_call(fn, x, w, repeats=repeats)
 
         kit.measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
     return out

@@ -238,16 +238,16 @@ def preallocation_section(dev: Any) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     dev = _choose(argv[0] if argv else "auto")
-    report: dict[str, Any] = {}
-    kit.section(report, "device", lambda: device_section(dev))
-    kit.section(report, "preallocation", lambda: preallocation_section(dev))
-    kit.section(report, "precision", lambda: precision_section(dev))
-    kit.section(report, "amp_fp16", lambda: amp_section(dev, jnp.float16))
-    kit.section(report, "amp_bf16", lambda: amp_section(dev, jnp.bfloat16))
-    kit.section(report, "loss_scale", lambda: loss_scale_section(dev))
-    kit.section(report, "timing", lambda: timing_section(dev))
-    kit.section(report, "memory", lambda: memory_section(dev))
-    kit.emit(report)
+    kit.run_sections([
+        ("device", lambda: device_section(dev)),
+        ("preallocation", lambda: preallocation_section(dev)),
+        ("precision", lambda: precision_section(dev)),
+        ("amp_fp16", lambda: amp_section(dev, jnp.float16)),
+        ("amp_bf16", lambda: amp_section(dev, jnp.bfloat16)),
+        ("loss_scale", lambda: loss_scale_section(dev)),
+        ("timing", lambda: timing_section(dev)),
+        ("memory", lambda: memory_section(dev)),
+    ])
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ from typing import Any
 import numpy as np
 
 from amp_suite import hookimpl
-from amp_suite.devices import version_text
 from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers
@@ -49,6 +48,7 @@ from amp_suite.plugin_kit import (
     STANDARD_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
+    read_cuda_versions,
     require_device_kind,
     standard_precision,
     timed_window,
@@ -651,16 +651,4 @@ def cuda_versions() -> dict[str, str]:
         from jax._src.lib import cuda_versions as versions
     except Exception:  # a JAX that moved its private module: no versions
         return {}
-    if versions is None:
-        return {}
-    found: dict[str, str] = {}
-    for key, function, kind in (("cuda_runtime", "cuda_runtime_get_version", "cuda"),
-                                ("cudnn", "cudnn_get_version", "cudnn"),
-                                ("cudnn_compiled", "cudnn_build_version", "cudnn")):
-        try:
-            value = getattr(versions, function)()
-        except Exception:  # absent in this version, or the library failed to load
-            continue
-        if value not in (None, "", 0):
-            found[key] = version_text(value, kind)
-    return found
+    return read_cuda_versions(versions)

@@ -197,15 +197,15 @@ def memory_section(where: str) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     where = _choose(argv[0] if argv else "auto")
-    report: dict[str, Any] = {}
-    kit.section(report, "device", lambda: device_section(where))
-    kit.section(report, "precision", lambda: precision_section(where))
-    kit.section(report, "amp_fp16", lambda: amp_section(where, "mixed_float16"))
-    kit.section(report, "amp_bf16", lambda: amp_section(where, "mixed_bfloat16"))
-    kit.section(report, "loss_scale", lambda: loss_scale_section(where))
-    kit.section(report, "timing", lambda: timing_section(where))
-    kit.section(report, "memory", lambda: memory_section(where))
-    kit.emit(report)
+    kit.run_sections([
+        ("device", lambda: device_section(where)),
+        ("precision", lambda: precision_section(where)),
+        ("amp_fp16", lambda: amp_section(where, "mixed_float16")),
+        ("amp_bf16", lambda: amp_section(where, "mixed_bfloat16")),
+        ("loss_scale", lambda: loss_scale_section(where)),
+        ("timing", lambda: timing_section(where)),
+        ("memory", lambda: memory_section(where)),
+    ])
 
 
 if __name__ == "__main__":

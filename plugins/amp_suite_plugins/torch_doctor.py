@@ -200,15 +200,15 @@ def memory_section(dev: torch.device) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     dev = _device(argv[0] if argv else "auto")
-    report: dict[str, Any] = {}
-    kit.section(report, "device", lambda: device_section(dev))
-    kit.section(report, "precision", lambda: precision_section(dev))
-    kit.section(report, "amp_fp16", lambda: amp_section(dev, torch.float16))
-    kit.section(report, "amp_bf16", lambda: amp_section(dev, torch.bfloat16))
-    kit.section(report, "loss_scale", lambda: loss_scale_section(dev))
-    kit.section(report, "timing", lambda: timing_section(dev))
-    kit.section(report, "memory", lambda: memory_section(dev))
-    kit.emit(report)
+    kit.run_sections([
+        ("device", lambda: device_section(dev)),
+        ("precision", lambda: precision_section(dev)),
+        ("amp_fp16", lambda: amp_section(dev, torch.float16)),
+        ("amp_bf16", lambda: amp_section(dev, torch.bfloat16)),
+        ("loss_scale", lambda: loss_scale_section(dev)),
+        ("timing", lambda: timing_section(dev)),
+        ("memory", lambda: memory_section(dev)),
+    ])
 
 
 if __name__ == "__main__":

@@ -46,13 +46,7 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
         graphdef, params = nnx.split(layer)
         apply: Callable[..., Any] = jax.jit(lambda p, x: nnx.merge(graphdef, p)(x))
         params, x = jax.device_put((params, x), target)
-
-        def call() -> None:
-            result = apply(params, x)
-            for _ in range(repeats - 1):
-                result = apply(params, x)
-            result.block_until_ready()
-        return call
+        return kit.batched_call(apply, params, x, repeats=repeats)
 
     out: dict[str, Any] = {"device": getattr(target, "device_kind", target.platform), "kind": kind,
                            "version": flax.__version__, "calls_per_sync": repeats}

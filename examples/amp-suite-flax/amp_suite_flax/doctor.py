@@ -208,16 +208,16 @@ def main(argv: list[str]) -> None:
 
     dev = _choose(jax, argv[0] if argv else "auto")
     jnp = jax.numpy
-    report: dict[str, Any] = {}
-    kit.section(report, "device", lambda: device_section(jax, dev))
-    kit.section(report, "preallocation", lambda: preallocation_section(dev))
-    kit.section(report, "precision", lambda: precision_section(jax, dev))
-    kit.section(report, "amp_fp16", lambda: amp_section(jax, dev, jnp.float16))
-    kit.section(report, "amp_bf16", lambda: amp_section(jax, dev, jnp.bfloat16))
-    kit.section(report, "loss_scale", lambda: loss_scale_section(jax, dev))
-    kit.section(report, "timing", lambda: timing_section(jax, dev))
-    kit.section(report, "memory", lambda: memory_section(jax, dev))
-    kit.emit(report)
+    kit.run_sections([
+        ("device", lambda: device_section(jax, dev)),
+        ("preallocation", lambda: preallocation_section(dev)),
+        ("precision", lambda: precision_section(jax, dev)),
+        ("amp_fp16", lambda: amp_section(jax, dev, jnp.float16)),
+        ("amp_bf16", lambda: amp_section(jax, dev, jnp.bfloat16)),
+        ("loss_scale", lambda: loss_scale_section(jax, dev)),
+        ("timing", lambda: timing_section(jax, dev)),
+        ("memory", lambda: memory_section(jax, dev)),
+    ])
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ from amp_suite.plugin_kit import (
     STANDARD_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
+    read_cuda_versions,
     require_device_kind,
     standard_precision,
     timed_window,
@@ -649,20 +650,8 @@ def cuda_versions() -> dict[str, str]:
     ``jax._src.lib.cuda_versions`` (None without a CUDA plugin), guarded: a
     JAX that moved it gives no versions rather than a failed cell.
     """
-    from amp_suite.devices import version_text
-
     try:
         from jax._src.lib import cuda_versions as versions
     except Exception:
         return {}
-    found: dict[str, str] = {}
-    for key, function, kind in (("cuda_runtime", "cuda_runtime_get_version", "cuda"),
-                                ("cudnn", "cudnn_get_version", "cudnn"),
-                                ("cudnn_compiled", "cudnn_build_version", "cudnn")):
-        try:
-            value = getattr(versions, function)() if versions is not None else None
-        except Exception:  # absent in this JAX, or the library failed to load
-            continue
-        if value:
-            found[key] = version_text(value, kind)
-    return found
+    return read_cuda_versions(versions)

@@ -38,6 +38,8 @@ from amp_suite.config import (
     load_config,
     with_overrides,
 )
+from amp_suite.envs.placement import Placement, place_frameworks
+from amp_suite.envs.spec import environments_dir
 from amp_suite.errors import StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 from amp_suite.schema import closest
@@ -152,7 +154,8 @@ def device_counts(settings: SweepSettings) -> tuple[int, ...]:
 
 
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
-               explicit_steps: int | None = None, launchers: dict[str, str] | None = None):
+               explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
+               placements: dict[str, Placement] | None = None):
     """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
 
     Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
@@ -186,16 +189,20 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
             precisions = settings.precisions if repeat % 2 == 0 else tuple(reversed(settings.precisions))
-            for framework, devices, precision in itertools.product(
+            for name, devices, precision in itertools.product(
                     settings.frameworks, counts, precisions):
+                place = (placements or {}).get(name) or Placement(name, name)
+                framework = place.framework
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
                     **{**per_cell, "steps": steps, "batch_size": settings.batch_size or workload.batch_size},
                     options=dict(config.framework_options.get(framework, {})),
                     plugin_modules=plugin_modules, devices=devices,
                     launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",
+                    variant=name if name != framework else "", environment=place.environment,
+                    python=place.python,
                 )
-                cells.append(Cell(run, workload))
+                cells.append(Cell(run, workload, unavailable=place.problem))
     return cells
 
 
@@ -262,7 +269,9 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     for name in settings.frameworks:
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
-    check_names("framework", settings.frameworks, host.frameworks())
+    placements = place_frameworks(settings.frameworks, config.environments, host.frameworks(),
+                                  environments_dir(config.path), sweep_device_kind(config, request))
+    _warn_about_environments(placements.values(), inline=request.inline)
     config = check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
@@ -286,7 +295,8 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         explicit_steps = plan.steps
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
                        explicit_steps=explicit_steps,
-                       launchers={name: info.launcher for name, info in host.frameworks().items()})
+                       launchers={name: info.launcher for name, info in host.frameworks().items()},
+                       placements=placements)
     from amp_suite.output_dir import check_sweep_paths
     from amp_suite.runner import cell_log_path
 
@@ -297,11 +307,26 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
             """Every cell's repeat ``repeat`` (for ``--repeats auto``)."""
             more = plan_cells(config, replace(settings, repeats=repeat + 1),
                               worker_plugin_modules(host, request.plugins), explicit_steps=explicit_steps,
-                              launchers={name: info.launcher for name, info in host.frameworks().items()})
+                              launchers={name: info.launcher for name, info in host.frameworks().items()},
+                              placements=placements)
             return [cell for cell in more if cell.run.repeat == repeat]
 
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
                            plan.record if plan is not None else None, plan_repeat=plan_repeat)
+
+
+def _warn_about_environments(placements: Iterable[Placement], *, inline: bool) -> None:
+    """One line per environment that cannot run or runs outdated requirements; --inline refuses them."""
+    for place in placements:
+        if place.environment and inline:
+            raise UsageError(f"--inline runs cells in this process, not in environment {place.environment!r} "
+                             f"(for {place.label}); drop --inline")
+        if place.problem:
+            print(f"amp-suite: warning: {place.label}: {place.problem}; its cells will be unavailable",
+                  file=sys.stderr)
+        elif place.stale:
+            print(f"amp-suite: warning: environment {place.environment!r} was built for other requirements (or "
+                  f"another amp-suite); `amp-suite env create {place.environment}` rebuilds it", file=sys.stderr)
 
 
 def sweep_device_kind(config: SuiteConfig, request: SweepRequest) -> str:
@@ -424,7 +449,7 @@ def _auto_repeats(request: SweepRequest, settings: SweepSettings, store, host, e
     wide = wide_speedups(outcome.results, environment, width)
     while wide and repeat < cap:
         groups = {(w, f, d) for w, f, d, _, _ in wide}
-        cells = [c for c in plan_repeat(repeat) if (c.run.workload, c.run.framework, c.run.devices) in groups]
+        cells = [c for c in plan_repeat(repeat) if (c.run.workload, c.run.label, c.run.devices) in groups]
         print(f"amp-suite: --repeats auto: {len(wide)} speed-up(s) wider than ±{width:.0%}; repeat {repeat} of "
               f"{len(cells)} cells", file=sys.stderr)
         for result in iter_sweep(cells, store, inline=request.inline, resume=request.resume,

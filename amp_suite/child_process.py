@@ -14,26 +14,37 @@ import os
 import signal
 import sys
 
+from amp_suite.launchers.single import OWN_PATH, path_setter
+
 # Runs module ``sys.argv[1]`` as ``__main__`` after isolating the path and tying the process to its host.
 ISOLATED_BOOTSTRAP = (
-    "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
-    "from amp_suite.child_process import guard_from_env; guard_from_env(); "
+    path_setter(".pop") + "from amp_suite.child_process import guard_from_env; guard_from_env(); "
     "import runpy; sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
 )
 
 
-def isolated_command(module: str, *args: str) -> list[str]:
-    """The command line running ``python -m MODULE ARGS`` with an isolated path; pair it with :func:`isolated_env`."""
-    return [sys.executable, "-c", ISOLATED_BOOTSTRAP, module, *args]
+def isolated_command(module: str, *args: str, python: str = "") -> list[str]:
+    """The command line running ``python -m MODULE ARGS`` with an isolated path; pair it with :func:`isolated_env`.
+
+    ``python``: an environment's interpreter (pass ``own_path=True`` to :func:`isolated_env`), else this one.
+    """
+    return [python or sys.executable, "-c", ISOLATED_BOOTSTRAP, module, *args]
 
 
-def isolated_env(base: dict[str, str] | None = None) -> dict[str, str]:
-    """``base`` (default: this environment) plus the import path and host pid the bootstrap reads."""
+def isolated_env(base: dict[str, str] | None = None, *, own_path: bool = False) -> dict[str, str]:
+    """``base`` (default: this environment) plus the import path and host pid the bootstrap reads.
+
+    ``own_path``: the child keeps its own interpreter's path (an environment's), and no
+    ``PYTHONPATH``/``PYTHONHOME`` of the host's reaches it.
+    """
     from amp_suite.runner import worker_import_path
     from amp_suite.worker import HOST_PID_ENV
 
     env = dict(os.environ if base is None else base)
-    env["AMP_SUITE_WORKER_PATH"] = os.pathsep.join(worker_import_path())
+    if own_path:
+        env.pop("PYTHONPATH", None)
+        env.pop("PYTHONHOME", None)
+    env["AMP_SUITE_WORKER_PATH"] = OWN_PATH if own_path else os.pathsep.join(worker_import_path())
     env[HOST_PID_ENV] = str(os.getpid())
     return env
 

@@ -123,7 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
                                         "Exit 1 when a check fails.")
     doctor.add_argument("--device", default="auto",
                         help="the device you expect: auto (a GPU if the machine has an NVIDIA one), cpu or gpu")
-    doctor.add_argument("--frameworks", help="comma-separated (default: every framework plugin)")
+    doctor.add_argument("--frameworks", help="comma-separated frameworks and environments (default: every "
+                                             "framework plugin and every declared environment)")
+    doctor.add_argument("--config", help="configuration declaring [environments] (default: ./benchmarks.toml "
+                                         "when there is one)")
     doctor.add_argument("--timeout", type=float, default=600.0, help="seconds per framework probe")
     doctor.add_argument("--acceptance", action="store_true",
                         help="run the whole acceptance checklist (doctor, TF32 through XLA, calibration, a "
@@ -133,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --acceptance: where the markdown report goes (default ./amp-suite-acceptance.md)")
     doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
 
+    from amp_suite.envs.command import add_env_parser
+
+    add_env_parser(sub)
     plugins = sub.add_parser("plugins", help="loaded plugins with their versions and hooks")
     plugins.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
     return parser
@@ -146,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.print_help()
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins,
-                   "calibrate": cmd_calibrate, "doctor": cmd_doctor, "init": cmd_init, "compare": cmd_compare}
+                   "calibrate": cmd_calibrate, "doctor": cmd_doctor, "init": cmd_init, "compare": cmd_compare,
+                   "env": cmd_env}
         with _stop_signals_interrupt():
             return handler[args.command](args)
     except UsageError as exc:
@@ -323,8 +330,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.device not in ("auto", "cpu", "gpu"):
         raise UsageError(f"unknown device {args.device!r}; allowed: auto, cpu, gpu")
     known = _host(args.plugin).frameworks()
-    names = _csv(args.frameworks) or tuple(known)
-    check_names("framework", names, known)
+    config_path = find_config(args.config)
+    declared = load_config(config_path).environments
+    asked = _csv(args.frameworks)
+    if asked:
+        check_names("framework", asked, [*known, *declared])
+    names = tuple(n for n in asked if n in known) if asked else tuple(known)
+    environments = _doctor_environments(declared, known, asked, config_path)
     if args.acceptance:
         from amp_suite.acceptance import run_acceptance
 
@@ -335,11 +347,35 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         raise UsageError("--report goes with --acceptance")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UsageError(f"--timeout must be a finite number of seconds above 0, got {args.timeout:g}")
-    plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout)
+    plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout,
+                      environments=environments)
     rows = run_checks(plan, progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
     print(render_table(rows))
     print(summary_line(rows))
     return EXIT_FAILED_CELLS if any(r.failed for r in rows) else EXIT_OK
+
+
+def cmd_env(args: argparse.Namespace) -> int:
+    from amp_suite.envs.command import cmd_env as run_env
+
+    return run_env(args)
+
+
+def _doctor_environments(declared: dict, known: dict, asked: tuple[str, ...] | None, config_path) -> tuple:
+    """The environments the doctor probes: those asked for by name, else every declared one (the GPU set's
+    only once built)."""
+    from amp_suite.doctor.runner import EnvironmentProbe
+    from amp_suite.envs import environments_dir, state_of
+
+    envs_dir = environments_dir(config_path)
+    probes = []
+    for name, spec in declared.items():
+        state = state_of(spec, envs_dir)
+        wanted = name in asked if asked else (state.built or not spec.gpu)
+        if wanted and spec.framework in known:
+            probes.append(EnvironmentProbe(name, str(state.python), known[spec.framework],
+                                           "" if state.built else state.problem))
+    return tuple(probes)
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:

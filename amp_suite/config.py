@@ -6,7 +6,7 @@ figures, in several files merged into one; a name defined in two of them is an
 error.  A ``benchmarks.toml`` in the working directory (or ``--config FILE``)
 extends the catalog: each table it defines (``[defaults]``, ``[cost]``,
 ``[workloads.NAME]``, ``[frameworks.NAME]``, ``[presets.NAME]``,
-``[published.NAME]``) replaces the packaged table of the same name as a whole.
+``[published.NAME]``, ``[environments."NAME"]``) replaces the packaged table of the same name as a whole.
 
 Every value is checked before the first cell runs, against one typed schema
 (:data:`~amp_suite.settings.SETTINGS_FIELDS` for ``[defaults]``, the ``run`` flags and presets,
@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite.cost import COST_FIELDS
+from amp_suite.envs.spec import EnvironmentSpec, environment_from_table
 from amp_suite.errors import UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import FrameworkInfo, Workload
@@ -44,9 +45,9 @@ CONFIG_NAME = "benchmarks.toml"
 # The catalog shipped inside the package: every *.toml here, these first, then the others by name.
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 CATALOG_FIRST = ("defaults.toml", "workloads.toml")
-TABLES = ("defaults", "workloads", "frameworks", "cost", "presets", "published")
+TABLES = ("defaults", "workloads", "frameworks", "cost", "presets", "published", "environments")
 # Tables of named tables ([workloads.NAME]); the others are one table each.
-NAMED_TABLES = ("workloads", "frameworks", "presets", "published")
+NAMED_TABLES = ("workloads", "frameworks", "presets", "published", "environments")
 # How the sources of tables are shown: "package: workloads.toml".
 PACKAGE = "package"
 
@@ -168,6 +169,8 @@ class SuiteConfig:
     replaced: frozenset[str] = frozenset()
     # [defaults.on_gpu] / [defaults.on_cpu]: settings that replace [defaults]' own on that device kind
     device_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # [environments."NAME"]: the Python environments frameworks may run in (amp_suite.envs)
+    environments: dict[str, EnvironmentSpec] = field(default_factory=dict)
 
     def source(self, key: str) -> str:
         """Where table ``key`` comes from: ``package: workloads.toml``, or the file's path."""
@@ -487,7 +490,10 @@ def load_config(path: Path | None) -> SuiteConfig:
             raise UsageError(f"{where}: [presets.{name}] names published figures {preset.published!r} that no "
                              f"[published.NAME] table declares{closest(preset.published, list(published))}")
         presets[name] = preset
-    return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced, by_kind)
+    environments = {name: environment_from_table(name, table, str(where))
+                    for name, table, where in named("environments")}
+    return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced, by_kind,
+                       environments)
 
 
 def for_device_kind(config: SuiteConfig, kind: str) -> SuiteConfig:

@@ -41,15 +41,6 @@ SMI_FIELDS = ("index", "name", "driver_version", "memory.total", "compute_cap",
               "clocks.max.sm", "clocks.max.memory", "power.limit")
 SMI_TIMEOUT_S = 20
 
-# The install line that gives each built-in framework a CUDA build (docs/gpu.md).
-# PyPI's torch 2.13.0 for Linux x86_64 is the CUDA 13.0 build; a CPU build
-# already installed satisfies ``torch==2.13.0`` too, so it must be replaced.
-GPU_INSTALL = {
-    "torch": "pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130",
-    "keras": "pip uninstall -y tensorflow-cpu && pip install 'tensorflow[and-cuda]==2.21.*'",
-    "jax": "pip install 'jax[cuda12]==0.10.2'",
-}
-GPU_EXTRA_INSTALL = "pip install 'amp-suite[gpu]'"
 
 
 class DeviceUnavailableError(FrameworkUnavailableError):
@@ -183,8 +174,13 @@ def detect_nvidia(smi: str | None = None, driver_file: Path | None = None) -> Nv
 
 
 def gpu_install_line(framework: FrameworkInfo) -> str:
-    """The command that gives ``framework`` a CUDA build."""
-    return GPU_INSTALL.get(framework.name, f"install a CUDA build of {framework.display_name} (docs/gpu.md)")
+    """The command that gives ``framework`` a CUDA build: its environment of the packaged GPU set, built."""
+    from amp_suite.envs.spec import packaged_gpu_set
+
+    name = packaged_gpu_set().get(framework.name)
+    if name is None:
+        return f"install a CUDA build of {framework.display_name} (docs/gpu.md)"
+    return f"amp-suite env create {name} (its own environment with its CUDA build; docs/gpu.md)"
 
 
 def device_problem(requested: str, device: DeviceInfo, framework: FrameworkInfo,

@@ -201,7 +201,7 @@ class SweepProgress:
     def __call__(self, index: int, total: int, cell, result) -> None:
         run = cell.run
         devices = f" x{run.devices}" if run.devices != 1 else ""
-        label = f"[{index}/{total}] {run.workload} {run.framework} {run.precision}{devices} r{run.repeat}"
+        label = f"[{index}/{total}] {run.workload} {run.label} {run.precision}{devices} r{run.repeat}"
         with self.lock:
             self._clear()
             if result is None:
@@ -213,7 +213,7 @@ class SweepProgress:
             resumed = self.cell is None or self.label != label  # a stored result: no start was announced
             self.cell = None
             if not resumed:
-                self.durations.setdefault((run.workload, run.framework, run.precision), []).append(
+                self.durations.setdefault((run.workload, run.label, run.precision), []).append(
                     result.wall_time_s)
                 self.ran.append(result.wall_time_s)
             self._print(_result_text(label, result) + self._eta(index, total, cell))

@@ -272,6 +272,16 @@ class RunSpec:
     node_rank: int = 0
     coordinator: str = ""
     launcher: str = "process"
+    # The name the sweep asked for when it is an environment's (torch@2.12): it labels the cell.
+    variant: str = ""
+    # The environment whose interpreter runs the worker ("" and "": this one, the host's).
+    environment: str = ""
+    python: str = ""
+
+    @property
+    def label(self) -> str:
+        """The cell's framework as tables show it: the variant's name, else the framework's."""
+        return self.variant or self.framework
 
     @property
     def key(self) -> str:
@@ -281,7 +291,7 @@ class RunSpec:
         adds its device count (``torch/mnist_cnn/fp32/d2/r0``).
         """
         devices = f"d{self.devices}/" if self.devices != 1 else ""
-        return f"{self.framework}/{self.workload}/{self.precision}/{devices}r{self.repeat}"
+        return f"{self.label}/{self.workload}/{self.precision}/{devices}r{self.repeat}"
 
     @property
     def distributed(self) -> bool:
@@ -380,7 +390,12 @@ BENIGN_STATUSES = ("ok", "unsupported")
 
 @dataclass
 class CellResult:
-    """One finished cell, as written to ``results.jsonl``."""
+    """One finished cell, as written to ``results.jsonl``.
+
+    ``framework`` is the cell's label (:attr:`RunSpec.label`): an environment's
+    name for a variant (``torch@2.12``), the plugin's otherwise; the plugin is
+    ``config["framework"]``.
+    """
 
     key: str
     framework: str
@@ -425,7 +440,7 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
 
 def cell_for_run(run: RunSpec, status: str, **fields: Any) -> CellResult:
     """A :class:`CellResult` for ``run`` with its identity and configuration filled in."""
-    return CellResult(key=run.key, framework=run.framework, workload=run.workload, precision=run.precision,
+    return CellResult(key=run.key, framework=run.label, workload=run.workload, precision=run.precision,
                       repeat=run.repeat, status=status, config=asdict(run), **fields)
 
 

@@ -45,7 +45,8 @@ CELL_COLUMNS = [
     "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
-    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "dataset",
+    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "plugin", "environment",
+    "interpreter", "dataset",
     "batch_size", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
     "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
     "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
@@ -128,7 +129,8 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
         kind = (r.device or {}).get("kind", "")
         throughput = _num(m.get("throughput"))
         achieved = _num(m.get("achieved_tflops"))
-        peak = peak_tflops(calibration, r.framework, kind, r.precision) if r.status == "ok" else None
+        plugin = (r.config or {}).get("framework") or r.framework  # a variant's (torch@2.12) plugin: torch
+        peak = peak_tflops(calibration, plugin, kind, r.precision) if r.status == "ok" else None
         images = _images_per_epoch(m, (r.config or {}).get("batch_size"))
         per_epoch, per_million = (cell_cost(throughput, images, cost["price_per_hour"])
                                   if cost.get("price_per_hour") is not None and r.status == "ok" else (None, None))
@@ -161,7 +163,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "achieved_tflops": achieved,
             "peak_tflops": peak,
             "peak_fraction": achieved / peak if achieved is not None and peak else None,
-            "ceiling_ratio": ceiling_ratio(calibration, r.framework, kind, r.precision) if kind else None,
+            "ceiling_ratio": ceiling_ratio(calibration, plugin, kind, r.precision) if kind else None,
             "images_per_epoch": images,
             "cost_per_epoch": per_epoch,
             "cost_per_million_images": per_million,
@@ -175,6 +177,9 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "device": (r.device or {}).get("name", ""),
             "device_kind": kind,
             "framework_version": m.get("framework_version", ""),
+            "plugin": plugin,
+            "environment": (r.config or {}).get("environment", ""),
+            "interpreter": (r.environment or {}).get("interpreter", ""),
             "dataset": (r.config or {}).get("dataset", ""),
             "batch_size": (r.config or {}).get("batch_size"),
             "steps": (r.config or {}).get("steps"),
@@ -794,8 +799,11 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
     summary = summary_frame(results, environment)
     cells = results_frame(results, environment)
+    from amp_suite.variants import VARIANT_NOTE, variant_table
+    from amp_suite.variants import environment_lines as variant_environment_lines
+
     out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment),
-           *runtime_lines(results), ""]
+           *runtime_lines(results), *variant_environment_lines(cells), ""]
     if not cells.empty:
         devices = sorted({device_label(k, [n])
                           for k, n in zip(cells["device_kind"], cells["device"], strict=True) if k})
@@ -837,6 +845,10 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
         if title.startswith("Throughput"):
             out += interval_lines(summary, environment)
+    variants = variant_table(summary, cells)
+    if not variants.empty:
+        out += ["## Framework variants (each against the first of its framework)", "", VARIANT_NOTE, "",
+                variants.to_markdown(index=False, disable_numparse=True), ""]
     target = time_to_target_table(summary, cells)
     if not target.empty:
         out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",

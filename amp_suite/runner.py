@@ -34,6 +34,7 @@ from amp_suite import progress as progress_channel
 from amp_suite import worker
 from amp_suite.errors import StorageError, one_line
 from amp_suite.launchers import launcher_for
+from amp_suite.launchers.single import OWN_PATH
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
@@ -48,10 +49,16 @@ RESULT_DRAIN_S = 10.0
 
 @dataclass(frozen=True)
 class Cell:
-    """A cell to run: the run and the workload it names."""
+    """A cell to run: the run and the workload it names.
+
+    ``unavailable`` says why the cell cannot start (its environment is not
+    built): the runner then stores it ``unavailable`` with that reason and
+    starts no worker.
+    """
 
     run: RunSpec
     workload: Workload
+    unavailable: str = ""
 
 
 ProgressCallback = Callable[[int, int, Cell, "CellResult | None"], None]
@@ -127,6 +134,36 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
     return entries
 
 
+def worker_path(run: RunSpec) -> list[str]:
+    """``run``'s worker import path: the host's (:func:`worker_import_path`), or in an environment its own.
+
+    An environment's worker keeps its interpreter's path (its site-packages and
+    the amp-suite installed there), less the current directory; plugin modules
+    given with ``-p`` are found where the host found them, last.
+    """
+    if not run.python:
+        return worker_import_path(run.plugin_modules)
+    roots = [root for root in (_import_root(name) for name in run.plugin_modules)
+             if root and not _installed_here(root)]  # never the host's site-packages
+    return [OWN_PATH, *dict.fromkeys(roots)]
+
+
+def _installed_here(path: str) -> bool:
+    """Whether ``path`` lies in this interpreter's installation (its prefix or its base's)."""
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(Path(prefix).resolve()) for prefix in {sys.prefix, sys.base_prefix})
+
+
+def interpreter_problem(run: RunSpec) -> str:
+    """Why ``run``'s environment interpreter cannot start a worker ("" when it can, or when it has none)."""
+    if run.environment and not run.python:
+        return f"environment {run.environment!r} is not built: run `amp-suite env create {run.environment}`"
+    if run.python and not (os.path.isfile(run.python) and os.access(run.python, os.X_OK)):
+        return (f"environment {run.environment!r} is broken: its interpreter {run.python} is missing; run "
+                f"`amp-suite env create {run.environment}`")
+    return ""
+
+
 def _read_all(fd: int, into: list[bytes]) -> None:
     """Read ``fd`` to its end, keeping at most :data:`RESULT_BYTES` bytes."""
     kept = 0
@@ -169,10 +206,16 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         log = open_for_writing(log_path)
     except OSError as exc:
         raise StorageError(f"cannot write the log {str(log_path)!r}: {exc.strerror or one_line(exc)}") from None
+    problem = cell.unavailable or interpreter_problem(run)
+    if problem:
+        log.close()
+        return _failure(cell, "unavailable", problem, started, log_path)
     request = json.dumps({"run": asdict(run), "workload": asdict(cell.workload)}).encode("utf-8")
-    child_env = {**os.environ, **(env or {}),
-                 "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path(run.plugin_modules)),
+    child_env = {**os.environ, **(env or {}), "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_path(run)),
                  worker.HOST_PID_ENV: str(os.getpid())}
+    if run.python:  # an environment's interpreter: none of the host's import settings
+        child_env.pop("PYTHONPATH", None)
+        child_env.pop("PYTHONHOME", None)
     child_env.update(one_gpu_visible(run, child_env))
     oom_before = _oom_kills()
     result_r, result_w = os.pipe()

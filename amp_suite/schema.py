@@ -9,7 +9,7 @@ one-line :class:`~amp_suite.errors.UsageError`.
 
 Names (workloads, frameworks, precisions) must pass :func:`check_name`: they
 end up in file names and in markdown tables, so they are short and made of
-letters, digits, ``_``, ``-`` and ``.``.
+letters, digits, ``_``, ``-``, ``.`` and ``@`` (``torch@2.12``, an environment).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from amp_suite.errors import UsageError
 
 # Longest name of a workload, framework or precision.
 NAME_CHARS = 64
-NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]*")
 # Longest text value shown back in an error message.
 SHOWN_CHARS = 60
 
@@ -78,7 +78,7 @@ def check_name(kind: str, name: Any) -> str:
     if len(name) > NAME_CHARS:
         raise UsageError(f"{kind} name {shown(name)} is longer than {NAME_CHARS} characters")
     if not NAME_PATTERN.fullmatch(name):
-        raise UsageError(f"{kind} name {shown(name)} may hold only letters, digits, '_', '-' and '.', "
+        raise UsageError(f"{kind} name {shown(name)} may hold only letters, digits, '_', '-', '.' and '@', "
                          "and must start with a letter or digit")
     return name
 

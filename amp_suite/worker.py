@@ -234,6 +234,9 @@ def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None, *,
         result.metrics["traceback"] = trace[-TRACEBACK_CHARS:]
         if log is not None:
             write_failure(log, result, trace)
+    # Which interpreter ran the cell: the host's, or its environment's (amp_suite.envs).
+    result.environment.update({"interpreter": sys.executable, "prefix": sys.prefix,
+                               "environment": run.environment})
     result.wall_time_s = time.perf_counter() - started
     return result
 
@@ -260,9 +263,9 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         )
     missing = missing_modules(info)
     if missing:
-        raise FrameworkUnavailableError(
-            f"{info.display_name} is not installed (missing {', '.join(missing)}): {info.install_hint()}"
-        )
+        fix = (f"add it to the requirements of [environments.\"{run.environment}\"], then `amp-suite env create "
+               f"{run.environment}`" if run.environment else info.install_hint())
+        raise FrameworkUnavailableError(f"{info.display_name} is not installed (missing {', '.join(missing)}): {fix}")
     if run.distributed and not info.launcher:
         raise UnsupportedError(f"{info.display_name} has no data-parallel engine (its plugin's FrameworkInfo."
                                f"launcher is empty): run it with --devices 1")

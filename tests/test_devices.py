@@ -95,7 +95,7 @@ def test_device_policy(requested, device, framework, inventory, needle):
 
 def test_the_fallback_message_carries_the_install_line():
     problem = device_problem("auto", CPU, TORCH, A100)
-    assert devices.GPU_INSTALL["torch"] in problem and "--device cpu" in problem
+    assert "amp-suite env create torch@gpu" in problem and "--device cpu" in problem
 
 
 def test_select_checked_turns_unsupported_gpu_into_unavailable():

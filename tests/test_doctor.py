@@ -6,7 +6,10 @@ import importlib.util
 
 import pytest
 
-from amp_suite.devices import GPU_INSTALL, NvidiaGpu, NvidiaInventory
+from amp_suite.devices import NvidiaGpu, NvidiaInventory
+from amp_suite.envs.spec import packaged_gpu_set
+
+GPU_INSTALL = {name: f"amp-suite env create {env}" for name, env in packaged_gpu_set().items()}
 from amp_suite.doctor import checks
 from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED
 from amp_suite.doctor.runner import DoctorPlan, ProbeError, render_table, run_checks

@@ -22,7 +22,8 @@ from amp_suite.settings import (
 
 REPO = Path(__file__).resolve().parents[1]
 # RunSpec fields that name the cell rather than carry a setting: set by the sweep's plan.
-CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher"}
+CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher",
+                 "variant", "environment", "python"}  # placed per framework name (amp_suite.envs)
 
 
 def run_args(*argv: str):

@@ -19,7 +19,7 @@ import os
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from amp_suite import host_measure
 from amp_suite.devices import NvidiaInventory, detect_nvidia, gpu_install_line
@@ -33,8 +33,12 @@ MACHINE = "machine"
 # warnings TensorFlow prints while loading CUDA libraries are the diagnosis.
 DOCTOR_ENV = {"TF_CPP_MIN_LOG_LEVEL": "0"}
 
-# Runs one framework's probe; returns its report, or raises ProbeError.
-ProbeRunner = Callable[[FrameworkInfo, str, float], dict[str, Any]]
+class ProbeRunner(Protocol):
+    """Runs one framework's probe (in ``python``, an environment's interpreter, when given); returns its
+    report, or raises :class:`ProbeError`."""
+
+    def __call__(self, framework: FrameworkInfo, device: str, timeout_s: float, *,
+                 python: str = "") -> dict[str, Any]: ...
 
 
 class ProbeError(Exception):
@@ -55,25 +59,40 @@ def probe_env(framework: FrameworkInfo, base: dict[str, str] | None = None) -> d
 
 
 @dataclass(frozen=True)
+class EnvironmentProbe:
+    """An environment the doctor probes: its name, interpreter, framework, and why it cannot run ("" if it can)."""
+
+    name: str
+    python: str
+    framework: FrameworkInfo
+    problem: str = ""
+
+
+@dataclass(frozen=True)
 class DoctorPlan:
-    """What the doctor checks: the device the user expects and the frameworks to probe."""
+    """What the doctor checks: the device the user expects, the frameworks and the environments to probe."""
 
     device: str  # auto | cpu | gpu
     frameworks: tuple[FrameworkInfo, ...]
     timeout_s: float = PROBE_TIMEOUT_S
+    environments: tuple[EnvironmentProbe, ...] = ()
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "gpu"):
             raise ValueError(f"unknown device {self.device!r}; allowed: auto, cpu, gpu")
 
 
-def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float) -> dict[str, Any]:
-    """``python -m DOCTOR_PROBE DEVICE`` with the framework's environment; its JSON report."""
+def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float, *, python: str = "") -> dict[str, Any]:
+    """``python -m DOCTOR_PROBE DEVICE`` with the framework's environment; its JSON report.
+
+    ``python``: an environment's interpreter, which keeps its own import path.
+    """
     from amp_suite.child_process import exit_description, isolated_command, isolated_env
 
-    env = isolated_env(probe_env(framework))
+    env = isolated_env(probe_env(framework), own_path=bool(python))
     try:
-        done = subprocess.run(isolated_command(framework.doctor_probe, "cpu" if device == "cpu" else "auto"),
+        done = subprocess.run(isolated_command(framework.doctor_probe, "cpu" if device == "cpu" else "auto",
+                                               python=python),
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
@@ -184,6 +203,35 @@ def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
             rows.append(CheckResult(info.name, "probe ran", FAILED, _probe_failure(exc, info, inventory)))
             continue
         rows.extend(framework_checks(info, report, expect_gpu=expect_gpu, inventory=inventory))
+    for environment in plan.environments:
+        rows.extend(environment_checks(environment, plan, probe, expect_gpu=expect_gpu, inventory=inventory,
+                                       progress=progress))
+    return rows
+
+
+def environment_checks(environment: EnvironmentProbe, plan: DoctorPlan, probe: ProbeRunner, *, expect_gpu: bool,
+                       inventory: NvidiaInventory, progress: Callable[[str], None] | None = None) -> list[CheckResult]:
+    """The rows of one environment: built, then its framework's checks run by its own interpreter.
+
+    Among them, on a GPU, the cuDNN builds its process really mapped (``/proc/self/maps``): two
+    builds in one environment fail, with the fix.
+    """
+    name, info = environment.name, environment.framework
+    if environment.problem:
+        return [CheckResult(name, "environment built", FAILED, environment.problem)]
+    if not info.doctor_probe:
+        return [CheckResult(name, "environment built", SKIPPED, f"{environment.python}; the doctor has no probe "
+                            f"for {info.display_name}")]
+    if progress:
+        progress(f"probing {info.display_name} in environment {name} ...")
+    try:
+        report = probe(info, plan.device, plan.timeout_s, python=environment.python)
+    except ProbeError as exc:
+        return [CheckResult(name, "environment built", PASSED, environment.python),
+                CheckResult(name, "probe ran", FAILED, _probe_failure(exc, info, inventory))]
+    rows = [CheckResult(name, "environment built", PASSED, environment.python)]
+    for row in framework_checks(info, report, expect_gpu=expect_gpu, inventory=inventory):
+        rows.append(CheckResult(name, row.check, row.status, row.detail))
     return rows
 
 

@@ -12,16 +12,27 @@ from dataclasses import dataclass
 
 from amp_suite.records import RunSpec
 
+# ``AMP_SUITE_WORKER_PATH`` entry that stands for the interpreter's own path less its first entry (the
+# current directory): an environment's worker keeps its site-packages instead of taking the host's.
+OWN_PATH = "<own>"
+
+
+def path_setter(variable_read: str) -> str:
+    """The statement a bootstrap starts with: ``sys.path`` from ``AMP_SUITE_WORKER_PATH`` (``.pop`` or ``.get``)."""
+    return ("import os, sys; sys.path[:] = [e for x in os.environ" + variable_read + "('AMP_SUITE_WORKER_PATH')"
+            f".split(os.pathsep) for e in (sys.path[1:] if x == {OWN_PATH!r} else [x])]; ")
+
+
 # The worker's entry: the import path is set before anything else is imported.
-WORKER_BOOTSTRAP = (
-    "import os, sys; sys.path[:] = os.environ.pop('AMP_SUITE_WORKER_PATH').split(os.pathsep); "
-    "from amp_suite.worker import main; sys.exit(main(sys.argv[2:]))"
-)
+WORKER_BOOTSTRAP = path_setter(".pop") + "from amp_suite.worker import main; sys.exit(main(sys.argv[2:]))"
 
 
-def worker_command(*result: str) -> list[str]:
-    """The worker's command line; ``result`` is ``("--result-fd", N)`` or ``("--result-file", PATH)``."""
-    return [sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", *result]
+def worker_command(*result: str, python: str = "") -> list[str]:
+    """The worker's command line; ``result`` is ``("--result-fd", N)`` or ``("--result-file", PATH)``.
+
+    ``python``: the interpreter (an environment's), else this one.
+    """
+    return [python or sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", *result]
 
 
 @dataclass(frozen=True)
@@ -32,7 +43,7 @@ class SingleProcess:
     inherits_pipes: bool = True
 
     def command(self, run: RunSpec, result: str) -> list[str]:
-        return worker_command("--result-fd", result)
+        return worker_command("--result-fd", result, python=run.python)
 
     def failed_with_result(self, code: int, seen: str) -> str:
         return seen

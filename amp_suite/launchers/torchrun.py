@@ -26,15 +26,13 @@ import os
 import sys
 from dataclasses import dataclass
 
-from amp_suite.launchers.single import worker_command
+from amp_suite.launchers.single import path_setter, worker_command
 from amp_suite.records import RunSpec
 from amp_suite.settings import check_coordinator
 
 # The launcher's entry: import path first (kept for the workers), then torchrun.
-TORCHRUN_BOOTSTRAP = (
-    "import os, sys; sys.path[:] = os.environ['AMP_SUITE_WORKER_PATH'].split(os.pathsep); "
-    "from amp_suite.launchers.torchrun import main; sys.exit(main(sys.argv[1:]))"
-)
+TORCHRUN_BOOTSTRAP = (path_setter(".get")
+                      + "from amp_suite.launchers.torchrun import main; sys.exit(main(sys.argv[1:]))")
 
 
 def torchrun_arguments(run: RunSpec) -> list[str]:
@@ -49,8 +47,8 @@ def torchrun_arguments(run: RunSpec) -> list[str]:
 
 def command(run: RunSpec, result_path: str) -> list[str]:
     """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
-    return [sys.executable, "-c", TORCHRUN_BOOTSTRAP, *torchrun_arguments(run),
-            "--no-python", *worker_command("--result-file", result_path)]
+    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, *torchrun_arguments(run),
+            "--no-python", *worker_command("--result-file", result_path, python=run.python)]
 
 
 @dataclass(frozen=True)

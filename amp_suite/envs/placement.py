@@ -1,0 +1,74 @@
+"""Which interpreter runs each framework a sweep names.
+
+``--frameworks torch@2.12,torch@2.13,keras`` names two environments and a
+framework.  An environment's name runs its framework in that environment and
+labels its cells with the name; a framework's name runs in
+``[environments."NAME"]`` of the same name when one is declared, on a GPU
+sweep in the framework's built GPU environment (``gpu = true``) when there is
+one, and otherwise in this interpreter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from amp_suite.envs.build import state_of
+from amp_suite.envs.spec import EnvironmentSpec
+from amp_suite.errors import UsageError
+from amp_suite.schema import closest, shown
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one requested framework name runs.
+
+    ``label`` is the name as requested (it labels the cells); ``framework``
+    the plugin that runs them; ``environment`` the environment ("" for this
+    interpreter) and ``python`` its interpreter; ``problem`` says why the
+    environment cannot run cells now ("" when it can): those cells end
+    ``unavailable`` with it, and the others run.
+    """
+
+    label: str
+    framework: str
+    environment: str = ""
+    python: str = ""
+    problem: str = ""
+    stale: bool = False
+
+
+def place_frameworks(requested: Iterable[str], environments: Mapping[str, EnvironmentSpec],
+                     frameworks: Iterable[str], envs_dir: Path, device_kind: str = "cpu") -> dict[str, Placement]:
+    """A :class:`Placement` for every requested name; an unknown name is a one-line error."""
+    known = list(frameworks)
+    placements: dict[str, Placement] = {}
+    for name in requested:
+        spec = environments.get(name)
+        if spec is None and name in known and device_kind == "gpu":
+            spec = _built_gpu_environment(name, environments, envs_dir)
+        if spec is None:
+            if name not in known:
+                others = [n for n in environments if n not in known]
+                raise UsageError(f"unknown framework {shown(name)}; allowed: {', '.join(known)}"
+                                 f"{closest(name, [*known, *others])}"
+                                 + (f"; or an environment: {', '.join(others)}" if others else ""))
+            placements[name] = Placement(name, name)
+            continue
+        if spec.framework not in known:
+            raise UsageError(f"environment {name!r} runs framework {spec.framework!r}, which no loaded plugin "
+                             f"provides; known: {', '.join(known)}")
+        state = state_of(spec, envs_dir)
+        placements[name] = Placement(name, spec.framework, spec.name, str(state.python) if state.built else "",
+                                     state.problem, state.stale)
+    return placements
+
+
+def _built_gpu_environment(framework: str, environments: Mapping[str, EnvironmentSpec],
+                           envs_dir: Path) -> EnvironmentSpec | None:
+    """The first built environment of the GPU set that runs ``framework``."""
+    for spec in environments.values():
+        if spec.gpu and spec.framework == framework and state_of(spec, envs_dir).built:
+            return spec
+    return None

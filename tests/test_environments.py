@@ -375,3 +375,31 @@ requirements = ["jax==0.10.2", "jaxlib==0.10.2", "dm-haiku==0.0.17", "jmp==0.0.4
     assert rows["torch"]["environment"]["prefix"] == sys.prefix
     report = (tmp_path / "out" / "report.md").read_text()
     assert "| jax@env" in report and "| torch" in report
+
+
+def test_torchrun_and_its_workers_start_with_the_environments_interpreter():
+    from amp_suite.launchers import launcher_for
+
+    run = RunSpec(framework="torch", workload="tiny", precision="fp32", devices=2, launcher="torchrun",
+                  environment="torch@2.13", python="/envs/torch/bin/python")
+    command = launcher_for(run).command(run, "/out/result")
+    assert command[0] == "/envs/torch/bin/python"
+    worker = command[command.index("--no-python") + 1:]
+    assert worker[0] == "/envs/torch/bin/python" and "amp_suite.worker" in worker
+    host = RunSpec(framework="torch", workload="tiny", precision="fp32", devices=2, launcher="torchrun")
+    assert launcher_for(host).command(host, "/out/result")[0] == sys.executable
+
+
+@envbuild
+def test_without_uv_the_build_falls_back_to_venv_and_pip_and_says_so(tmp_path):
+    from amp_suite.envs import create
+
+    said: list[str] = []
+    spec = EnvironmentSpec("pip-built", "fake", ("six==1.16.0",))
+    state, done = create(spec, tmp_path, emit=said.append, uv=None)
+    assert state.built and "with venv and pip" in done
+    assert any("uv is not installed" in line for line in said)
+    assert state.versions["six"] == "1.16.0"
+    answer = subprocess.run([str(state.python), "-c", "import amp_suite, sys; print(amp_suite.__file__, sys.prefix)"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert answer == [str(REPO / "amp_suite" / "__init__.py"), str(tmp_path / "pip-built")]  # the same source tree

@@ -76,6 +76,8 @@ class SweepRequest:
     # more, up to this many, until every speed-up's 95% interval is within ±auto_width of it; 0: off.
     auto_repeats: int = 0
     auto_width: float = 0.05
+    executor: str | None = None  # --executor local|ray|slurm over [executor] kind
+    ray_address: str | None = None  # --ray-address over [executor] ray_address
 
 
 @dataclass
@@ -189,8 +191,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
             precisions = settings.precisions if repeat % 2 == 0 else tuple(reversed(settings.precisions))
-            for name, devices, precision in itertools.product(
-                    settings.frameworks, counts, precisions):
+            for name, pool, devices, precision in itertools.product(
+                    settings.frameworks, settings.pools or ("",), counts, precisions):
                 place = (placements or {}).get(name) or Placement(name, name)
                 framework = place.framework
                 run = RunSpec(
@@ -200,7 +202,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     plugin_modules=plugin_modules, devices=devices,
                     launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",
                     variant=name if name != framework else "", environment=place.environment,
-                    python=place.python,
+                    python=place.python, pool=pool,
                 )
                 cells.append(Cell(run, workload, unavailable=place.problem))
     return cells
@@ -272,6 +274,9 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     placements = place_frameworks(settings.frameworks, config.environments, host.frameworks(),
                                   environments_dir(config.path), sweep_device_kind(config, request))
     _warn_about_environments(placements.values(), inline=request.inline)
+    from amp_suite.executors.select import check_executor
+
+    check_executor(executor_of(config, request), settings.pools, config.pools, inline=request.inline)
     config = check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
@@ -313,6 +318,11 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
 
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
                            plan.record if plan is not None else None, plan_repeat=plan_repeat)
+
+
+def executor_of(config: SuiteConfig, request: SweepRequest):
+    """The sweep's executor settings: ``[executor]`` with ``--executor`` and ``--ray-address`` over it."""
+    return config.executor.with_flags(request.executor, request.ray_address)
 
 
 def _warn_about_environments(placements: Iterable[Placement], *, inline: bool) -> None:
@@ -366,8 +376,8 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
                 preset: dict[str, Any] | None = None, plan_repeat: Callable | None = None) -> SweepOutcome:
     from amp_suite.calibration import attach_calibration
     from amp_suite.environment import host_environment
+    from amp_suite.executors.select import run_cells
     from amp_suite.results import ResultStore
-    from amp_suite.runner import iter_sweep
     from amp_suite.safe_files import write_file_atomically
 
     store = ResultStore(out_dir)
@@ -390,11 +400,13 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
-        for result in iter_sweep(cells, store, inline=request.inline, resume=request.resume,
-                                 env=worker_env(host), progress=None if request.quiet else progress):
+        for result in run_cells(executor_of(config, request), cells, store, inline=request.inline,
+                                resume=request.resume, env=worker_env(host),
+                                progress=None if request.quiet else progress, pools=config.pools,
+                                environment=environment):
             outcome.results.append(result)
         if request.auto_repeats and plan_repeat is not None:
-            _auto_repeats(request, settings, store, host, environment, outcome, progress, plan_repeat)
+            _auto_repeats(request, config, settings, store, host, environment, outcome, progress, plan_repeat)
     except KeyboardInterrupt as exc:
         outcome.stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
         print(f"amp-suite: interrupted by {signal.Signals(outcome.stopped_by).name}; finished cells are kept in "
@@ -403,6 +415,12 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
         outcome.storage_failed = True
         print(f"amp-suite: error: {one_line(exc)}; the sweep stops, {len(outcome.results)} finished cells are "
               "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
+    if "pools" in environment:  # what the cluster's nodes of each pool are, learnt while the cells ran
+        try:
+            write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
+        except OSError as exc:
+            print(f"amp-suite: warning: cannot update {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}",
+                  file=sys.stderr)
     report = host.write_report(outcome.results, out_dir, environment)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
     print(f"amp-suite: {len(outcome.results)} cells in {time.perf_counter() - started:.0f} s; wrote "
@@ -438,10 +456,11 @@ def wide_speedups(results: list[CellResult], environment: dict[str, Any], width:
     return wide
 
 
-def _auto_repeats(request: SweepRequest, settings: SweepSettings, store, host, environment: dict[str, Any],
+def _auto_repeats(request: SweepRequest, config: SuiteConfig, settings: SweepSettings, store, host,
+                  environment: dict[str, Any],
                   outcome: SweepOutcome, progress: Callable | None, plan_repeat: Callable) -> None:
     """Add repeats of the cells whose speed-ups' intervals are too wide, up to the cap; record what happened."""
-    from amp_suite.runner import iter_sweep
+    from amp_suite.executors.select import run_cells
     from amp_suite.safe_files import write_file_atomically
 
     cap, width = request.auto_repeats, request.auto_width
@@ -452,8 +471,10 @@ def _auto_repeats(request: SweepRequest, settings: SweepSettings, store, host, e
         cells = [c for c in plan_repeat(repeat) if (c.run.workload, c.run.label, c.run.devices) in groups]
         print(f"amp-suite: --repeats auto: {len(wide)} speed-up(s) wider than ±{width:.0%}; repeat {repeat} of "
               f"{len(cells)} cells", file=sys.stderr)
-        for result in iter_sweep(cells, store, inline=request.inline, resume=request.resume,
-                                 env=worker_env(host), progress=None if request.quiet else progress):
+        for result in run_cells(executor_of(config, request), cells, store, inline=request.inline,
+                                resume=request.resume, env=worker_env(host),
+                                progress=None if request.quiet else progress, pools=config.pools,
+                                environment=environment):
             outcome.results.append(result)
         repeat += 1
         wide = wide_speedups(outcome.results, environment, width)

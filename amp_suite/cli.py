@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--price-per-hour", type=float, help="price of this machine per hour: cost columns")
     run.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    run.add_argument("--executor", metavar="local|ray|slurm",
+                     help="where cells run: here one after another (local, the default), as Ray tasks or as "
+                          "Slurm jobs ([executor] in benchmarks.toml; docs/cluster.md)")
+    run.add_argument("--ray-address", metavar="HOST:PORT",
+                     help="the Ray cluster to submit to (default: a local Ray instance started for the sweep)")
 
     report = sub.add_parser("report", help="re-render the report from DIR/results.jsonl")
     report.add_argument("directory", help="a sweep's output directory")
@@ -207,7 +212,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         overrides["repeats"], auto = AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
                            resume=args.resume, inline=args.inline, quiet=args.quiet,
-                           cost=_cost_overrides(args), preset=args.preset, auto_repeats=auto)
+                           cost=_cost_overrides(args), preset=args.preset, auto_repeats=auto,
+                           executor=args.executor, ray_address=args.ray_address)
     return sweep(request, progress=SweepProgress()).exit_code
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from amp_suite.cost import COST_FIELDS
 from amp_suite.envs.spec import EnvironmentSpec, environment_from_table
 from amp_suite.errors import UsageError
+from amp_suite.executors.spec import ExecutorSettings, PoolSpec, executor_from_table, pool_from_table
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import FrameworkInfo, Workload
 from amp_suite.schema import Field, check_name, check_table, closest, shown
@@ -45,9 +46,10 @@ CONFIG_NAME = "benchmarks.toml"
 # The catalog shipped inside the package: every *.toml here, these first, then the others by name.
 CATALOG_DIR = Path(__file__).resolve().parent / "catalog"
 CATALOG_FIRST = ("defaults.toml", "workloads.toml")
-TABLES = ("defaults", "workloads", "frameworks", "cost", "presets", "published", "environments")
+TABLES = ("defaults", "workloads", "frameworks", "cost", "presets", "published", "environments", "pools",
+          "executor")
 # Tables of named tables ([workloads.NAME]); the others are one table each.
-NAMED_TABLES = ("workloads", "frameworks", "presets", "published", "environments")
+NAMED_TABLES = ("workloads", "frameworks", "presets", "published", "environments", "pools")
 # How the sources of tables are shown: "package: workloads.toml".
 PACKAGE = "package"
 
@@ -171,6 +173,9 @@ class SuiteConfig:
     device_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
     # [environments."NAME"]: the Python environments frameworks may run in (amp_suite.envs)
     environments: dict[str, EnvironmentSpec] = field(default_factory=dict)
+    # [pools.NAME] and [executor]: where cells are scheduled (amp_suite.executors)
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
     def source(self, key: str) -> str:
         """Where table ``key`` comes from: ``package: workloads.toml``, or the file's path."""
@@ -492,8 +497,11 @@ def load_config(path: Path | None) -> SuiteConfig:
         presets[name] = preset
     environments = {name: environment_from_table(name, table, str(where))
                     for name, table, where in named("environments")}
+    pools = {name: pool_from_table(name, table, str(where)) for name, table, where in named("pools")}
+    executor = (executor_from_table(tables["executor"], str(sources["executor"])) if "executor" in tables
+                else ExecutorSettings())
     return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced, by_kind,
-                       environments)
+                       environments, pools, executor)
 
 
 def for_device_kind(config: SuiteConfig, kind: str) -> SuiteConfig:

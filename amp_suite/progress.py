@@ -201,7 +201,8 @@ class SweepProgress:
     def __call__(self, index: int, total: int, cell, result) -> None:
         run = cell.run
         devices = f" x{run.devices}" if run.devices != 1 else ""
-        label = f"[{index}/{total}] {run.workload} {run.label} {run.precision}{devices} r{run.repeat}"
+        pool = f" on {run.pool}" if run.pool else ""
+        label = f"[{index}/{total}] {run.workload} {run.label}{pool} {run.precision}{devices} r{run.repeat}"
         with self.lock:
             self._clear()
             if result is None:

@@ -277,6 +277,8 @@ class RunSpec:
     # The environment whose interpreter runs the worker ("" and "": this one, the host's).
     environment: str = ""
     python: str = ""
+    # The cluster's device pool the cell runs on ([pools.NAME]); "": wherever its executor runs cells.
+    pool: str = ""
 
     @property
     def label(self) -> str:
@@ -291,7 +293,8 @@ class RunSpec:
         adds its device count (``torch/mnist_cnn/fp32/d2/r0``).
         """
         devices = f"d{self.devices}/" if self.devices != 1 else ""
-        return f"{self.label}/{self.workload}/{self.precision}/{devices}r{self.repeat}"
+        pool = f"pool-{self.pool}/" if self.pool else ""
+        return f"{self.label}/{self.workload}/{self.precision}/{devices}{pool}r{self.repeat}"
 
     @property
     def distributed(self) -> bool:

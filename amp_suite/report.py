@@ -46,7 +46,7 @@ CELL_COLUMNS = [
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "plugin", "environment",
-    "interpreter", "dataset",
+    "interpreter", "label", "pool", "dataset",
     "batch_size", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
     "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
     "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
@@ -72,6 +72,11 @@ def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
     if metrics.get("peak_rss_bytes") is not None:
         return metrics["peak_rss_bytes"] / MIB, "process RSS"
     return None, ""
+
+
+def pooled_label(label: str, pool: str) -> str:
+    """How tables name a cell's framework: its label, and the cluster pool it ran on (``torch on a100``)."""
+    return f"{label} on {pool}" if pool else label
 
 
 def flat_text(value: Any) -> str:
@@ -134,9 +139,12 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
         images = _images_per_epoch(m, (r.config or {}).get("batch_size"))
         per_epoch, per_million = (cell_cost(throughput, images, cost["price_per_hour"])
                                   if cost.get("price_per_hour") is not None and r.status == "ok" else (None, None))
+        pool = (r.config or {}).get("pool") or ""
         rows.append({
             "workload": r.workload,
-            "framework": r.framework,
+            "framework": pooled_label(r.framework, pool),
+            "label": r.framework,
+            "pool": pool,
             "precision": r.precision,
             "devices": _devices(r),
             "repeat": r.repeat,
@@ -845,6 +853,13 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
         if title.startswith("Throughput"):
             out += interval_lines(summary, environment)
+    from amp_suite.cross_pool import CROSS_POOL_NOTE, cross_pool_table, pool_lines
+
+    pooled = cross_pool_table(summary, cells, environment)
+    if not pooled.empty:
+        out += ["## Across pools (images/s, speed-up over fp32 on the same pool; ceiling; cost)", "",
+                CROSS_POOL_NOTE, "", pooled.to_markdown(index=False, disable_numparse=True), "",
+                *pool_lines(environment), ""]
     variants = variant_table(summary, cells)
     if not variants.empty:
         out += ["## Framework variants (each against the first of its framework)", "", VARIANT_NOTE, "",

@@ -99,7 +99,7 @@ def _log_tail(path: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def _import_root(module_name: str) -> str | None:
+def import_root(module_name: str) -> str | None:
     """The import-path entry a loaded module was found under."""
     module = sys.modules.get(module_name)
     file = getattr(module, "__file__", None)
@@ -128,7 +128,7 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
     if home not in {str(Path(e).resolve()) for e in entries if e}:
         entries.insert(0, home)
     for module_name in plugin_modules:
-        root = _import_root(module_name)
+        root = import_root(module_name)
         if root and root not in entries:
             entries.append(root)
     return entries
@@ -143,7 +143,7 @@ def worker_path(run: RunSpec) -> list[str]:
     """
     if not run.python:
         return worker_import_path(run.plugin_modules)
-    roots = [root for root in (_import_root(name) for name in run.plugin_modules)
+    roots = [root for root in (import_root(name) for name in run.plugin_modules)
              if root and not _installed_here(root)]  # never the host's site-packages
     return [OWN_PATH, *dict.fromkeys(roots)]
 
@@ -375,9 +375,8 @@ def iter_sweep(
     cells = list(cells)
     done = store.latest_by_key() if resume else {}
     for index, cell in enumerate(cells, start=1):
-        previous = done.get(cell.run.key)
-        if (previous is not None and previous.status == "ok"
-                and plain_config(previous.config) == plain_config(asdict(cell.run))):
+        previous = resumable(done, cell)
+        if previous is not None:
             if progress:
                 progress(index, len(cells), cell, previous)
             yield previous
@@ -394,16 +393,30 @@ def iter_sweep(
                 result = run_inline(cell, log_path=log_path)
         else:
             result = run_in_worker(cell, log_path=log_path, env=env, on_step=on_step)
-        try:
-            store.append(result)
-        except OSError as exc:
-            raise StorageError(
-                f"cannot append to {str(store.path)!r}: {exc.strerror or one_line(exc)}; "
-                f"the result of {cell.run.key} ({result.status}) is not stored"
-            ) from None
+        store_result(store, cell, result)
         if progress:
             progress(index, len(cells), cell, result)
         yield result
+
+
+def resumable(done: dict[str, CellResult], cell: Cell) -> CellResult | None:
+    """The stored result that ``--resume`` keeps for ``cell``: ``ok`` for the same configuration; else None."""
+    previous = done.get(cell.run.key)
+    if (previous is not None and previous.status == "ok"
+            and plain_config(previous.config) == plain_config(asdict(cell.run))):
+        return previous
+    return None
+
+
+def store_result(store: ResultStore, cell: Cell, result: CellResult) -> None:
+    """Append ``result`` to ``store``; :class:`StorageError` (the sweep stops) when it cannot be stored."""
+    try:
+        store.append(result)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot append to {str(store.path)!r}: {exc.strerror or one_line(exc)}; "
+            f"the result of {cell.run.key} ({result.status}) is not stored"
+        ) from None
 
 
 def run_sweep(cells: Iterable[Cell], store: ResultStore, **options: Any) -> list[CellResult]:

@@ -78,6 +78,10 @@ class SweepSettings:
     frameworks: tuple[str, ...] = setting(
         ("torch", "keras", "jax"), Field(tuple, names=True),
         "frameworks to run, comma-separated (e.g. torch,keras,jax)")
+    pools: tuple[str, ...] = setting(
+        (), Field(tuple),
+        "device pools of the cluster to run every cell on, comma-separated ([pools.NAME]; with --executor "
+        "ray or slurm)", metavar="NAMES")
     workloads: tuple[str, ...] = setting(
         ("mnist_cnn",), Field(tuple, names=True), "workloads from the catalog, comma-separated")
     precisions: tuple[str, ...] = setting(

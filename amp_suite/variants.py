@@ -20,16 +20,21 @@ VARIANT_COLUMNS = ["workload", "device", "precision", "variant", "against", "thr
                    "speed-up over fp32", "accuracy"]
 
 
-def variant_groups(cells: pd.DataFrame) -> dict[str, list[str]]:
-    """Plugin -> its labels in sweep order, for plugins that ran under two labels or more."""
+def variant_groups(cells: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
+    """(plugin, pool) -> the table names of its labels on that pool, in sweep order, where there are two or more.
+
+    The names are the ``framework`` column's (:func:`amp_suite.report.pooled_label`): variants are
+    compared on the same pool only.
+    """
     if cells.empty or "plugin" not in cells:
         return {}
-    groups: dict[str, list[str]] = {}
-    for plugin, label in zip(cells["plugin"], cells["framework"], strict=True):
-        labels = groups.setdefault(plugin or label, [])
-        if label not in labels:
-            labels.append(label)
-    return {plugin: labels for plugin, labels in groups.items() if len(labels) > 1}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for plugin, label, pool, name in zip(cells["plugin"], cells["label"], cells["pool"], cells["framework"],
+                                         strict=True):
+        names = groups.setdefault((plugin or label, pool or ""), [])
+        if name not in names:
+            names.append(name)
+    return {key: names for key, names in groups.items() if len(names) > 1}
 
 
 def _ratio(value: Any, ref: Any) -> str:

@@ -23,7 +23,8 @@ from amp_suite.settings import (
 REPO = Path(__file__).resolve().parents[1]
 # RunSpec fields that name the cell rather than carry a setting: set by the sweep's plan.
 CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher",
-                 "variant", "environment", "python"}  # placed per framework name (amp_suite.envs)
+                 "variant", "environment", "python",  # placed per framework name (amp_suite.envs)
+                 "pool"}  # one cell per pool of --pools (amp_suite.executors)
 
 
 def run_args(*argv: str):

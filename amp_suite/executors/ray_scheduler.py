@@ -1,0 +1,149 @@
+"""``--executor ray``: each cell a Ray task, on a node of its pool, with the devices it needs.
+
+The task asks for ``cpus_per_cell`` CPUs, the cell's GPUs when it runs on
+``--device gpu`` (``num_gpus`` = its devices: Ray places a task on one node,
+so a data-parallel cell's launcher finds all its devices there), and one unit
+of its pool's custom resource (``[pools.NAME] ray_resource``): a node that
+advertises ``{"a100": 1}`` runs one cell at a time.  Ray retries nothing
+(``max_retries=0``): a node lost mid-cell makes that cell ``failed`` with
+Ray's reason.  Ctrl-C cancels every task (``force=True``); each cell's worker
+dies with its task.
+
+Every node must have this amp-suite (and the cell's framework or
+environment) installed at the same path, and the sweep's output directory on
+a shared filesystem: the worker writes its log there (docs/cluster.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any
+
+from amp_suite.errors import UsageError, one_line
+from amp_suite.executors.node import pool_machine, run_cell_on_node
+from amp_suite.executors.remote import Finished
+
+if TYPE_CHECKING:
+    from amp_suite.runner import Cell
+
+# Seconds to wait for the small task that describes each pool's machine.
+POOL_PROBE_TIMEOUT_S = 300.0
+
+
+def ray_cell(payload: dict[str, Any]) -> dict[str, Any]:
+    """The Ray task of one cell: the cell, run on this node, its result naming the node."""
+    import ray
+
+    out = run_cell_on_node(payload)
+    context = ray.get_runtime_context()
+    out["environment"]["node"] = f"{ray.util.get_node_ip_address()} {context.get_node_id()[:8]}"
+    return out
+
+
+def cell_resources(cell: Cell, pools: dict[str, Any], cpus: float) -> dict[str, Any]:
+    """The task options of ``cell``: CPUs, GPUs and its pool's resource."""
+    run = cell.run
+    options: dict[str, Any] = {"num_cpus": cpus, "num_gpus": run.devices if run.device == "gpu" else 0,
+                               "max_retries": 0}
+    if run.pool:
+        options["resources"] = {pools[run.pool].ray_resource: 1}
+    return options
+
+
+def placement_problem(options: dict[str, Any], nodes: list[dict[str, Any]]) -> str | None:
+    """Why no alive node can ever run a task with ``options`` (None: one can)."""
+    wanted = {"CPU": options["num_cpus"], "GPU": options["num_gpus"], **options.get("resources", {})}
+    wanted = {name: amount for name, amount in wanted.items() if amount}
+    for node in nodes:
+        have = node.get("Resources") or {}
+        if node.get("Alive") and all(have.get(name, 0) >= amount for name, amount in wanted.items()):
+            return None
+    asked = ", ".join(f"{name} {amount:g}" for name, amount in wanted.items())
+    return f"no node of the Ray cluster has {asked} (ray status shows what each node advertises)"
+
+
+class RayScheduler:
+    """The :class:`~amp_suite.executors.remote.Scheduler` of a Ray cluster."""
+
+    def __init__(self, address: str, cpus_per_cell: float = 1.0) -> None:
+        self.address = address
+        self.cpus = cpus_per_cell
+        self.name = f"ray ({address or 'a local instance'})"
+        self.pools: dict[str, Any] = {}
+        self._task: Any = None
+        self.pool_info: dict[str, dict[str, Any]] = {}
+
+    def start(self, cells: list[Cell], pools: dict[str, Any]) -> dict[str, str]:
+        try:
+            import ray
+        except ImportError:
+            raise UsageError("--executor ray needs Ray: pip install 'amp-suite[cluster]'") from None
+        ray.init(address=self.address or None, log_to_driver=False, include_dashboard=False,
+                 configure_logging=False)
+        self.pools = pools
+        self._task = ray.remote(ray_cell)
+        nodes = ray.nodes()
+        unplaceable: dict[str, str] = {}
+        for cell in cells:
+            if cell.run.pool and not pools[cell.run.pool].ray_resource:
+                unplaceable[cell.run.key] = f"pool {cell.run.pool!r} names no ray_resource"
+                continue
+            problem = placement_problem(cell_resources(cell, pools, self.cpus), nodes)
+            if problem:
+                unplaceable[cell.run.key] = problem
+        self.pool_info = self._describe_pools({c.run.pool for c in cells if c.run.pool
+                                               and c.run.key not in unplaceable}, ray)
+        return unplaceable
+
+    def _describe_pools(self, names: set[str], ray: Any) -> dict[str, dict[str, Any]]:
+        probe = ray.remote(pool_machine)
+        refs = {name: probe.options(num_cpus=0, resources={self.pools[name].ray_resource: 0.001},
+                                    max_retries=0).remote() for name in sorted(names)}
+        info: dict[str, dict[str, Any]] = {}
+        for name, ref in refs.items():
+            try:
+                info[name] = ray.get(ref, timeout=POOL_PROBE_TIMEOUT_S)
+            except Exception as exc:  # a pool that cannot be described still runs its cells
+                info[name] = {"error": one_line(exc)}
+        return info
+
+    def submit(self, cell: Cell, payload: dict[str, Any]) -> Hashable:
+        return self._task.options(**cell_resources(cell, self.pools, self.cpus)).remote(payload)
+
+    def finished(self, handles: list[Any], timeout_s: float) -> list[Any]:
+        import ray
+
+        ready, _ = ray.wait(handles, num_returns=len(handles), timeout=timeout_s, fetch_local=False)
+        return list(ready)
+
+    def outcome(self, handle: Any) -> Finished:
+        import ray
+
+        try:
+            return Finished(result=ray.get(handle))
+        except ray.exceptions.RayTaskError as exc:  # our own code raised on the node
+            return Finished(error=f"the cell's task raised on its node: {one_line(exc.cause or exc)}")
+        except ray.exceptions.RayError as exc:  # the node or its worker died, the task was cancelled
+            return Finished(error=f"Ray: {type(exc).__name__}: {_first_line(exc)}")
+
+    def running(self, handles: list[Any]) -> int | None:
+        return None
+
+    def cancel(self, handles: list[Any]) -> None:
+        import ray
+
+        for handle in handles:
+            try:
+                ray.cancel(handle, force=True)
+            except Exception:  # already finished, or its node is gone
+                pass
+
+    def stop(self) -> None:
+        import ray
+
+        ray.shutdown()
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[0] if lines else "no message")[:300]

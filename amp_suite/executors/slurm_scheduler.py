@@ -1,0 +1,157 @@
+"""``--executor slurm``: each cell a Slurm job, submitted through submitit.
+
+A job asks for the pool's partition (else ``[executor.slurm] partition``) and
+constraint, ``--gres=gpu:N`` for a cell of N devices on ``--device gpu``, and
+a time limit of the cell's timeout plus a margin (or ``time_limit_min``).
+submitit pickles :func:`~amp_suite.executors.node.run_cell_on_node` and its
+payload into a folder on the shared filesystem (``OUT/slurm-jobs`` unless
+``[executor.slurm] folder`` says otherwise); the job runs it with the same
+Python, which starts the cell's worker as the local runner does.  A job that
+Slurm preempted (or requeued after a node failure) is submitted once more;
+any other end without a result makes the cell ``failed`` with Slurm's state.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+from collections.abc import Hashable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from amp_suite.errors import UsageError, one_line
+from amp_suite.executors.node import pool_machine, run_cell_on_node
+from amp_suite.executors.remote import Finished
+from amp_suite.executors.spec import SlurmSettings
+
+if TYPE_CHECKING:
+    from amp_suite.runner import Cell
+
+# Slurm states after which the cell is submitted once more.
+RETRIED_STATES = ("PREEMPTED", "NODE_FAIL", "REQUEUED")
+# Minutes added to a cell's timeout for its job's time limit (start-up, imports, the result's way back).
+TIME_MARGIN_MIN = 10
+
+
+def slurm_cell(payload: dict[str, Any]) -> dict[str, Any]:
+    """The job of one cell: the cell, run on this node, its result naming the node."""
+    import os
+
+    out = run_cell_on_node(payload)
+    out["environment"]["node"] = f"{platform.node()} job {os.environ.get('SLURM_JOB_ID', '?')}"
+    return out
+
+
+def job_parameters(cell: Cell, settings: SlurmSettings, pools: dict[str, Any]) -> dict[str, Any]:
+    """submitit's parameters for ``cell``'s job."""
+    run = cell.run
+    pool = pools.get(run.pool) if run.pool else None
+    minutes = settings.time_limit_min or math.ceil(run.timeout_s / 60) + TIME_MARGIN_MIN
+    params: dict[str, Any] = {"timeout_min": minutes, "name": f"amp-suite {run.key}", "nodes": 1,
+                              "tasks_per_node": 1}
+    partition = (pool.slurm_partition if pool is not None and pool.slurm_partition else "") or settings.partition
+    if partition:
+        params["slurm_partition"] = partition
+    if pool is not None and pool.slurm_constraint:
+        params["slurm_constraint"] = pool.slurm_constraint
+    if settings.account:
+        params["slurm_account"] = settings.account
+    if settings.qos:
+        params["slurm_qos"] = settings.qos
+    if settings.cpus_per_task:
+        params["cpus_per_task"] = settings.cpus_per_task
+    if settings.mem_gb:
+        params["mem_gb"] = settings.mem_gb
+    if run.device == "gpu":
+        params["slurm_gres"] = f"gpu:{run.devices}"
+    return params
+
+
+class SlurmScheduler:
+    """The :class:`~amp_suite.executors.remote.Scheduler` of a Slurm cluster, through submitit."""
+
+    def __init__(self, settings: SlurmSettings, out_dir: Path) -> None:
+        self.settings = settings
+        self.folder = Path(settings.folder) if settings.folder else out_dir / "slurm-jobs"
+        self.name = "slurm"
+        self.pools: dict[str, Any] = {}
+        self.pool_info: dict[str, dict[str, Any]] = {}
+        self._executor: Any = None
+
+    def start(self, cells: list[Cell], pools: dict[str, Any]) -> dict[str, str]:
+        try:
+            import submitit
+        except ImportError:
+            raise UsageError("--executor slurm needs submitit: pip install 'amp-suite[cluster]'") from None
+        self.pools = pools
+        self._executor = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster="slurm",
+                                               slurm_max_num_timeout=0)
+        self.pool_info = self._describe_pools(sorted({c.run.pool for c in cells if c.run.pool}))
+        return {}
+
+    def _describe_pools(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """One short job per pool that describes its machine (the report's cross-pool table)."""
+        jobs = {}
+        for name in names:
+            pool = self.pools[name]
+            params: dict[str, Any] = {"timeout_min": 10, "name": f"amp-suite pool {name}", "nodes": 1}
+            if pool.slurm_partition or self.settings.partition:
+                params["slurm_partition"] = pool.slurm_partition or self.settings.partition
+            if pool.slurm_constraint:
+                params["slurm_constraint"] = pool.slurm_constraint
+            if self.settings.account:
+                params["slurm_account"] = self.settings.account
+            self._executor.update_parameters(**params)
+            jobs[name] = self._executor.submit(pool_machine)
+        info: dict[str, dict[str, Any]] = {}
+        for name, job in jobs.items():
+            try:
+                info[name] = job.result()
+            except Exception as exc:  # a pool that cannot be described still runs its cells
+                info[name] = {"error": _first_line(exc)}
+        return info
+
+    def submit(self, cell: Cell, payload: dict[str, Any]) -> Hashable:
+        self._executor.update_parameters(**job_parameters(cell, self.settings, self.pools))
+        try:
+            return self._executor.submit(slurm_cell, payload)
+        except Exception as exc:  # sbatch refused the job
+            raise UsageError(f"Slurm refused the job of {cell.run.key}: {one_line(exc)}") from None
+
+    def finished(self, handles: list[Any], timeout_s: float) -> list[Any]:
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while True:
+            done = [job for job in handles if job.done()]
+            if done or time.monotonic() >= deadline:
+                return done
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def outcome(self, handle: Any) -> Finished:
+        job: Any = handle
+        state = str(job.state)
+        if any(state.startswith(retried) for retried in RETRIED_STATES):
+            return Finished(error=f"Slurm job {job.job_id} ended {state}", preempted=True)
+        try:
+            return Finished(result=job.result())
+        except Exception as exc:
+            return Finished(error=f"Slurm job {job.job_id} ended {state}: {_first_line(exc)}")
+
+    def running(self, handles: list[Any]) -> int | None:
+        return len([job for job in handles if str(job.state) == "RUNNING"])
+
+    def cancel(self, handles: list[Any]) -> None:
+        for job in handles:
+            try:
+                job.cancel(check=False)
+            except Exception:  # already gone
+                pass
+
+    def stop(self) -> None:
+        return None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return (lines[-1] if lines else type(exc).__name__)[:300]

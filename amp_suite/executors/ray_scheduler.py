@@ -6,7 +6,8 @@ so a data-parallel cell's launcher finds all its devices there), and one unit
 of its pool's custom resource (``[pools.NAME] ray_resource``): a node that
 advertises ``{"a100": 1}`` runs one cell at a time.  Ray retries nothing
 (``max_retries=0``): a node lost mid-cell makes that cell ``failed`` with
-Ray's reason.  Ctrl-C cancels every task (``force=True``); each cell's worker
+Ray's reason, and a queued cell whose pool has no alive node left is
+cancelled and ``failed`` (Ray would keep it pending for ever).  Ctrl-C cancels every task (``force=True``); each cell's worker
 dies with its task.
 
 Every node must have this amp-suite (and the cell's framework or
@@ -16,6 +17,7 @@ a shared filesystem: the worker writes its log there (docs/cluster.md).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
@@ -26,8 +28,10 @@ from amp_suite.executors.remote import Finished
 if TYPE_CHECKING:
     from amp_suite.runner import Cell
 
+# Seconds between two checks that every queued task still has an alive node that can run it.
+FEASIBLE_EVERY_S = 10.0
 # Seconds to wait for the small task that describes each pool's machine.
-POOL_PROBE_TIMEOUT_S = 300.0
+POOL_PROBE_TIMEOUT_S = 120.0
 
 
 def ray_cell(payload: dict[str, Any]) -> dict[str, Any]:
@@ -72,6 +76,9 @@ class RayScheduler:
         self.pools: dict[str, Any] = {}
         self._task: Any = None
         self.pool_info: dict[str, dict[str, Any]] = {}
+        self._options: dict[Any, dict[str, Any]] = {}
+        self._stranded: dict[Any, str] = {}  # queued tasks whose pool lost every node that could run them
+        self._checked = 0.0
 
     def start(self, cells: list[Cell], pools: dict[str, Any]) -> dict[str, str]:
         try:
@@ -100,25 +107,57 @@ class RayScheduler:
         refs = {name: probe.options(num_cpus=0, resources={self.pools[name].ray_resource: 0.001},
                                     max_retries=0).remote() for name in sorted(names)}
         info: dict[str, dict[str, Any]] = {}
-        for name, ref in refs.items():
-            try:
-                info[name] = ray.get(ref, timeout=POOL_PROBE_TIMEOUT_S)
-            except Exception as exc:  # a pool that cannot be described still runs its cells
-                info[name] = {"error": one_line(exc)}
+        waiting = dict(refs)
+        deadline = time.monotonic() + POOL_PROBE_TIMEOUT_S
+        while waiting and time.monotonic() < deadline:
+            ready, _ = ray.wait(list(waiting.values()), num_returns=len(waiting), timeout=FEASIBLE_EVERY_S)
+            nodes = ray.nodes()
+            for name, ref in list(waiting.items()):
+                if ref in ready:
+                    try:
+                        info[name] = ray.get(ref)
+                    except Exception as exc:  # a pool that cannot be described still runs its cells
+                        info[name] = {"error": one_line(exc)}
+                elif placement_problem({"num_cpus": 0, "num_gpus": 0,
+                                        "resources": {self.pools[name].ray_resource: 0.001}}, nodes):
+                    info[name] = {"error": "no alive node advertises its resource"}
+                    ray.cancel(ref, force=True)
+                else:
+                    continue
+                del waiting[name]
+        for name, ref in waiting.items():
+            info[name] = {"error": f"its node did not answer within {POOL_PROBE_TIMEOUT_S:g} s"}
+            ray.cancel(ref, force=True)
         return info
 
     def submit(self, cell: Cell, payload: dict[str, Any]) -> Hashable:
-        return self._task.options(**cell_resources(cell, self.pools, self.cpus)).remote(payload)
+        options = cell_resources(cell, self.pools, self.cpus)
+        handle = self._task.options(**options).remote(payload)
+        self._options[handle] = options
+        return handle
 
     def finished(self, handles: list[Any], timeout_s: float) -> list[Any]:
+        """The finished tasks, and the queued ones no alive node can run any more (their pool lost its nodes)."""
         import ray
 
         ready, _ = ray.wait(handles, num_returns=len(handles), timeout=timeout_s, fetch_local=False)
-        return list(ready)
+        if time.monotonic() - self._checked >= FEASIBLE_EVERY_S:
+            self._checked = time.monotonic()
+            nodes = ray.nodes()
+            for handle in handles:
+                if handle in ready or handle in self._stranded:
+                    continue
+                problem = placement_problem(self._options[handle], nodes)
+                if problem:  # Ray would keep it pending for ever
+                    self._stranded[handle] = problem
+                    ray.cancel(handle, force=True)
+        return list(ready) + [h for h in handles if h in self._stranded and h not in ready]
 
     def outcome(self, handle: Any) -> Finished:
         import ray
 
+        if handle in self._stranded:
+            return Finished(error=f"Ray: no alive node can run it any more: {self._stranded.pop(handle)}")
         try:
             return Finished(result=ray.get(handle))
         except ray.exceptions.RayTaskError as exc:  # our own code raised on the node

@@ -7,8 +7,10 @@ submitit pickles :func:`~amp_suite.executors.node.run_cell_on_node` and its
 payload into a folder on the shared filesystem (``OUT/slurm-jobs`` unless
 ``[executor.slurm] folder`` says otherwise); the job runs it with the same
 Python, which starts the cell's worker as the local runner does.  A job that
-Slurm preempted (or requeued after a node failure) is submitted once more;
-any other end without a result makes the cell ``failed`` with Slurm's state.
+Slurm preempted (or requeued after a node failure) is cancelled and submitted
+once more; any other end without a result makes the cell ``failed`` with
+Slurm's state.  submitit reads job states with ``sacct``: the cluster needs
+Slurm's accounting (slurmdbd), or a cancelled job's cell waits for ever.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 
 # Slurm states after which the cell is submitted once more.
 RETRIED_STATES = ("PREEMPTED", "NODE_FAIL", "REQUEUED")
+# Seconds to wait for accounting to record how a job that gave a failed cell ended.
+STATE_WAIT_S = 15.0
 # Minutes added to a cell's timeout for its job's time limit (start-up, imports, the result's way back).
 TIME_MARGIN_MIN = 10
 
@@ -123,7 +127,8 @@ class SlurmScheduler:
 
         deadline = time.monotonic() + timeout_s
         while True:
-            done = [job for job in handles if job.done()]
+            # submitit counts a preempted job as unfinished (Slurm may requeue it): it is ours to submit again.
+            done = [job for job in handles if job.done() or _retried(str(job.state))]
             if done or time.monotonic() >= deadline:
                 return done
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
@@ -131,12 +136,19 @@ class SlurmScheduler:
     def outcome(self, handle: Any) -> Finished:
         job: Any = handle
         state = str(job.state)
-        if any(state.startswith(retried) for retried in RETRIED_STATES):
+        if _retried(state):
+            job.cancel(check=False)  # keep Slurm from requeueing it beside the copy submitted now
             return Finished(error=f"Slurm job {job.job_id} ended {state}", preempted=True)
         try:
-            return Finished(result=job.result())
+            result = job.result()
         except Exception as exc:
             return Finished(error=f"Slurm job {job.job_id} ended {state}: {_first_line(exc)}")
+        if result.get("status") != "ok":
+            state = _final_state(job)
+            if not state.startswith("COMPLETED"):
+                # The worker was stopped under the job (scancel, the time limit): say what Slurm did.
+                result["error"] = f"Slurm job {job.job_id} ended {state}: {result.get('error', '')}"
+        return Finished(result=result)
 
     def running(self, handles: list[Any]) -> int | None:
         return len([job for job in handles if str(job.state) == "RUNNING"])
@@ -150,6 +162,25 @@ class SlurmScheduler:
 
     def stop(self) -> None:
         return None
+
+
+def _final_state(job: Any, wait_s: float = STATE_WAIT_S) -> str:
+    """The job's state as accounting records it once it has ended (asked afresh; it lags the job's end)."""
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            state = str(job.get_info(mode="force").get("State") or job.state)
+        except Exception:  # accounting cannot be asked: what submitit last saw
+            return str(job.state)
+        if not state.startswith(("RUNNING", "PENDING", "COMPLETING", "UNKNOWN")) or time.monotonic() >= deadline:
+            return state
+        time.sleep(0.5)
+
+
+def _retried(state: str) -> bool:
+    return any(state.startswith(retried) for retried in RETRIED_STATES)
 
 
 def _first_line(exc: BaseException) -> str:

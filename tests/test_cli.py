@@ -10,10 +10,12 @@ import pytest
 
 from suite_cli import REPO, run_cli
 
-FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras")
+# Frameworks, and the cluster engines (--executor ray|slurm imports them only when it runs).
+FRAMEWORK_MODULES = ("torch", "tensorflow", "jax", "keras", "ray", "submitit")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"], ["doctor", "--help"]])
+@pytest.mark.parametrize("args", [["--help"], ["list"], ["plugins"], ["run", "--help"], ["doctor", "--help"],
+                                  ["env", "list"]])
 def test_help_list_and_plugins_import_no_framework(args):
     probe = (
         "import sys, json\nfrom amp_suite.cli import main\n"

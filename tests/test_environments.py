@@ -23,13 +23,14 @@ from amp_suite.doctor.probe_kit import loaded_libraries
 from amp_suite.doctor.runner import DoctorPlan, EnvironmentProbe, run_checks
 from amp_suite.envs import EnvironmentSpec, place_frameworks, state_of
 from amp_suite.envs.build import STAMP, failure_reason, fingerprint, interpreter_in
-from amp_suite.errors import UsageError
 from amp_suite.launchers.single import OWN_PATH
 from amp_suite.records import CellResult, FrameworkInfo, RunSpec
 from amp_suite.report import render_markdown, results_frame, summary_frame
 from amp_suite.runner import Cell, run_in_worker, worker_path
 from amp_suite.variants import variant_table
-from suite_cli import REPO, TINY_CONFIG, run_cli
+from suite_cli import REPO, run_cli
+from suite_cli import one_line_error as _error
+from suite_cli import tiny_config_file as _config
 
 SIX_ENVIRONMENTS = """
 [environments."fake@a"]
@@ -40,20 +41,6 @@ requirements = ["six==1.16.0"]
 framework = "fake"
 requirements = ["six==1.17.0"]
 """
-
-
-def _config(tmp_path: Path, extra: str) -> Path:
-    path = tmp_path / "benchmarks.toml"
-    path.write_text(TINY_CONFIG.format(out=(tmp_path / "out").as_posix()) + extra)
-    return path
-
-
-def _error(call) -> str:
-    with pytest.raises(UsageError) as info:
-        call()
-    text = str(info.value)
-    assert "\n" not in text
-    return text
 
 
 # --- declaring ---------------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from amp_suite.config import load_config
-from amp_suite.errors import UsageError
 from amp_suite.executors.node import cell_payload, run_cell_on_node
 from amp_suite.executors.ray_scheduler import cell_resources, placement_problem
 from amp_suite.executors.remote import Finished, run_remote
@@ -25,7 +24,9 @@ from amp_suite.records import CellResult, RunSpec
 from amp_suite.report import render_markdown, results_frame, summary_frame
 from amp_suite.results import ResultStore
 from amp_suite.runner import Cell
-from suite_cli import TINY_CONFIG, run_cli
+from suite_cli import one_line_error as _error
+from suite_cli import run_cli
+from suite_cli import tiny_config_file as _config
 
 POOLS = """
 [pools.t4]
@@ -47,19 +48,6 @@ ray_address = "10.0.0.1:6379"
 account = "ml"
 time_limit_min = 30
 """
-
-
-def _config(tmp_path: Path, extra: str = "") -> Path:
-    path = tmp_path / "benchmarks.toml"
-    path.write_text(TINY_CONFIG.format(out=(tmp_path / "out").as_posix()) + extra)
-    return path
-
-
-def _error(call) -> str:
-    with pytest.raises(UsageError) as info:
-        call()
-    assert "\n" not in str(info.value)
-    return str(info.value)
 
 
 def test_pools_and_the_executor_are_read_from_benchmarks_toml(tmp_path):

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from amp_suite.errors import UsageError
 from amp_suite.schema import Field, check_name, check_table, check_value
+from suite_cli import one_line_error as _error
 
 FIELDS = {
     "input_size": Field(int, minimum=1, maximum=4096),
@@ -18,14 +18,6 @@ FIELDS = {
     "description": Field(str, empty=True),
     "batch_size": Field(int, minimum=1, optional=True),
 }
-
-
-def _error(call) -> str:
-    with pytest.raises(UsageError) as info:
-        call()
-    message = str(info.value)
-    assert "\n" not in message
-    return message
 
 
 def test_a_good_table_comes_back_normalized():

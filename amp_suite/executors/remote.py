@@ -118,7 +118,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
                     inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 2, time.monotonic())
                     continue
                 result = _result_of(cell, outcome, time.monotonic() - started, store)
-                nodes[str((result.environment or {}).get("node") or "?")] += 1
+                nodes[str((result.environment or {}).get("node") or "no node")] += 1
                 store_result(store, cell, result)
                 count += 1
                 if progress:

@@ -45,3 +45,23 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
         [sys.executable, "-m", "amp_suite", *args], capture_output=True, text=True,
         env={**os.environ, **(env or {})}, timeout=timeout, cwd=cwd or REPO,
     )
+
+
+def tiny_config_file(folder: Path, extra: str = "") -> Path:
+    """``folder/benchmarks.toml``: the tiny config (its output in ``folder/out``), then ``extra``."""
+    path = folder / "benchmarks.toml"
+    path.write_text(TINY_CONFIG.format(out=(folder / "out").as_posix()) + extra)
+    return path
+
+
+def one_line_error(call) -> str:
+    """The message of the UsageError ``call()`` raises, checked to be one line."""
+    import pytest
+
+    from amp_suite.errors import UsageError
+
+    with pytest.raises(UsageError) as info:
+        call()
+    message = str(info.value)
+    assert "\n" not in message
+    return message

@@ -16,6 +16,7 @@ traceback; a cell that is not ``ok`` carries the log's path and last lines
 
 from __future__ import annotations
 
+import importlib.machinery
 import io
 import json
 import os
@@ -115,7 +116,8 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
     """The worker's ``sys.path``: the host's, without the current directory.
 
     The entry ``python -m``/``-c`` puts first (the current directory) is
-    dropped; amp-suite's own location comes first; a plugin module the host
+    dropped; amp-suite's own location is added (first only where another
+    amp_suite on the path would shadow the host's); a plugin module the host
     loaded from a dropped place is found there again, last, so nothing there
     shadows an installed module.
     """
@@ -126,7 +128,14 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
             entries.pop(0)
     home = str(Path(amp_suite.__file__).resolve().parent.parent)
     if home not in {str(Path(e).resolve()) for e in entries if e}:
-        entries.insert(0, home)
+        other = importlib.machinery.PathFinder.find_spec("amp_suite", [e for e in entries if e])
+        if other is not None and other.origin and Path(other.origin).resolve() != Path(amp_suite.__file__).resolve():
+            entries.insert(0, home)  # another amp_suite on the path would shadow the host's own
+        else:
+            # Last: a source tree holds an ``amp_suite.egg-info`` that every editable build (``amp-suite env
+            # create``, ``pip install -e``) rewrites; first on the path, its metadata would shadow the installed
+            # one and, while being rewritten, hide every entry point from a worker starting then.
+            entries.append(home)
     for module_name in plugin_modules:
         root = import_root(module_name)
         if root and root not in entries:

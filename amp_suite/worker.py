@@ -258,8 +258,10 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     frameworks = host.frameworks()
     info = frameworks.get(run.framework)
     if info is None:
+        failed = "; ".join(f"{f.name}: {f.error}" for f in host.failures)
         raise FrameworkUnavailableError(
             f"no plugin provides framework {run.framework!r}; loaded: {', '.join(frameworks) or 'none'}"
+            + (f"; failed to load: {failed}" if failed else "")
         )
     missing = missing_modules(info)
     if missing:

@@ -7,6 +7,7 @@ environments with uv from PyPI (a few seconds each once uv's cache holds the whe
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
 import json
 import os
 import signal
@@ -390,3 +391,18 @@ def test_without_uv_the_build_falls_back_to_venv_and_pip_and_says_so(tmp_path):
     answer = subprocess.run([str(state.python), "-c", "import amp_suite, sys; print(amp_suite.__file__, sys.prefix)"],
                             capture_output=True, text=True, check=True).stdout.split()
     assert answer == [str(REPO / "amp_suite" / "__init__.py"), str(tmp_path / "pip-built")]  # the same source tree
+
+
+def test_a_source_trees_egg_info_never_shadows_the_installed_metadata_in_a_worker(monkeypatch):
+    """Every editable build (env create) rewrites REPO/amp_suite.egg-info: a worker must not read it first."""
+    import importlib.metadata
+
+    from amp_suite.runner import worker_import_path
+
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p and Path(p).resolve() != REPO])
+    path = worker_import_path()
+    if importlib.machinery.PathFinder.find_spec("amp_suite", path[:-1]) is not None:
+        pytest.skip("amp_suite is installed as a copy here, not from this source tree")
+    assert path[-1] == str(REPO)  # found last, after the installed distributions
+    found = [d for d in importlib.metadata.distributions(path=path) if d.metadata["Name"] == "amp-suite"]
+    assert found and "site-packages" in str(found[0]._path)  # type: ignore[attr-defined]

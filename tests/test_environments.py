@@ -406,3 +406,33 @@ def test_a_source_trees_egg_info_never_shadows_the_installed_metadata_in_a_worke
     assert path[-1] == str(REPO)  # found last, after the installed distributions
     found = [d for d in importlib.metadata.distributions(path=path) if d.metadata["Name"] == "amp-suite"]
     assert found and "site-packages" in str(found[0]._path)  # type: ignore[attr-defined]
+
+
+def test_an_environment_named_after_a_framework_must_run_it_and_a_users_python_needs_amp_suite(tmp_path):
+    wrong = EnvironmentSpec("torch", "jax", ("jax",))
+    assert "must run it (framework = 'torch')" in _error(
+        lambda: place_frameworks(["torch"], {"torch": wrong}, ["torch", "jax"], tmp_path))
+    bare = EnvironmentSpec("bare", "torch", python="/usr/bin/python3")  # the system's Python: no amp-suite
+    if not Path(bare.python).exists():
+        pytest.skip("no /usr/bin/python3 here")
+    placed = place_frameworks(["bare"], {"bare": bare}, ["torch"], tmp_path)["bare"]
+    assert placed.python == "" and "has no amp-suite" in placed.problem and "pip install amp-suite" in placed.problem
+
+
+def test_environments_in_a_folder_that_cannot_be_written_are_one_line(tmp_path):
+    from amp_suite.envs import create
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    message = _error(lambda: create(EnvironmentSpec("x", "jax", ("six",)), blocker, uv=None))
+    assert "cannot be built in" in message and "AMP_SUITE_ENVS" in message
+
+
+def test_an_environment_whose_table_is_gone_is_listed_and_can_be_removed(tmp_path):
+    config = _config(tmp_path, SIX_ENVIRONMENTS)
+    envs = tmp_path / "envs"
+    _built(envs, EnvironmentSpec("old@1", "fake", ("six",)))
+    listed = run_cli("env", "list", "--config", str(config), env={"AMP_SUITE_ENVS": str(envs)})
+    assert "old@1" in listed.stdout and "no [environments.\"old@1\"] declares it any more" in listed.stdout
+    removed = run_cli("env", "remove", "old@1", "--config", str(config), env={"AMP_SUITE_ENVS": str(envs)})
+    assert removed.returncode == 0 and not (envs / "old@1").exists(), removed.stderr

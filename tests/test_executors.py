@@ -244,3 +244,41 @@ def test_the_cross_pool_table_puts_each_pools_speed_up_and_cost_side_by_side():
     assert "0.125 per M images" in row  # 10^6 / 8000 x 3.6 / 3600
     assert "- pool a100: node n2" in report and "A100; 3.6 per hour" in report
     assert cells["pool"].tolist().count("t4") == 4
+
+
+def test_a_bad_or_unreachable_ray_address_and_missing_slurm_tools_are_one_line(tmp_path, monkeypatch):
+    from amp_suite.executors.ray_scheduler import check_reachable
+
+    pytest.importorskip("ray")
+    assert "must be HOST:PORT" in _error(lambda: check_executor(ExecutorSettings("ray", "notanaddress"), (), {},
+                                                                inline=False))
+    assert "goes with --executor ray" in _error(lambda: check_executor(ExecutorSettings("slurm", "h:1"), (), {},
+                                                                       inline=False))
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    assert f"cannot reach the Ray cluster at 127.0.0.1:{port}" in _error(lambda: check_reachable(f"127.0.0.1:{port}"))
+    monkeypatch.setenv("PATH", str(tmp_path))  # no sbatch here
+    pytest.importorskip("submitit")
+    assert "needs Slurm's sbatch, srun, sacct on PATH" in _error(
+        lambda: check_executor(ExecutorSettings("slurm"), (), {}, inline=False))
+
+
+def test_a_refused_submission_fails_its_cell_and_the_others_go_on(tmp_path):
+    from amp_suite.executors.remote import SubmitRefused
+
+    class Refusing(FakeScheduler):
+        def submit(self, cell, payload):
+            if cell.run.precision == "amp_fp16":
+                raise SubmitRefused("Slurm refused its job: sbatch: error: QOSMaxSubmitJobPerUserLimit")
+            return super().submit(cell, payload)
+
+    store = ResultStore(tmp_path / "out")
+    cells = [_cell(tmp_path, precision=p) for p in ("fp32", "amp_fp16", "amp_bf16")]
+    results = {r.precision: r for r in run_remote(Refusing(), cells, store, resume=False, env={}, progress=None,
+                                                  pools={})}
+    assert results["amp_fp16"].status == "failed" and "QOSMaxSubmitJobPerUserLimit" in results["amp_fp16"].error
+    assert results["fp32"].status == "ok" and results["amp_bf16"].status == "ok"
+    assert len(store.load()) == 3

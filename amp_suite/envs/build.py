@@ -245,8 +245,12 @@ def create(spec: EnvironmentSpec, envs_dir: Path, *, emit: Callable[[str], None]
     if installer is None:
         emit("uv is not installed: building with python -m venv and pip (slower; pip install uv to use uv)")
     started = time.perf_counter()
-    _remove_folder(folder)
-    envs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        _remove_folder(folder)
+        envs_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"environment {spec.name!r} cannot be built in {envs_dir}: {exc.strerror or exc} "
+                         "(set AMP_SUITE_ENVS to a folder you can write)") from None
     try:
         for command in build_commands(spec, folder, installer if isinstance(installer, str) else None):
             code, lines = _run_streamed(command, emit)

@@ -53,7 +53,11 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
     if args.env_action == "list":
         return _list(environments, envs_dir, say)
     if args.env_action == "remove":
-        for spec in _chosen(environments, args.names):
+        orphans = orphaned(environments, envs_dir)
+        for name in args.names:
+            if name in orphans:  # built once, its table gone since
+                say(remove(EnvironmentSpec(name, "", ("orphaned",)), envs_dir))
+        for spec in _chosen(environments, [n for n in args.names if n not in orphans]):
             say(remove(spec, envs_dir))
         return EXIT_OK
     if args.env_action != "create":
@@ -92,23 +96,40 @@ def _versions_text(versions: dict[str, str | None]) -> str:
 
 
 def _list(environments: dict[str, EnvironmentSpec], envs_dir: Path, say: Callable[[str], None]) -> int:
-    if not environments:
+    orphans = orphaned(environments, envs_dir)
+    if not environments and not orphans:
         say("no environments declared ([environments.\"NAME\"] in benchmarks.toml; docs/environments.md)")
         return EXIT_OK
     say(f"environments (managed ones in {envs_dir}):")
-    width = max(map(len, environments))
+    width = max(map(len, [*environments, *orphans]))
     for spec in environments.values():
         state = state_of(spec, envs_dir)
         if state.built:
             status = "built (stale: its requirements changed; env create rebuilds it)" if state.stale else "built"
+        elif not spec.managed:
+            status = "missing"
         else:
             status = "not built"
         origin = "your interpreter" if not spec.managed else ("GPU set" if spec.gpu else "managed")
         say(f"  {spec.name:<{width}}  {spec.framework:<6} {status:<9} {state.python}  [{origin}]")
+        if spec.description:
+            say(f"  {'':<{width}}  {spec.description}")
         if state.built and state.versions:
             say(f"  {'':<{width}}  {_versions_text(state.versions)}")
-        elif state.problem and not state.built and spec.managed and state.folder is not None \
-                and state.folder.exists():
+        elif state.problem and not state.built and (not spec.managed or (state.folder is not None
+                                                                         and state.folder.exists())):
             say(f"  {'':<{width}}  {state.problem}")
+    for name in orphans:
+        say(f"  {name:<{width}}  built, but no [environments.\"{name}\"] declares it any more: "
+            f"`amp-suite env remove {name}` deletes {envs_dir / name}")
     return EXIT_OK
 
+
+def orphaned(environments: dict[str, EnvironmentSpec], envs_dir: Path) -> list[str]:
+    """Folders of the environments folder that amp-suite built (they hold a stamp) and no table declares."""
+    from amp_suite.envs.build import STAMP
+
+    if not envs_dir.is_dir():
+        return []
+    return sorted(folder.name for folder in envs_dir.iterdir()
+                  if folder.name not in environments and (folder / STAMP).is_file())

@@ -59,9 +59,13 @@ def place_frameworks(requested: Iterable[str], environments: Mapping[str, Enviro
         if spec.framework not in known:
             raise UsageError(f"environment {name!r} runs framework {spec.framework!r}, which no loaded plugin "
                              f"provides; known: {', '.join(known)}")
+        if spec.name in known and spec.framework != spec.name:
+            raise UsageError(f"environment {spec.name!r} is named after a framework but runs {spec.framework!r}; "
+                             f"an environment named after a framework must run it (framework = {spec.name!r})")
         state = state_of(spec, envs_dir)
-        placements[name] = Placement(name, spec.framework, spec.name, str(state.python) if state.built else "",
-                                     state.problem, state.stale)
+        problem = state.problem or (suite_missing(spec) if state.built and not spec.managed else "")
+        placements[name] = Placement(name, spec.framework, spec.name,
+                                     str(state.python) if state.built and not problem else "", problem, state.stale)
     return placements
 
 
@@ -72,3 +76,19 @@ def _built_gpu_environment(framework: str, environments: Mapping[str, Environmen
         if spec.gpu and spec.framework == framework and state_of(spec, envs_dir).built:
             return spec
     return None
+
+
+def suite_missing(spec: EnvironmentSpec) -> str:
+    """Why a user's interpreter cannot run workers: it has no amp-suite ("" when it has one)."""
+    import subprocess
+
+    probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('amp_suite') is None)"
+    try:
+        done = subprocess.run([spec.python, "-I", "-c", probe], capture_output=True, timeout=60,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"environment {spec.name!r}: its interpreter {spec.python} cannot be run: {exc}"
+    if done.returncode != 0:
+        return (f"environment {spec.name!r}: its interpreter {spec.python} has no amp-suite; install it there "
+                f"({spec.python} -m pip install amp-suite, or -e this source tree)")
+    return ""

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 # Seconds between two checks that every queued task still has an alive node that can run it.
 FEASIBLE_EVERY_S = 10.0
+# Seconds to wait for the head node's port to answer before Ray is asked to connect.
+CONNECT_TIMEOUT_S = 10.0
 # Seconds to wait for the small task that describes each pool's machine.
 POOL_PROBE_TIMEOUT_S = 120.0
 
@@ -66,13 +68,32 @@ def placement_problem(options: dict[str, Any], nodes: list[dict[str, Any]]) -> s
     return f"no node of the Ray cluster has {asked} (ray status shows what each node advertises)"
 
 
+def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """A one-line error unless something listens at ``address`` (Ray itself retries for minutes)."""
+    import socket
+
+    from amp_suite.settings import check_coordinator
+
+    try:
+        host, port = check_coordinator(address)
+    except UsageError:
+        raise UsageError(f"--ray-address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.1:6379), got "
+                         f"{address!r}") from None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} (is `ray start "
+                         "--head` running there?)") from None
+
+
 class RayScheduler:
     """The :class:`~amp_suite.executors.remote.Scheduler` of a Ray cluster."""
 
     def __init__(self, address: str, cpus_per_cell: float = 1.0) -> None:
         self.address = address
         self.cpus = cpus_per_cell
-        self.name = f"ray ({address or 'a local instance'})"
+        self.name = f"ray ({address or 'a local instance started for the sweep'})"
         self.pools: dict[str, Any] = {}
         self._task: Any = None
         self.pool_info: dict[str, dict[str, Any]] = {}
@@ -85,8 +106,14 @@ class RayScheduler:
             import ray
         except ImportError:
             raise UsageError("--executor ray needs Ray: pip install 'amp-suite[cluster]'") from None
-        ray.init(address=self.address or None, log_to_driver=False, include_dashboard=False,
-                 configure_logging=False)
+        if self.address:
+            check_reachable(self.address)
+        try:  # "local": a new instance for this sweep, never one RAY_ADDRESS or an earlier `ray start` names
+            ray.init(address=self.address or "local", log_to_driver=False, include_dashboard=False,
+                     configure_logging=False)
+        except (ConnectionError, ValueError, RuntimeError, OSError) as exc:
+            raise UsageError(f"cannot connect to the Ray cluster at {self.address or 'a local instance'}: "
+                             f"{_first_line(exc)}") from None
         self.pools = pools
         self._task = ray.remote(ray_cell)
         nodes = ray.nodes()

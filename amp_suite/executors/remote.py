@@ -28,6 +28,10 @@ if TYPE_CHECKING:
 STATUS_EVERY_S = 30.0
 
 
+class SubmitRefused(Exception):
+    """The scheduler refused one cell (a QOS limit, a bad partition): that cell fails, the others go on."""
+
+
 @dataclass(frozen=True)
 class Finished:
     """A finished handle: its result dict, or why it has none (``error``) and whether to submit it again."""
@@ -105,7 +109,15 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
                 yield result
                 continue
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 1, time.monotonic())
+            try:
+                inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 1, time.monotonic())
+            except SubmitRefused as exc:
+                result = with_log(cell_for_run(cell.run, "failed", error=str(exc)), log_path)
+                store_result(store, cell, result)
+                count += 1
+                if progress:
+                    progress(count, total, cell, result)
+                yield result
         _say(f"{len(inflight)} cells queued on {scheduler.name}")
         last_status = time.monotonic()
         while inflight:
@@ -115,8 +127,12 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
                 if outcome.preempted and attempt == 1:
                     _say(f"{cell.run.key}: {outcome.error}; submitted once more")
                     log_path = cell_log_path(store.directory, cell.run)
-                    inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 2, time.monotonic())
-                    continue
+                    try:
+                        inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 2,
+                                                                                             time.monotonic())
+                        continue
+                    except SubmitRefused as exc:
+                        outcome = Finished(error=f"{outcome.error}; submitting it again failed: {exc}")
                 result = _result_of(cell, outcome, time.monotonic() - started, store)
                 nodes[str((result.environment or {}).get("node") or "no node")] += 1
                 store_result(store, cell, result)

@@ -23,12 +23,31 @@ def check_executor(executor: ExecutorSettings, pools: tuple[str, ...], declared:
         if name not in declared:
             raise UsageError(f"unknown pool {name!r}; declared: {', '.join(declared) or 'none'} "
                              f"([pools.NAME] in benchmarks.toml){closest(name, list(declared))}")
+    if executor.ray_address and executor.kind != "ray":
+        raise UsageError(f"--ray-address (or [executor] ray_address) goes with --executor ray; the executor is "
+                         f"{executor.kind}")
     if executor.kind == "local":
         if pools:
-            raise UsageError("--pools places cells on a cluster's pools: add --executor ray or --executor slurm")
+            raise UsageError("--pools places cells on a cluster's pools: add --executor ray or --executor slurm "
+                             "(or kind = \"ray\" in [executor])")
         return
     if inline:
         raise UsageError(f"--inline runs cells in this process, not through --executor {executor.kind}; drop one")
+    if executor.kind == "ray" and executor.ray_address:
+        from amp_suite.settings import check_coordinator
+
+        try:
+            check_coordinator(executor.ray_address)
+        except UsageError:
+            raise UsageError(f"--ray-address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.1:6379), got "
+                             f"{executor.ray_address!r}") from None
+    if executor.kind == "slurm":
+        import shutil
+
+        missing = [tool for tool in ("sbatch", "srun", "sacct") if shutil.which(tool) is None]
+        if missing:
+            raise UsageError(f"--executor slurm needs Slurm's {', '.join(missing)} on PATH (run amp-suite on a "
+                             "machine of the cluster that can submit jobs)")
     module = {"ray": "ray", "slurm": "submitit"}[executor.kind]
     try:
         __import__(module)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from amp_suite.errors import UsageError, one_line
 from amp_suite.executors.node import pool_machine, run_cell_on_node
-from amp_suite.executors.remote import Finished
+from amp_suite.executors.remote import Finished, SubmitRefused
 from amp_suite.executors.spec import SlurmSettings
 
 if TYPE_CHECKING:
@@ -88,8 +88,11 @@ class SlurmScheduler:
         except ImportError:
             raise UsageError("--executor slurm needs submitit: pip install 'amp-suite[cluster]'") from None
         self.pools = pools
-        self._executor = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster="slurm",
-                                               slurm_max_num_timeout=0)
+        try:
+            self._executor = submitit.AutoExecutor(folder=str(self.folder / "%j"), cluster="slurm",
+                                                   slurm_max_num_timeout=0)
+        except RuntimeError as exc:  # no srun/sbatch
+            raise UsageError(f"--executor slurm: {one_line(exc)}") from None
         self.pool_info = self._describe_pools(sorted({c.run.pool for c in cells if c.run.pool}))
         return {}
 
@@ -106,8 +109,11 @@ class SlurmScheduler:
             if self.settings.account:
                 params["slurm_account"] = self.settings.account
             self._executor.update_parameters(**params)
-            jobs[name] = self._executor.submit(pool_machine)
-        info: dict[str, dict[str, Any]] = {}
+            try:
+                jobs[name] = self._executor.submit(pool_machine)
+            except Exception as exc:  # its cells will say why too
+                self.pool_info[name] = {"error": f"Slurm refused its job: {_sbatch_reason(exc)}"}
+        info: dict[str, dict[str, Any]] = dict(self.pool_info)
         for name, job in jobs.items():
             try:
                 info[name] = job.result()
@@ -119,8 +125,8 @@ class SlurmScheduler:
         self._executor.update_parameters(**job_parameters(cell, self.settings, self.pools))
         try:
             return self._executor.submit(slurm_cell, payload)
-        except Exception as exc:  # sbatch refused the job
-            raise UsageError(f"Slurm refused the job of {cell.run.key}: {one_line(exc)}") from None
+        except Exception as exc:  # sbatch refused the job: this cell fails, the others go on
+            raise SubmitRefused(f"Slurm refused its job: {_sbatch_reason(exc)}") from None
 
     def finished(self, handles: list[Any], timeout_s: float) -> list[Any]:
         import time
@@ -177,6 +183,13 @@ def _final_state(job: Any, wait_s: float = STATE_WAIT_S) -> str:
         if not state.startswith(("RUNNING", "PENDING", "COMPLETING", "UNKNOWN")) or time.monotonic() >= deadline:
             return state
         time.sleep(0.5)
+
+
+def _sbatch_reason(exc: BaseException) -> str:
+    """The line of sbatch's complaint that says why (its ``error:`` lines), else the exception's last line."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    said = [line for line in lines if "error:" in line.lower() or "fatal" in line.lower()]
+    return (said[-1] if said else (lines[-1] if lines else type(exc).__name__))[:300]
 
 
 def _retried(state: str) -> bool:

@@ -140,37 +140,3 @@ def test_submitit_runs_a_function_in_partition_other(tmp_path: Path) -> None:
         assert where["partition"] == "other"
         assert where["python"] == sys.executable
         assert _job_state(cluster, submitted["job_id"]) == "COMPLETED"
-
-
-def test_submitit_sees_a_job_cancelled_by_scancel(tmp_path: Path) -> None:
-    _require(accounting=True)
-    with slurm_cluster(tmp_path, accounting=True) as cluster:
-        client = _client(cluster, tmp_path, "nap")
-        try:
-            assert client.stdout is not None and client.stdin is not None
-            said = _said(client.stdout.readline())
-            assert said and said[0]["event"] == "submitted", client.stderr and client.stderr.read()
-            job_id = said[0]["job_id"]
-            _wait_state(cluster, job_id, {"RUNNING"}, 30)
-            # Cancel once the function runs (submitit's log names the job environment).
-            log = tmp_path / "submitit" / f"{job_id}_0_log.out"
-            deadline = time.monotonic() + 30
-            while "Starting with JobEnvironment" not in (log.read_text() if log.exists() else ""):
-                assert time.monotonic() < deadline, cluster.log_tails()
-                time.sleep(0.3)
-            cancelled = cluster.run(["scancel", job_id])
-            assert cancelled.returncode == 0, cancelled.stderr
-            client.stdin.write("go\n")
-            client.stdin.flush()
-            out, err = client.communicate(timeout=80)
-        finally:
-            client.kill()
-        assert client.returncode == 0, f"{out}\n{err}"
-        outcome = _said(out)[-1]
-        print("submitit outcome:", json.dumps(outcome, indent=1))
-        assert outcome["state"].startswith("CANCELLED"), outcome
-        assert outcome["raised"] == "submitit.core.utils.UncompletedJobError", outcome
-        assert f"Job {job_id} (task: 0)" in outcome["message"]
-        assert "has not produced any output (state: CANCELLED" in outcome["message"]
-        sacct = cluster.run(["sacct", "-n", "-P", "-X", "-o", "JobID,State", "-j", job_id])
-        assert sacct.stdout.split("|")[0] == job_id and sacct.stdout.split("|")[1].startswith("CANCELLED")

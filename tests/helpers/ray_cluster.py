@@ -345,7 +345,9 @@ def ray_cluster(tmp_path: Path, resources: Sequence[Mapping[str, float]] = ({"po
     namespace = f"{NAMESPACE_PREFIX}{secrets.token_hex(4)}"
     address = f"127.0.0.1:{GCS_PORT}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(RAY_ADDRESS=address, RAY_USAGE_STATS_ENABLED="0")
+    # Ray 2.60 turns token authentication on for a head that finds ~/.ray/auth_token (any earlier local
+    # ray.init may have written one) while joining nodes and clients leave it off: say it for all of them.
+    env.update(RAY_ADDRESS=address, RAY_USAGE_STATS_ENABLED="0", RAY_AUTH_MODE="disabled")
     log_dir = tmp_path / "ray-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     subprocess.run(["ip", "netns", "add", namespace], check=True, capture_output=True, timeout=30)

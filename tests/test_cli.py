@@ -141,7 +141,7 @@ def test_a_framework_on_the_cpu_of_a_gpu_machine_is_unavailable_with_its_install
     assert out.returncode == 1, out.stderr
     line = next(line for line in out.stderr.splitlines() if "torch fp32 r0" in line and "..." not in line)
     assert "unavailable" in line and "fall back to the CPU" in line and "NVIDIA A100" in line
-    assert "download.pytorch.org/whl/cu130" in line
+    assert "amp-suite env create torch@gpu" in line  # its own environment with the CUDA build
 
 
 @pytest.mark.parametrize("flags,needle", [

@@ -39,6 +39,22 @@ def one_line(exc: BaseException) -> str:
     return f"{_type_name(exc)}: {first}" if first else _type_name(exc)
 
 
+def message_line(exc: BaseException, *, last: bool = False, limit: int = 300) -> str:
+    """The first (or, with ``last``, the last) non-blank line of ``exc``'s message, at most ``limit`` characters.
+
+    Where the telling line sits depends on who wrote the message: Ray puts its
+    summary first, a tool that failed under submitit its own complaint last.
+    A message with no text gives the exception's type name.
+    """
+    try:
+        lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    except Exception:  # a message that cannot be made
+        lines = []
+    if not lines:
+        return _type_name(exc)
+    return (lines[-1] if last else lines[0])[:limit]
+
+
 def _type_name(exc: BaseException) -> str:
     name = getattr(type(exc), "__name__", None)
     return name if isinstance(name, str) else "exception"

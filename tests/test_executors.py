@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -123,6 +124,38 @@ def test_a_cells_job_asks_slurm_for_its_pool_gpus_and_time(tmp_path):
     assert params["timeout_min"] == 15 + 10  # the cell's timeout plus the margin
     cpu = job_parameters(_cell(tmp_path), SlurmSettings(partition="cpu", time_limit_min=5), {})
     assert cpu["slurm_partition"] == "cpu" and "slurm_gres" not in cpu and cpu["timeout_min"] == 5
+
+
+def test_a_pools_description_job_lands_where_its_cells_jobs_do(tmp_path):
+    from amp_suite.executors.slurm_scheduler import SlurmScheduler
+
+    class RecordingExecutor:  # submitit's AutoExecutor, as far as describing pools goes
+        def __init__(self) -> None:
+            self.parameters: dict[str, Any] = {}
+            self.submitted: list[dict[str, Any]] = []
+
+        def update_parameters(self, **params: Any) -> None:
+            self.parameters = params
+
+        def submit(self, fn: Any) -> Any:
+            self.submitted.append(dict(self.parameters))
+            if self.parameters.get("slurm_partition") == "refused":
+                raise RuntimeError("sbatch failed\nsbatch: error: invalid partition specified: refused")
+            return SimpleNamespace(result=lambda: {"cpu": "described"})
+
+    pools = {"a100": PoolSpec("a100", slurm_partition="gpu", slurm_constraint="a100"),
+             "old": PoolSpec("old", slurm_partition="refused")}
+    settings = SlurmSettings(partition="default", account="ml", qos="high")
+    scheduler = SlurmScheduler(settings, tmp_path)
+    scheduler.pools, scheduler._executor = pools, RecordingExecutor()
+    info = scheduler._describe_pools(["a100", "old"])
+    described = scheduler._executor.submitted[0]
+    cell_job = job_parameters(_cell(tmp_path, device="gpu", devices=2, pool="a100"), settings, pools)
+    for key in ("slurm_partition", "slurm_constraint", "slurm_account", "nodes"):
+        assert described[key] == cell_job[key], key
+    assert "slurm_gres" not in described and described["name"] == "amp-suite pool a100"
+    assert info["a100"] == {"cpu": "described"}
+    assert info["old"] == {"error": "Slurm refused its job: sbatch: error: invalid partition specified: refused"}
 
 
 def test_a_node_runs_the_cell_in_a_fresh_worker_with_the_hosts_thread_settings(tmp_path, monkeypatch):

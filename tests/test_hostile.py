@@ -229,6 +229,20 @@ def test_one_line_of_an_exception_whose_str_raises():
     assert one_line(Broken()) == "Broken (its message cannot be shown)"
 
 
+def test_message_line_picks_the_first_or_last_telling_line_and_copes_with_no_text():
+    from amp_suite.errors import message_line
+
+    class Broken(Exception):
+        def __str__(self):
+            raise RuntimeError("no")
+
+    told = RuntimeError("\n  Ray: the node died  \n\ndetails\nsbatch: error: no partition\n")
+    assert message_line(told) == "Ray: the node died"
+    assert message_line(told, last=True) == "sbatch: error: no partition"
+    assert message_line(RuntimeError("x" * 500)) == "x" * 300
+    assert message_line(RuntimeError("  \n ")) == "RuntimeError" and message_line(Broken()) == "Broken"
+
+
 # --- 5. stored values ---------------------------------------------------------------------------
 
 

@@ -21,7 +21,7 @@ import time
 from collections.abc import Hashable
 from typing import TYPE_CHECKING, Any
 
-from amp_suite.errors import UsageError, one_line
+from amp_suite.errors import UsageError, message_line, one_line
 from amp_suite.executors.node import pool_machine, run_cell_on_node
 from amp_suite.executors.remote import Finished
 
@@ -113,7 +113,7 @@ class RayScheduler:
                      configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError, OSError) as exc:
             raise UsageError(f"cannot connect to the Ray cluster at {self.address or 'a local instance'}: "
-                             f"{_first_line(exc)}") from None
+                             f"{message_line(exc)}") from None
         self.pools = pools
         self._task = ray.remote(ray_cell)
         nodes = ray.nodes()
@@ -190,7 +190,7 @@ class RayScheduler:
         except ray.exceptions.RayTaskError as exc:  # our own code raised on the node
             return Finished(error=f"the cell's task raised on its node: {one_line(exc.cause or exc)}")
         except ray.exceptions.RayError as exc:  # the node or its worker died, the task was cancelled
-            return Finished(error=f"Ray: {type(exc).__name__}: {_first_line(exc)}")
+            return Finished(error=f"Ray: {type(exc).__name__}: {message_line(exc)}")
 
     def running(self, handles: list[Any]) -> int | None:
         return None
@@ -209,7 +209,3 @@ class RayScheduler:
 
         ray.shutdown()
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[0] if lines else "no message")[:300]

@@ -21,7 +21,7 @@ from collections.abc import Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amp_suite.errors import UsageError, one_line
+from amp_suite.errors import UsageError, message_line, one_line
 from amp_suite.executors.node import pool_machine, run_cell_on_node
 from amp_suite.executors.remote import Finished, SubmitRefused
 from amp_suite.executors.spec import SlurmSettings
@@ -35,6 +35,8 @@ RETRIED_STATES = ("PREEMPTED", "NODE_FAIL", "REQUEUED")
 STATE_WAIT_S = 15.0
 # Minutes added to a cell's timeout for its job's time limit (start-up, imports, the result's way back).
 TIME_MARGIN_MIN = 10
+# Time limit of the short job that describes a pool's machine.
+POOL_DESCRIPTION_MIN = 10
 
 
 def slurm_cell(payload: dict[str, Any]) -> dict[str, Any]:
@@ -46,13 +48,12 @@ def slurm_cell(payload: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def job_parameters(cell: Cell, settings: SlurmSettings, pools: dict[str, Any]) -> dict[str, Any]:
-    """submitit's parameters for ``cell``'s job."""
-    run = cell.run
-    pool = pools.get(run.pool) if run.pool else None
-    minutes = settings.time_limit_min or math.ceil(run.timeout_s / 60) + TIME_MARGIN_MIN
-    params: dict[str, Any] = {"timeout_min": minutes, "name": f"amp-suite {run.key}", "nodes": 1,
-                              "tasks_per_node": 1}
+def placement_parameters(pool: Any, settings: SlurmSettings) -> dict[str, Any]:
+    """submitit's parameters that put a job where ``pool`` (or no pool: ``None``) says: partition, constraint, account.
+
+    Shared by a cell's job and its pool's description job, so both land on the same kind of node.
+    """
+    params: dict[str, Any] = {"nodes": 1}
     partition = (pool.slurm_partition if pool is not None and pool.slurm_partition else "") or settings.partition
     if partition:
         params["slurm_partition"] = partition
@@ -60,6 +61,16 @@ def job_parameters(cell: Cell, settings: SlurmSettings, pools: dict[str, Any]) -
         params["slurm_constraint"] = pool.slurm_constraint
     if settings.account:
         params["slurm_account"] = settings.account
+    return params
+
+
+def job_parameters(cell: Cell, settings: SlurmSettings, pools: dict[str, Any]) -> dict[str, Any]:
+    """submitit's parameters for ``cell``'s job."""
+    run = cell.run
+    pool = pools.get(run.pool) if run.pool else None
+    minutes = settings.time_limit_min or math.ceil(run.timeout_s / 60) + TIME_MARGIN_MIN
+    params: dict[str, Any] = {"timeout_min": minutes, "name": f"amp-suite {run.key}", "tasks_per_node": 1,
+                              **placement_parameters(pool, settings)}
     if settings.qos:
         params["slurm_qos"] = settings.qos
     if settings.cpus_per_task:
@@ -101,14 +112,8 @@ class SlurmScheduler:
         jobs = {}
         for name in names:
             pool = self.pools[name]
-            params: dict[str, Any] = {"timeout_min": 10, "name": f"amp-suite pool {name}", "nodes": 1}
-            if pool.slurm_partition or self.settings.partition:
-                params["slurm_partition"] = pool.slurm_partition or self.settings.partition
-            if pool.slurm_constraint:
-                params["slurm_constraint"] = pool.slurm_constraint
-            if self.settings.account:
-                params["slurm_account"] = self.settings.account
-            self._executor.update_parameters(**params)
+            self._executor.update_parameters(timeout_min=POOL_DESCRIPTION_MIN, name=f"amp-suite pool {name}",
+                                              **placement_parameters(pool, self.settings))
             try:
                 jobs[name] = self._executor.submit(pool_machine)
             except Exception as exc:  # its cells will say why too
@@ -118,7 +123,7 @@ class SlurmScheduler:
             try:
                 info[name] = job.result()
             except Exception as exc:  # a pool that cannot be described still runs its cells
-                info[name] = {"error": _first_line(exc)}
+                info[name] = {"error": message_line(exc, last=True)}
         return info
 
     def submit(self, cell: Cell, payload: dict[str, Any]) -> Hashable:
@@ -148,7 +153,7 @@ class SlurmScheduler:
         try:
             result = job.result()
         except Exception as exc:
-            return Finished(error=f"Slurm job {job.job_id} ended {state}: {_first_line(exc)}")
+            return Finished(error=f"Slurm job {job.job_id} ended {state}: {message_line(exc, last=True)}")
         if result.get("status") != "ok":
             state = _final_state(job)
             if not state.startswith("COMPLETED"):
@@ -189,13 +194,9 @@ def _sbatch_reason(exc: BaseException) -> str:
     """The line of sbatch's complaint that says why (its ``error:`` lines), else the exception's last line."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     said = [line for line in lines if "error:" in line.lower() or "fatal" in line.lower()]
-    return (said[-1] if said else (lines[-1] if lines else type(exc).__name__))[:300]
+    return said[-1][:300] if said else message_line(exc, last=True)
 
 
 def _retried(state: str) -> bool:
     return any(state.startswith(retried) for retried in RETRIED_STATES)
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return (lines[-1] if lines else type(exc).__name__)[:300]

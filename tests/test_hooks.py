@@ -164,3 +164,68 @@ def test_a_wrapper_can_change_a_firstresult_answer_and_the_contract_still_checks
     host.register(_Breaks(), name="breaks")
     with pytest.raises(PluginError, match="plugin 'fakefw': set_precision returned str"):
         host.set_precision(RUN, CPU)
+
+
+# A plugin module that opts in to FrameworkPlugin and breaks it twice: a train_epoch that returns a dict and a
+# predict that lost its ``training`` argument.  The rest is right, so mypy must name exactly those two hooks.
+TYPED_PLUGIN = '''
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from amp_suite.records import Batch, DeviceInfo, EpochResult, FrameworkInfo, PrecisionApplied, RunSpec, Workload
+
+
+class Handle:
+    pass
+
+
+def framework_info() -> FrameworkInfo: raise NotImplementedError
+def select_device(run: RunSpec) -> DeviceInfo: raise NotImplementedError
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied: raise NotImplementedError
+def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
+                initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo) -> Handle: raise NotImplementedError
+def stage_batches(run: RunSpec, model: Handle, batches: list[Batch]) -> list[Batch]: raise NotImplementedError
+def train_epoch(run: RunSpec, model: Handle, staged: list[Batch], epoch: int) -> TRAIN_RETURNS: raise NotImplementedError
+def predict(run: RunSpec, model: Handle, images: np.ndarray PREDICT_TAKES) -> np.ndarray: raise NotImplementedError
+def get_variables(run: RunSpec, model: Handle) -> dict[str, np.ndarray]: raise NotImplementedError
+def measure(run: RunSpec, model: Handle, device: DeviceInfo) -> dict[str, Any]: raise NotImplementedError
+def runtime_versions(run: RunSpec) -> dict[str, str]: raise NotImplementedError
+
+
+if TYPE_CHECKING:
+    import typed_plugin as _this_module
+    from amp_suite.framework_plugin import FrameworkPlugin
+
+    _checked: FrameworkPlugin[Handle, list[Batch]] = _this_module
+'''
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["conforming", "two-hooks-broken"])
+def test_mypy_checks_a_plugin_module_against_the_framework_plugin_protocol(tmp_path, broken):
+    """The typed handle protocol is what makes a plugin's hooks type-checked; pluggy checks names only."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    source = TYPED_PLUGIN.replace("TRAIN_RETURNS", "dict[str, float]" if broken else "EpochResult")
+    source = source.replace(" PREDICT_TAKES", "" if broken else ", training: bool")
+    (tmp_path / "typed_plugin.py").write_text(source)
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "MYPYPATH": str(root)}
+    done = subprocess.run([sys.executable, "-m", "mypy", "--config-file", "", "--cache-dir", str(tmp_path / "cache"),
+                           "--follow-imports", "silent", "--ignore-missing-imports", "typed_plugin.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    if not broken:
+        assert done.returncode == 0, done.stdout + done.stderr
+        return
+    assert done.returncode == 1, done.stdout + done.stderr
+    conflicts = done.stdout.split("have conflicts:", 1)[-1]
+    assert "staged: list[Batch], epoch: int) -> dict[str, float]" in conflicts  # what it got for train_epoch
+    assert "staged: list[Batch], epoch: int) -> EpochResult" in conflicts  # what the protocol expects
+    predicts = [line for line in conflicts.splitlines() if "def predict(" in line]
+    assert len(predicts) == 2 and "training: bool" in predicts[0] and "training" not in predicts[1], predicts
+    assert "build_model" not in conflicts and "get_variables" not in conflicts and "measure" not in conflicts

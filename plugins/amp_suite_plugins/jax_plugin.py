@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -633,7 +633,7 @@ def _per_device_bytes(leaf: Any) -> int:
 
 
 @hookimpl
-def runtime_versions() -> dict[str, str]:
+def runtime_versions(run: RunSpec) -> dict[str, str]:
     """The CUDA runtime and cuDNN versions of JAX's CUDA plugin (none without one)."""
     found = cuda_versions()
     names = {"cuda_runtime": "cuda_runtime_version", "cudnn": "cudnn_version"}
@@ -652,3 +652,10 @@ def cuda_versions() -> dict[str, str]:
     except Exception:  # a JAX that moved its private module: no versions
         return {}
     return read_cuda_versions(versions)
+
+
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.framework_plugin)
+    import amp_suite_plugins.jax_plugin as _this_module
+    from amp_suite.framework_plugin import FrameworkPlugin
+
+    _checked: FrameworkPlugin[JaxModel, list[tuple[Any, Any, Any]]] = _this_module

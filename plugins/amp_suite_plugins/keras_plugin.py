@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -458,7 +458,7 @@ def _slowest_window(tf: Any, strategy: Any, seconds: float) -> float:
 
 
 @hookimpl
-def reset_memory_peak(run: RunSpec, device: DeviceInfo) -> None:
+def reset_memory_peak(run: RunSpec, model: KerasModel, device: DeviceInfo) -> None:
     import tensorflow as tf
 
     if device.kind == "gpu":
@@ -513,7 +513,7 @@ def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, An
 
 
 @hookimpl
-def runtime_versions() -> dict[str, str]:
+def runtime_versions(run: RunSpec) -> dict[str, str]:
     """The CUDA and cuDNN versions TensorFlow was built with (its GPU build loads those)."""
     import tensorflow as tf
 
@@ -523,3 +523,11 @@ def runtime_versions() -> dict[str, str]:
         return {}
     found = {"cuda_runtime_version": build.get("cuda_version"), "cudnn_version": build.get("cudnn_version")}
     return {key: str(value) for key, value in found.items() if value not in (None, "", "None", 0)}
+
+
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.framework_plugin)
+    import amp_suite_plugins.keras_plugin as _this_module
+    from amp_suite.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
+
+    _checked: FrameworkPlugin[KerasModel, list[tuple[Any, Any, Any]]] = _this_module
+    _resets_peak: ResetsMemoryPeak[KerasModel] = _this_module

@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -587,7 +587,7 @@ def _across_ranks(torch: Any, model: TorchModel, result: EpochResult) -> None:
 
 
 @hookimpl
-def reset_memory_peak(run: RunSpec, model: TorchModel) -> None:
+def reset_memory_peak(run: RunSpec, model: TorchModel, device: DeviceInfo) -> None:
     import torch
 
     if model.device_type == "cuda":
@@ -651,7 +651,7 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
 
 
 @hookimpl
-def runtime_versions() -> dict[str, str]:
+def runtime_versions(run: RunSpec) -> dict[str, str]:
     """The CUDA runtime torch was built with and, on a GPU, the cuDNN it loaded."""
     import torch
 
@@ -682,3 +682,11 @@ def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:
         out["device_peak_memory_bytes_per_rank"] = [int(r["device"]) for r in everyone]
         out["device_peak_memory_bytes"] = max(int(r["device"]) for r in everyone)
     return out
+
+
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.framework_plugin)
+    import amp_suite_plugins.torch_plugin as _this_module
+    from amp_suite.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
+
+    _checked: FrameworkPlugin[TorchModel, list[tuple[Any, Any, Any]]] = _this_module
+    _resets_peak: ResetsMemoryPeak[TorchModel] = _this_module

@@ -55,7 +55,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -192,8 +192,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     # float32 matmuls may silently use TF32 on Ampere unless asked for full precision.
     matmul = "tensorfloat32" if run.precision == "tf32" else "highest"
     jax.config.update("jax_default_matmul_precision", matmul)
-    notes = (f"jax_default_matmul_precision={matmul}",
-             f"nnx dtype={applied.compute_dtype}, param_dtype=float32, logits float32")
+    notes: tuple[str, ...] = (f"jax_default_matmul_precision={matmul}",
+                              f"nnx dtype={applied.compute_dtype}, param_dtype=float32, logits float32")
     if applied.compute_dtype != "float32":
         notes += (f"batch_norm=float32 parameters, statistics and arithmetic, output {applied.compute_dtype}",
                   f"sigmoid={applied.compute_dtype} (jax.nn activations, the squeeze-and-excitation gate included, "
@@ -291,7 +291,7 @@ def build_net(workload: Workload, compute_dtype: str, seed: int = 0) -> Any:
             pad = ((spec.padding, spec.padding),) * 2  # symmetric: spec.padding zero pixels on every side
             # depthwise: one filter per channel, kernel (k, k, 1, c) (the canonical one is (k, k, c, 1))
             features, groups = (spec.features, 1) if spec.kind == "conv2d" else (channels, channels)
-            layer = nnx.Conv(channels, features, (spec.kernel_size,) * 2, strides=spec.stride, padding=pad,
+            layer: Any = nnx.Conv(channels, features, (spec.kernel_size,) * 2, strides=spec.stride, padding=pad,
                              feature_group_count=groups, use_bias=spec.use_bias, dtype=compute_dtype,
                              param_dtype=jnp.float32, rngs=rngs)
         elif spec.kind == "dense":
@@ -631,13 +631,14 @@ def measure(run: RunSpec, model: FlaxModel, device: DeviceInfo) -> dict[str, Any
     }
     if device.kind == "gpu":  # the largest peak of the cell's devices
         peaks = [(d.memory_stats() or {}).get("peak_bytes_in_use") for d in model.placement.devices]
-        if all(peak is not None for peak in peaks):
-            figures["device_peak_memory_bytes"] = int(max(peaks))
+        known = [int(peak) for peak in peaks if peak is not None]
+        if len(known) == len(peaks):
+            figures["device_peak_memory_bytes"] = max(known)
     return figures
 
 
 @hookimpl
-def runtime_versions() -> dict[str, str]:
+def runtime_versions(run: RunSpec) -> dict[str, str]:
     """The CUDA runtime and cuDNN versions JAX's CUDA plugin loaded (none on a CPU-only JAX)."""
     found = cuda_versions()
     return {f"{key}_version": found[key] for key in ("cuda_runtime", "cudnn") if key in found}
@@ -655,3 +656,10 @@ def cuda_versions() -> dict[str, str]:
     except Exception:
         return {}
     return read_cuda_versions(versions)
+
+
+if TYPE_CHECKING:  # mypy checks every hook above against amp-suite's specs (amp_suite.framework_plugin)
+    import amp_suite_flax.plugin as _this_module
+    from amp_suite.framework_plugin import FrameworkPlugin
+
+    _checked: FrameworkPlugin[FlaxModel, list[tuple[Any, Any, Any]]] = _this_module

@@ -40,7 +40,7 @@ from amp_suite.config import (
 )
 from amp_suite.envs.placement import Placement, place_frameworks
 from amp_suite.envs.spec import environments_dir
-from amp_suite.errors import StorageError, SweepInterrupted, UsageError, one_line
+from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 from amp_suite.schema import closest
 from amp_suite.settings import CELL_FIELDS, SweepSettings, check_names
@@ -48,7 +48,6 @@ from amp_suite.settings import CELL_FIELDS, SweepSettings, check_names
 if TYPE_CHECKING:  # pandas is imported only when a frame is built
     import pandas as pd
 
-EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE = 0, 1, 2
 ENVIRONMENT_FILE = "environment.json"
 # Sweep settings the API and ``run`` accept as keywords (``steps=20``, ``dataset="mnist"``).
 SETTING_NAMES = tuple(f.name for f in fields(SweepSettings))
@@ -98,7 +97,7 @@ class SweepOutcome:
             return 128 + self.stopped_by
         if self.storage_failed or self.reporter_failures:
             return EXIT_USAGE
-        return EXIT_OK if all(r.status in BENIGN_STATUSES for r in self.results) else EXIT_FAILED_CELLS
+        return EXIT_OK if all(r.status in BENIGN_STATUSES for r in self.results) else EXIT_FAILED
 
 
 # --- plugins -----------------------------------------------------------------

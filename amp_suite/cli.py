@@ -18,11 +18,10 @@ from typing import NoReturn
 
 from amp_suite import __version__
 from amp_suite.config import find_config, load_config
-from amp_suite.errors import PluginError, SweepInterrupted, UsageError
+from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PluginError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
 from amp_suite.settings import add_setting_flags, check_names, overrides_from_flags, parse_list
 
-EXIT_OK, EXIT_FAILED_CELLS, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 # Signals that stop a sweep the way Ctrl-C does.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 
@@ -183,18 +182,6 @@ def _host(modules: list[str]):
     return make_host(modules)
 
 
-def _worker_plugin_modules(host, requested: list[str]) -> tuple[str, ...]:
-    from amp_suite.api import worker_plugin_modules
-
-    return worker_plugin_modules(host, requested)
-
-
-def _worker_env(host) -> dict[str, str]:
-    from amp_suite.api import worker_env
-
-    return worker_env(host)
-
-
 def _cost_overrides(args: argparse.Namespace) -> dict:
     return {k: v for k, v in (("price_per_hour", args.price_per_hour), ("currency", args.currency))
             if v is not None}
@@ -256,7 +243,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"amp-suite: regression: {row.workload} / {row.framework} / {row.precision}: {row.metric} "
               f"{row.ratio:.3f}x of BASE ({row.low:.3f}–{row.high:.3f}), beyond -{args.fail_above:g}%",
               file=sys.stderr)
-    return EXIT_FAILED_CELLS if len(worse) else EXIT_OK
+    return EXIT_FAILED if len(worse) else EXIT_OK
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -358,7 +345,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rows = run_checks(plan, progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
     print(render_table(rows))
     print(summary_line(rows))
-    return EXIT_FAILED_CELLS if any(r.failed for r in rows) else EXIT_OK
+    return EXIT_FAILED if any(r.failed for r in rows) else EXIT_OK
 
 
 def cmd_env(args: argparse.Namespace) -> int:

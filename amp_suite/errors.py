@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+# The exit codes of every amp-suite command: success, cells that failed (or, for `env create`, a build
+# that failed), bad input.  A command stopped by a signal exits 128 + the signal's number.
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
 
 class UsageError(Exception):
     """Bad input from the user: the CLI prints one line and exits 2."""

@@ -7,25 +7,33 @@ the repository root, the tiny config, the CLI runner).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-HELPERS = Path(__file__).parent / "helpers"
-# Worker processes import the test plugins (fakefw, ghostfw) by module name, and test modules import
-# the helpers (suite_cli, processes, ...) as top-level modules: both find them on the path.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p
-)
-sys.path.insert(0, str(HELPERS))
+# Test modules import the helpers (suite_cli, processes, ...) as top-level modules: pytest puts
+# tests/helpers on sys.path (``pythonpath`` in pyproject.toml) before it reads this file.
+from suite_cli import TINY_CONFIG
 
-from suite_cli import TINY_CONFIG  # noqa: E402 (the helpers' folder is on the path only from here)
+HELPERS = Path(__file__).parent / "helpers"
+_PYTHONPATH_BEFORE = pytest.StashKey[str | None]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: a test that starts a real framework (seconds to minutes on 2 "
                                        "cores); -m 'not slow' leaves them out")
+    # Worker processes import the test plugins (fakefw, ghostfw) by module name: for this session they
+    # find them through PYTHONPATH, which pytest_unconfigure gives back as it was.
+    config.stash[_PYTHONPATH_BEFORE] = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    before = config.stash.get(_PYTHONPATH_BEFORE, None)
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
 
 
 @pytest.fixture

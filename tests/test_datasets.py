@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amp_suite.datasets import cifar10, load_dataset, mnist
+from amp_suite.config import load_config
+from amp_suite.datasets import cifar10, epoch_batches, load_dataset, mnist
 from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError, DatasetFile, locate
 from amp_suite.datasets.preprocess import resize_bilinear, to_unit_float
 from amp_suite.datasets.splits import parse_split
@@ -363,3 +364,28 @@ def test_synthetic_validation_shrinks_for_large_inputs_only():
     assert load_dataset("synthetic", small, steps=2, batch_size=8, seed=0).val_labels.shape[0] == 512
     data = load_dataset("synthetic", large, steps=3, batch_size=2, seed=0)
     assert data.val_labels.shape[0] == 41 and data.train_labels.shape[0] == 6
+
+
+def test_synthetic_data_is_seeded_in_range_and_learnable_shape():
+    w = load_config(REPO / "benchmarks.toml").workloads["mnist_cnn"]
+    d1 = load_dataset("synthetic", w, steps=3, batch_size=16, seed=0)
+    d2 = load_dataset("synthetic", w, steps=3, batch_size=16, seed=0)
+    assert d1.train_images.shape == (48, 28, 28, 1) and d1.train_images.dtype == np.float32
+    assert np.array_equal(d1.train_images, d2.train_images) and np.array_equal(d1.val_labels, d2.val_labels)
+    assert d1.train_images.min() >= 0 and d1.train_images.max() <= 1
+    assert set(np.unique(d1.train_labels)) <= set(range(10))
+
+
+def test_batch_order_is_seeded_reshuffled_per_epoch_and_drops_partial_batches():
+    images = np.arange(50, dtype=np.float32).reshape(50, 1, 1, 1)
+    labels = np.arange(50, dtype=np.int32)
+    e0 = epoch_batches(images, labels, batch_size=8, steps=100, seed=3, epoch=0)
+    again = epoch_batches(images, labels, batch_size=8, steps=100, seed=3, epoch=0)
+    e1 = epoch_batches(images, labels, batch_size=8, steps=100, seed=3, epoch=1)
+    assert len(e0) == 6  # 50 // 8
+    assert [b.labels.tolist() for b in e0] == [b.labels.tolist() for b in again]
+    assert [b.labels.tolist() for b in e0] != [b.labels.tolist() for b in e1]
+    seen = np.concatenate([b.labels for b in e0])
+    assert len(set(seen.tolist())) == 48
+    assert all(np.array_equal(b.images[:, 0, 0, 0], b.labels) for b in e0)
+    assert len(epoch_batches(images, labels, batch_size=8, steps=2, seed=3, epoch=0)) == 2

@@ -17,6 +17,7 @@ from amp_suite.devices import (
     select_checked,
     version_text,
 )
+from amp_suite.environment import cpu_info
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import DeviceInfo, FrameworkInfo, RunSpec
 from suite_cli import HELPERS
@@ -119,3 +120,10 @@ def test_version_text():
 
 def test_fake_smi_is_executable():
     assert Path(FAKE_SMI).stat().st_mode & 0o111
+
+
+def test_cpu_flags_are_read_from_cpuinfo():
+    text = "processor\t: 0\nmodel name\t: Example Xeon\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile avx512_fp16\n"
+    info = cpu_info(text)
+    assert info["cpu_model"] == "Example Xeon"
+    assert info["cpu_flags"] == ["avx2", "avx512f", "avx512_fp16", "amx_tile", "amx_bf16"]

@@ -10,10 +10,8 @@ from pathlib import Path
 from amp_suite.config import find_config, load_config
 from amp_suite.envs.build import create, remove, state_of
 from amp_suite.envs.spec import EnvironmentSpec, environments_dir
-from amp_suite.errors import UsageError
+from amp_suite.errors import EXIT_FAILED, EXIT_OK, UsageError
 from amp_suite.schema import closest
-
-EXIT_OK, EXIT_FAILED = 0, 1
 
 
 def add_env_parser(sub: argparse._SubParsersAction) -> None:

@@ -177,7 +177,7 @@ def _one_line_text(exc: BaseException) -> str:
 
 
 def _host(modules: list[str]):
-    from amp_suite.api import make_host
+    from amp_suite.sweep_engine import make_host
 
     return make_host(modules)
 
@@ -188,13 +188,13 @@ def _cost_overrides(args: argparse.Namespace) -> dict:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from amp_suite.api import SweepRequest, sweep
     from amp_suite.progress import SweepProgress
+    from amp_suite.sweep_engine import SweepRequest, sweep
 
     overrides = overrides_from_flags(args)
     auto = 0
     if overrides["repeats"] == "auto":
-        from amp_suite.api import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
+        from amp_suite.sweep_engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
 
         overrides["repeats"], auto = AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
@@ -205,9 +205,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from amp_suite.api import load_results
     from amp_suite.cost import cost_settings
     from amp_suite.output_dir import report_lock
+    from amp_suite.stored_sweep import load_results
 
     host = _host(args.plugin)
     with report_lock(args.directory):  # a running sweep's store never changes under the report

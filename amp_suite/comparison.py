@@ -306,7 +306,7 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     and ``new_only`` (cell keys present in one directory only) and
     ``markdown`` (what ``amp-suite compare`` prints).
     """
-    from amp_suite.api import load_results
+    from amp_suite.stored_sweep import load_results
 
     base_loaded, new_loaded = load_results(base), load_results(new)
     frame = compare_results(base_loaded[0], new_loaded[0])

@@ -154,8 +154,8 @@ def test_no_framework_hook_asks_which_framework_it_is_called_for():
 
 
 def test_a_workload_may_set_its_own_steps_which_the_command_line_overrides(tmp_path):
-    from amp_suite.api import plan_cells
     from amp_suite.config import with_overrides
+    from amp_suite.sweep_engine import plan_cells
 
     config = load_config(REPO / "benchmarks.toml")
     settings = with_overrides(config.settings, workloads=("mnist_resnet8", "mnist_cnn"), frameworks=("jax",),

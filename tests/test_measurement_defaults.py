@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from amp_suite import devices
-from amp_suite.api import SweepRequest, plan_cells, sweep_device_kind
 from amp_suite.config import for_device_kind, load_config
 from amp_suite.errors import UsageError
 from amp_suite.records import Batch, CellResult
 from amp_suite.report import render_markdown, summary_frame
+from amp_suite.sweep_engine import SweepRequest, plan_cells, sweep_device_kind
 from amp_suite.worker import device_index, memory_without_inputs, staged_bytes
 
 

@@ -69,8 +69,8 @@ def test_the_fake_framework_reaches_a_target_and_the_report_has_the_table(tiny_c
 
 
 def test_mnist_resnet8_declares_a_target_and_the_flag_overrides_it(tmp_path):
-    from amp_suite.api import plan_cells
     from amp_suite.config import with_overrides
+    from amp_suite.sweep_engine import plan_cells
 
     config = load_config(None)
     assert config.workloads["mnist_resnet8"].target_accuracy == 0.97

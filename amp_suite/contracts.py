@@ -97,21 +97,26 @@ def check_return(plugin: str, hook: str, value: Any) -> Any:
     return value
 
 
-def check_logits(plugin: str, logits: Any, images: int) -> None:
+def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32") -> None:
     """``predict``'s answer: a float32 numpy array ``(images, classes)``, else a one-line :class:`PluginError`.
 
     Logits in a reduced dtype would make every comparison of the host round
     them again (and numpy cannot hold bfloat16): the contract is float32 out,
-    whatever the compute dtype.
+    whatever the compute dtype, and float64 under the ``fp64`` reference
+    (:func:`amp_suite.precision.stored_dtype`).
     """
     import numpy as np
 
+    from amp_suite.precision import stored_dtype
+
+    expected = stored_dtype(precision)
     if not isinstance(logits, np.ndarray):
         raise PluginError(f"plugin {plugin!r}: predict returned {_what(logits)}; it must return a numpy array "
-                          "(np.asarray(..., dtype=np.float32))")
-    if logits.dtype != np.float32:
+                          f"(np.asarray(..., dtype=np.{expected}))")
+    if logits.dtype != expected:
+        rule = "float32 whatever the compute dtype" if expected == "float32" else f"{expected} under {precision}"
         raise PluginError(f"plugin {plugin!r}: predict returned logits of dtype {logits.dtype}; they must be "
-                          "float32 whatever the compute dtype (cast them before returning)")
+                          f"{rule} (cast them before returning)")
     if logits.ndim != 2 or logits.shape[0] != images:
         raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
                           f"({images}, classes) for {images} images")

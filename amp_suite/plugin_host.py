@@ -32,7 +32,7 @@ import pluggy
 
 from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookspecs, host_measure
 from amp_suite.contracts import check_logits, check_return
-from amp_suite.errors import PluginError, SweepInterrupted, UsageError, one_line
+from amp_suite.errors import PluginError, SweepInterrupted, UnsupportedError, UsageError, one_line
 from amp_suite.records import (
     Batch,
     CellResult,
@@ -292,6 +292,18 @@ class PluginHost:
         return self._first("select_device", run=run)
 
     def set_precision(self, run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
+        """The plugin's answer; a precision its ``FrameworkInfo.precisions`` declares for no device kind is refused.
+
+        The plugin itself explains a precision it declares for another kind of
+        device (``tf32`` on a CPU); one it never declares (``fp64`` of a plugin
+        that has no float64 path) never reaches it, so it cannot run in float32
+        under the wrong name.
+        """
+        info = self.frameworks().get(run.framework)
+        if info is not None and not any(run.precision in names for names in info.precisions.values()):
+            declared = list(dict.fromkeys(name for names in info.precisions.values() for name in names))
+            raise UnsupportedError(f"{info.display_name} does not run precision {run.precision!r}; its plugin "
+                                   f"declares {', '.join(declared) or 'none'} (FrameworkInfo.precisions)")
         return self._first("set_precision", run=run, device=device)
 
     def build_model(
@@ -316,9 +328,9 @@ class PluginHost:
         self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
 
     def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
-        """The plugin's logits, checked: a float32 numpy array of shape ``(len(images), classes)``."""
+        """The plugin's logits, checked: a float32 (``fp64``: float64) numpy array of shape ``(len(images), classes)``."""
         plugin, logits = self._first_answer("predict", run=run, model=model, images=images, training=training)
-        check_logits(plugin, logits, len(images))
+        check_logits(plugin, logits, len(images), run.precision)
         return logits
 
     def get_variables(self, run: RunSpec, model: Any) -> dict[str, np.ndarray]:

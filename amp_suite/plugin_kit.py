@@ -12,6 +12,7 @@ import numpy as np
 from amp_suite.devices import version_text
 from amp_suite.environment import cpu_info
 from amp_suite.errors import UnsupportedError
+from amp_suite.precision import stored_dtype
 from amp_suite.records import DeviceInfo, EpochResult, PrecisionApplied, RunSpec
 
 
@@ -54,10 +55,13 @@ def require_device_kind(run: RunSpec, gpu_available: bool, framework: str) -> st
     return "cpu"
 
 
-# What the built-in plugins run: TF32 exists only on NVIDIA GPUs (sm 8.0+).
+# The measured precisions a plugin normally runs: TF32 exists only on NVIDIA GPUs (sm 8.0+).
 STANDARD_PRECISIONS = {"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")}
+# What the built-in plugins declare: the standard precisions and the float64 reference (tests only).
+STANDARD_PRECISIONS_AND_FP64 = {kind: (*names, "fp64") for kind, names in STANDARD_PRECISIONS.items()}
 # The dtypes each precision computes in, and whether it scales the loss.
-COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "float16", "amp_bf16": "bfloat16"}
+COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "float16", "amp_bf16": "bfloat16",
+                  "fp64": "float64"}
 # Dynamic loss scaling, the same in every framework: start at 2**15 (Keras's
 # and jmp examples' value), halve on overflow, double after 2000 finite steps.
 DYNAMIC_LOSS_SCALE_INIT = 2.0 ** 15
@@ -73,8 +77,10 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     """The :class:`PrecisionApplied` every framework gives for a standard precision name.
 
     The initial dynamic loss scale is :data:`DYNAMIC_LOSS_SCALE_INIT` unless the
-    framework options set ``initial_loss_scale``.  Raises
-    :class:`UnsupportedError` for ``tf32`` on a device without TF32.
+    framework options set ``initial_loss_scale``.  ``fp64`` keeps parameters,
+    compute and logits in float64 (the host lets it through only to a plugin
+    that declares it).  Raises :class:`UnsupportedError` for ``tf32`` on a
+    device without TF32.
     """
     initial_scale = float(run.options.get("initial_loss_scale", DYNAMIC_LOSS_SCALE_INIT))
     precision = run.precision
@@ -83,11 +89,12 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     if precision == "tf32" and not device.supports_tf32:
         raise UnsupportedError(f"tf32 needs an NVIDIA GPU of compute capability 8.0 or newer; this run is on {device.kind} ({device.name})")
     fp16 = precision == "amp_fp16"
+    stored = stored_dtype(precision)
     return PrecisionApplied(
         precision=precision,
         compute_dtype=COMPUTE_DTYPES[precision],
-        param_dtype="float32",
-        output_dtype="float32",
+        param_dtype=stored,
+        output_dtype=stored,
         loss_scaling="dynamic" if fp16 else "none",
         initial_loss_scale=initial_scale if fp16 else None,
     )

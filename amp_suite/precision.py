@@ -1,7 +1,9 @@
-"""The precision names amp-suite measures.
+"""The precision names amp-suite measures, and the float64 reference its tests check against.
 
 Names are explicit (TorchBench's lesson): a bare "amp" that means fp16 on a
-GPU and bf16 on a CPU cannot be compared or extended.
+GPU and bf16 on a CPU cannot be compared or extended.  ``fp64`` is no mode
+anyone would train in: it lets a test compare two frameworks' arithmetic
+where float32 round-off alone would hide a difference.
 """
 
 from __future__ import annotations
@@ -11,7 +13,20 @@ PRECISIONS: dict[str, str] = {
     "tf32": "float32 storage, TF32 matmul/conv math (NVIDIA Ampere and newer only)",
     "amp_fp16": "float16 compute, float32 parameters, dynamic loss scaling",
     "amp_bf16": "bfloat16 compute, float32 parameters, no loss scaling",
+    "fp64": "float64 parameters, activations and optimizer state everywhere: an arithmetic reference for "
+            "tests, not an AMP mode",
 }
+
+# Precisions that exist to check arithmetic, not to be measured: never in a default sweep or
+# preset, and a plugin runs them only where its FrameworkInfo.precisions declares them.
+REFERENCE_PRECISIONS = ("fp64",)
+
+
+def stored_dtype(precision: str) -> str:
+    """The dtype of parameters, logits and ``get_variables`` arrays: float32 whatever the compute dtype, but float64
+    under ``fp64``."""
+    return "float64" if precision == "fp64" else "float32"
+
 
 # The precision every speed-up and accuracy difference is measured against.
 BASELINE = "fp32"

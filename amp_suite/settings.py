@@ -29,7 +29,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from amp_suite.errors import UsageError
-from amp_suite.precision import PRECISIONS
+from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
 from amp_suite.schema import Field, check_value, closest, shown
 
 # How a setting's value is read from its command-line text, when not by its type.
@@ -86,7 +86,8 @@ class SweepSettings:
         ("mnist_cnn",), Field(tuple, names=True), "workloads from the catalog, comma-separated")
     precisions: tuple[str, ...] = setting(
         ("fp32", "amp_fp16", "amp_bf16"), Field(tuple, names=True),
-        f"precisions, comma-separated: {', '.join(PRECISIONS)}")
+        f"precisions, comma-separated: {', '.join(p for p in PRECISIONS if p not in REFERENCE_PRECISIONS)} "
+        f"(and {', '.join(REFERENCE_PRECISIONS)}: a float64 reference for checking arithmetic, not an AMP mode)")
     dataset: str = setting(
         "synthetic", Field(str, names=True), "synthetic, mnist or cifar10", cell="dataset", compared=True,
         metavar="NAME")

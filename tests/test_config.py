@@ -20,6 +20,20 @@ def test_shipped_config_declares_both_mnist_sizes():
     config.settings.check()
 
 
+def test_the_fp64_reference_is_in_no_default_sweep_and_no_preset():
+    # fp64 checks arithmetic in tests; a sweep runs it only when asked by name
+    from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
+
+    assert set(REFERENCE_PRECISIONS) <= set(PRECISIONS)
+    for config in (load_config(None), load_config(REPO / "benchmarks.toml")):
+        sweeps = {"[defaults]": config.settings.precisions, "built-in default": SweepSettings().precisions,
+                  **{f"[defaults.on_{kind}]": values.get("precisions", ()) for kind, values
+                     in config.device_defaults.items()},
+                  **{f"preset {name}": preset.settings.get("precisions", ()) for name, preset in config.presets.items()}}
+        assert len(sweeps) > 3
+        assert not {where: names for where, names in sweeps.items() if set(names) & set(REFERENCE_PRECISIONS)}
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "bad.toml"
     path.write_text(text)
@@ -50,7 +64,7 @@ def test_invalid_content_is_one_line(tmp_path, text, needle):
 @pytest.mark.parametrize("overrides,needle", [
     ({"warmup": 10, "steps": 10}, "warmup (10) must be smaller than steps per epoch (10)"),
     ({"steps": 0}, "steps must be >= 1"),
-    ({"precisions": ("fp32", "fp8")}, "unknown precision 'fp8'; allowed: fp32, tf32, amp_fp16, amp_bf16"),
+    ({"precisions": ("fp32", "fp8")}, "unknown precision 'fp8'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp64"),
     ({"device": "tpu"}, "unknown device 'tpu'"),
 ])
 def test_settings_check(overrides, needle):

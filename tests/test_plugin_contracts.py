@@ -18,7 +18,7 @@ from amp_suite import hookimpl
 from amp_suite.cli import main
 from amp_suite.config import load_config
 from amp_suite.contracts import check_return, conforms
-from amp_suite.errors import PluginError
+from amp_suite.errors import PluginError, UnsupportedError
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import CellResult, DeviceInfo, EpochResult, FrameworkInfo, RunSpec
 from amp_suite.worker import epoch_extra_metrics, execute
@@ -249,6 +249,51 @@ def test_bfloat16_logits_are_refused_by_name():
     host = PluginHost(autoload=False)
     host.register(_Logits(np.zeros((4, 3), np.float32)), name="good")
     assert host.predict(RUN, None, IMAGES).shape == (4, 3)
+
+
+def test_logits_of_the_fp64_reference_must_be_float64_and_only_there():
+    fp64 = dataclasses.replace(RUN, precision="fp64")
+    host = PluginHost(autoload=False)
+    host.register(_Logits(np.zeros((4, 3), np.float64)), name="good")
+    assert host.predict(fp64, None, IMAGES).dtype == np.float64
+    with pytest.raises(PluginError) as info:
+        host.predict(RUN, None, IMAGES)
+    assert str(info.value).startswith("plugin 'good': predict returned logits of dtype float64; they must be float32 "
+                                      "whatever the compute dtype")
+    host = PluginHost(autoload=False)
+    host.register(_Logits(np.zeros((4, 3), np.float32)), name="bad")
+    with pytest.raises(PluginError) as info:
+        host.predict(fp64, None, IMAGES)
+    assert str(info.value) == ("plugin 'bad': predict returned logits of dtype float32; they must be float64 under "
+                               "fp64 (cast them before returning)")
+
+
+def test_the_built_in_plugins_declare_the_fp64_reference_on_both_device_kinds():
+    frameworks = PluginHost().frameworks()
+    for name in ("torch", "keras", "jax"):
+        precisions = frameworks[name].precisions
+        assert all("fp64" in precisions[kind] for kind in ("cpu", "gpu")), (name, precisions)
+
+
+def test_a_plugin_that_does_not_declare_fp64_gets_an_unsupported_cell_before_its_set_precision(
+        monkeypatch: pytest.MonkeyPatch, tiny_config) -> None:
+    # The Flax example declares the measured precisions only; standard_precision would give it a float64 record,
+    # so the host must stop the cell before the plugin could train in float32 under the name fp64.
+    from suite_cli import REPO
+
+    monkeypatch.syspath_prepend(str(REPO / "examples" / "amp-suite-flax"))
+    host = PluginHost(autoload=False, extra_modules=("amp_suite_flax.plugin",))
+    assert "fp64" not in host.frameworks()["flax"].precisions["cpu"]
+    with pytest.raises(UnsupportedError) as refused:
+        host.set_precision(RunSpec(framework="flax", workload="tiny", precision="fp64"), CPU)
+    assert str(refused.value) == ("Flax (NNX) does not run precision 'fp64'; its plugin declares fp32, amp_fp16, "
+                                  "amp_bf16, tf32 (FrameworkInfo.precisions)")
+    # in a sweep the cell is unsupported, with that one line
+    workload = load_config(tiny_config).workloads["tiny"]
+    run = RunSpec(framework="fake", workload="tiny", precision="fp64", steps=2, batch_size=8)
+    result = execute(run, workload, PluginHost(autoload=False, extra_modules=("fakefw",), framework="fake"))
+    assert result.status == "unsupported" and "\n" not in result.error, (result.status, result.error)
+    assert "does not run precision 'fp64'" in result.error
 
 
 def test_the_type_checker_reads_unions_and_containers():

@@ -138,7 +138,7 @@ class ProbeRequest:
 
 @dataclass
 class ProbeResult:
-    """What a probe saw; arrays are float32 numpy, ``variables`` use the canonical names."""
+    """What a probe saw; arrays are float32 numpy (float64 under ``fp64``), ``variables`` use the canonical names."""
 
     request: ProbeRequest
     logits_before: np.ndarray

@@ -12,6 +12,13 @@ update only when every gradient is finite and adjust the scale.  BatchNorm
 state travels through the step beside the parameters (``hk.transform_with_state``).
 The whole step is jitted once with parameters, state and optimizer state donated.
 
+``fp64``, the float64 reference of the tests: ``set_precision`` turns
+``jax_enable_x64`` on (and every other precision turns it off), before
+``build_model`` makes the run's first array; both jmp policies are float64
+throughout, the BatchNorm state is made in float64, canonical values are cast
+to the dtype haiku made each variable in, and images, masks, logits and loss
+are float64 (optax keeps its moments in the parameters' dtype).
+
 A staged batch is the pytree ``(images, labels, masks)``: the host's dropout
 masks enter the jitted step beside the images (sharded like them on a mesh)
 and the model multiplies them in; evaluation and ``predict`` pass none.
@@ -45,7 +52,7 @@ from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers
 from amp_suite.plugin_kit import (
-    STANDARD_PRECISIONS,
+    STANDARD_PRECISIONS_AND_FP64,
     cpu_device,
     loss_scale_growth_interval,
     read_cuda_versions,
@@ -76,7 +83,7 @@ def framework_info() -> FrameworkInfo:
         display_name="JAX (haiku)",
         modules=("jax", "jaxlib", "haiku", "jmp", "optax"),
         extra="jax",
-        precisions=STANDARD_PRECISIONS,
+        precisions=STANDARD_PRECISIONS_AND_FP64,
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("jax",),
         launcher="process",  # one worker per node drives every device of the node
@@ -102,6 +109,7 @@ class JaxModel:
     process: Any = None  # the DistributedSpec of a data-parallel cell, else None
     batch_shapes: Any = None  # a staged batch's shapes, dtypes and shardings (for the compiled step's memory)
     depthwise: set[str] = field(default_factory=set)  # canonical names of depthwise kernels (layout differs)
+    stored_dtype: str = "float32"  # variables, images, masks, logits and loss: "float64" under fp64
 
 
 def _host_devices(run: RunSpec) -> None:
@@ -174,9 +182,17 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     # float32 matmuls may silently use TF32 on Ampere unless asked for full precision.
     matmul = "tensorfloat32" if run.precision == "tf32" else "highest"
     jax.config.update("jax_default_matmul_precision", matmul)
-    notes: tuple[str, ...] = (f"jax_default_matmul_precision={matmul}", f"jmp_policy=params=float32,compute={applied.compute_dtype},"
-             "output=float32")
-    if applied.compute_dtype != "float32":
+    # 64-bit arrays exist only with x64 on: a process-global switch, set both ways before build_model makes
+    # any array of the run (arrays made under the other setting keep their dtype; jit caches key on it).
+    float64 = applied.param_dtype == "float64"
+    jax.config.update("jax_enable_x64", float64)
+    stored = applied.param_dtype
+    notes: tuple[str, ...] = (f"jax_default_matmul_precision={matmul}", f"jax_enable_x64={float64}",
+                              f"jmp_policy=params={stored},compute={applied.compute_dtype},output={stored}")
+    if float64:
+        notes += ("batch_norm=jmp policy params=float64,compute=float64,output=float64; running statistics, "
+                  "optimizer state, images, dropout masks, logits and loss in float64",)
+    elif applied.compute_dtype != "float32":
         notes += (f"batch_norm=jmp policy params=float32,compute=float32,output={applied.compute_dtype}",
                   f"sigmoid={applied.compute_dtype} (jax.nn activations, the squeeze-and-excitation gate included, "
                   "compute in the model's jmp compute dtype); dropout masks multiplied in "
@@ -192,9 +208,14 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     return dataclasses.replace(applied, notes=notes)
 
 
-def _module_classes(workload: Workload, sync_axis: str | None = None, replicas: int = 1) -> tuple[type, type]:
-    """``sync_axis``: the mesh axis BatchNorm averages its batch moments over when called with ``sync``."""
-    """Fresh haiku module classes for ``workload`` (fresh, so policies set on them stay local)."""
+def _module_classes(workload: Workload, sync_axis: str | None = None, replicas: int = 1,
+                    statistics_dtype: str = "float32") -> tuple[type, type]:
+    """Fresh haiku module classes for ``workload`` (fresh, so policies set on them stay local).
+
+    ``sync_axis``: the mesh axis BatchNorm averages its batch moments over when
+    called with ``sync``; ``statistics_dtype``: the running statistics' dtype
+    (float64 under fp64; jmp policies cover parameters, not state).
+    """
     import haiku as hk
     import jax
     import jax.numpy as jnp
@@ -215,8 +236,8 @@ def _module_classes(workload: Workload, sync_axis: str | None = None, replicas: 
             channels = x.shape[-1]
             scale = hk.get_parameter("scale", (channels,), x.dtype, init=jnp.ones)
             offset = hk.get_parameter("offset", (channels,), x.dtype, init=jnp.zeros)
-            running_mean = hk.get_state("mean", (channels,), jnp.float32, init=jnp.zeros)
-            running_var = hk.get_state("var", (channels,), jnp.float32, init=jnp.ones)
+            running_mean = hk.get_state("mean", (channels,), statistics_dtype, init=jnp.zeros)
+            running_var = hk.get_state("var", (channels,), statistics_dtype, init=jnp.ones)
             if is_training:
                 mean = jnp.mean(x, axis=(0, 1, 2))
                 count = x.size // channels
@@ -321,7 +342,10 @@ def _from_haiku_layout(key: str, value: np.ndarray, depthwise: set[str]) -> np.n
 
 def _load_canonical(tree: Any, variables: dict[str, np.ndarray],
                     depthwise: set[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Replace haiku's initial values by the canonical ones (same layouts, HWIO, (in, out), NHWC, but depthwise)."""
+    """Replace haiku's initial values by the canonical ones (same layouts, HWIO, (in, out), NHWC, but depthwise).
+
+    Each value takes the dtype haiku made it in (float64 under fp64: the float32 canonical values cast exactly).
+    """
     loaded: dict[str, dict[str, np.ndarray]] = {}
     for module_path, leaves in tree.items():
         loaded[module_path] = {}
@@ -330,7 +354,7 @@ def _load_canonical(tree: Any, variables: dict[str, np.ndarray],
             canonical = _to_haiku_layout(key, variables[key], depthwise)
             if canonical.shape != value.shape:
                 raise ValueError(f"{module_path}/{leaf}: canonical shape {canonical.shape} != haiku {value.shape}")
-            loaded[module_path][leaf] = canonical
+            loaded[module_path][leaf] = np.asarray(canonical, value.dtype)
     return loaded
 
 
@@ -373,17 +397,18 @@ def build_model(
         process = this_process(run)
         mesh = Mesh(np.array(jax.devices(device.kind)[:run.devices]), (AXIS,))
         dev = jax.local_devices()[0]
+    stored = jnp.dtype(applied.param_dtype)  # float32; float64 under fp64 (set_precision turned x64 on)
     net_class, bn_class = _module_classes(workload, AXIS if run.sync_batch_norm and mesh is not None else None,
-                                          run.devices)
+                                          run.devices, stored.name)
     compute = jnp.dtype(applied.compute_dtype)
-    hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=compute,
-                                                        output_dtype=jnp.float32))
-    hk.mixed_precision.set_policy(bn_class, jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.float32,
+    hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=stored, compute_dtype=compute,
+                                                        output_dtype=stored))
+    hk.mixed_precision.set_policy(bn_class, jmp.Policy(param_dtype=stored, compute_dtype=stored,
                                                        output_dtype=compute))
     net = hk.transform_with_state(
         lambda x, is_training, sync=False, masks=None: net_class()(x, is_training, sync, masks))
     sync = bool(mesh is not None and run.sync_batch_norm)  # only the train step runs inside shard_map
-    example = jnp.zeros((1, *workload.input_shape), jnp.float32)
+    example = jnp.zeros((1, *workload.input_shape), stored)
     # evaluation mode: the same variables, and no batch statistics of a one-example batch (n - 1 = 0 at 1x1)
     params, state = net.init(jax.random.PRNGKey(run.seed), example, False)
     depthwise = _depthwise_kernels(workload)
@@ -413,7 +438,7 @@ def build_model(
 
     def loss_fn(p: Any, s: Any, images: Any, labels: Any, masks: Any, scale: Any) -> tuple[Any, Any]:
         logits, new_state = net.apply(p, s, None, images, True, sync, masks)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels).mean()
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(stored), labels).mean()
         return scale.scale(loss), (loss, new_state)
 
     def step(p: Any, s: Any, opt: Any, scale_arrays: Any, images: Any, labels: Any, masks: Any):
@@ -439,7 +464,7 @@ def build_model(
         return new_p, new_s, new_opt, (adjusted.loss_scale, adjusted.counter), loss, finite
 
     def forward(p: Any, s: Any, images: Any, is_training: bool) -> Any:
-        return net.apply(p, s, None, images, is_training)[0].astype(jnp.float32)
+        return net.apply(p, s, None, images, is_training)[0].astype(stored)
 
     if mesh is not None:
         from jax.sharding import PartitionSpec as P
@@ -449,7 +474,7 @@ def build_model(
     train_step = jax.jit(step, donate_argnums=(0, 1, 2))
     return JaxModel(params, state, opt_state, loss_scale, train_step,
                     jax.jit(forward, static_argnums=3), dev, trace_count, net_class, mesh, process,
-                    depthwise=depthwise)
+                    depthwise=depthwise, stored_dtype=stored.name)
 
 
 AXIS = "data"
@@ -472,9 +497,13 @@ def _local(jax: Any, tree: Any) -> Any:
 
 @hookimpl
 def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
-    """Each batch as the step's pytree ``(images, labels, masks)`` on the device (masks: float32, maybe ``{}``)."""
+    """Each batch as the step's pytree ``(images, labels, masks)`` on the device (masks: maybe ``{}``).
+
+    Images and masks are float32, as the host made them, or float64 under fp64.
+    """
     import jax
 
+    batches = [_stored(b, model.stored_dtype) for b in batches]
     if model.mesh is not None:
         staged = [_shard_batch(jax, run, model, b) for b in batches]
     else:
@@ -484,6 +513,12 @@ def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[t
         model.batch_shapes = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
     return staged
+
+
+def _stored(batch: Batch, dtype: str) -> Batch:
+    """``batch`` with images and masks in ``dtype`` (no copy when they are already)."""
+    return Batch(np.asarray(batch.images, dtype), batch.labels,
+                 {name: np.asarray(mask, dtype) for name, mask in batch.masks.items()})
 
 
 def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any, Any]:
@@ -544,10 +579,10 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]
 def predict(run: RunSpec, model: JaxModel, images: np.ndarray, training: bool) -> np.ndarray:
     import jax
 
-    x = jax.device_put(np.asarray(images, dtype=np.float32), model.device)
+    x = jax.device_put(np.asarray(images, dtype=model.stored_dtype), model.device)
     params, state = (model.params, model.state) if model.mesh is None else _local(jax, (model.params, model.state))
     # apply returns new state beside the logits; dropping it leaves the model untouched.
-    return np.asarray(model.forward(params, state, x, bool(training)), dtype=np.float32)
+    return np.asarray(model.forward(params, state, x, bool(training)), dtype=model.stored_dtype)
 
 
 @hookimpl
@@ -561,7 +596,8 @@ def get_variables(run: RunSpec, model: JaxModel) -> dict[str, np.ndarray]:
             for leaf, value in leaves.items():
                 # a copy: a CPU array may share its buffer, which the next (donating) step reuses
                 key = _canonical_key(module_path, leaf)
-                out[key] = _from_haiku_layout(key, np.array(value, dtype=np.float32, copy=True), model.depthwise)
+                out[key] = _from_haiku_layout(key, np.array(value, dtype=model.stored_dtype, copy=True),
+                                              model.depthwise)
     return out
 
 

@@ -7,8 +7,8 @@ the host's dropout masks instead of drawing its own):
 
 * ``BatchNormalization`` moves its moving variance towards the *biased* batch
   variance; the suite (like PyTorch) uses the unbiased one, ``n / (n - 1)``.
-  Normalization itself, the float32 computation under mixed policies and the
-  evaluation path are Keras's.
+  Normalization itself, the float32 computation under mixed policies (float64
+  under the ``float64`` policy) and the evaluation path are Keras's.
 * ``keras.optimizers.SGD`` keeps ``m = momentum * m - lr * g`` and decays
   weights apart from the gradient; the suite adds ``weight_decay * w`` to the
   gradient and keeps ``m = momentum * m + g``, ``w -= lr * m`` (the same for a
@@ -41,9 +41,10 @@ class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
         if not (training and self.trainable):
             return super().call(inputs, training=False, mask=mask)
-        x = ops.cast(inputs, "float32")  # BatchNorm statistics in float32 under every policy
+        # BatchNorm statistics in float32 under every policy but float64's (as Keras's own call does)
+        x = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
         mean, variance = self._moments(x, mask)
-        count = ops.cast(ops.size(x), "float32") / ops.cast(ops.shape(x)[-1], "float32")
+        count = ops.cast(ops.size(x), x.dtype) / ops.cast(ops.shape(x)[-1], x.dtype)
         if self.synchronized:
             import tensorflow as tf
 

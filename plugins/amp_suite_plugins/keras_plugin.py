@@ -6,7 +6,11 @@ before the model is built; the logits pass a float32 ``Activation`` so the
 softmax and loss run in float32; ``mixed_float16`` trains through a dynamic
 ``LossScaleOptimizer``, which unscales the gradients and skips a step whose
 gradients are not finite.  The train step is one ``tf.function``, XLA-compiled
-unless ``[frameworks.keras] jit_compile = false``.
+unless ``[frameworks.keras] jit_compile = false``.  ``fp64``, the float64
+reference of the tests, sets the ``float64`` policy and ``floatx`` (so every
+layer's variables, the BatchNorm statistics, the optimizer's slots and its
+learning rate are float64), float64 model inputs for images and masks, and
+float64 logits and loss.
 
 Dropout: a model with ``dropout`` layers takes ``[images, *masks]``, one
 optional input per dropout layer (``keras_parts.HostDropout``); the train
@@ -41,7 +45,7 @@ from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import iter_layers, walk
 from amp_suite.plugin_kit import (
-    STANDARD_PRECISIONS,
+    STANDARD_PRECISIONS_AND_FP64,
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
@@ -62,7 +66,8 @@ from amp_suite.records import (
 from amp_suite.schema import Field
 
 NAME = "keras"
-POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16"}
+POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16",
+            "fp64": "float64"}
 # The keys of [frameworks.keras] this plugin reads (the loss-scaling keys every plugin reads come on top).
 OPTIONS = {
     "jit_compile": FrameworkOption(Field(bool), True, "compile the train step with XLA (jit_compile=True); "
@@ -77,7 +82,7 @@ def framework_info() -> FrameworkInfo:
         display_name="Keras (TF)",
         modules=("tensorflow", "keras"),
         extra="tf",
-        precisions=STANDARD_PRECISIONS,
+        precisions=STANDARD_PRECISIONS_AND_FP64,
         env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
         launcher="process",  # one worker per node drives every device of the node
@@ -98,6 +103,7 @@ class KerasModel:
     named: dict[str, LayerSpec]
     strategy: Any = None  # the tf.distribute strategy of a data-parallel cell, else None
     mask_names: tuple[str, ...] = ()  # the dropout layers, in the order of the model's mask inputs
+    stored_dtype: str = "float32"  # variables, inputs, masks, logits and loss: "float64" under fp64
 
 
 def _inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | None) -> Any:
@@ -151,13 +157,18 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     applied = standard_precision(run, device)
     tf32 = run.precision == "tf32"
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
+    # Process-global, so set both ways: floatx is the dtype of the optimizer's learning rate and of inputs.
+    keras.config.set_floatx(applied.param_dtype)
     keras.mixed_precision.set_global_policy(POLICIES[run.precision])
     notes: tuple[str, ...] = (
         f"dtype_policy={keras.mixed_precision.global_policy().name}",
         f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
         f"jit_compile={_jit(run)}",
     )
-    if applied.compute_dtype != "float32":
+    if applied.compute_dtype == "float64":
+        notes += (f"floatx={keras.config.floatx()}; variables (BatchNorm statistics and optimizer state included), "
+                  "inputs, dropout masks, logits and loss in float64",)
+    elif applied.compute_dtype != "float32":
         notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",
                   f"sigmoid={applied.compute_dtype} (Activation layers, the squeeze-and-excitation gate included, "
                   f"compute in the policy's compute dtype); dropout masks multiplied in {applied.compute_dtype}")
@@ -189,10 +200,10 @@ def _conv(keras: Any, spec: LayerSpec, x: Any) -> Any:
                                use_bias=spec.use_bias, name=spec.name)(x)
 
 
-def _mask_input(keras: Any, item: Any) -> Any:
+def _mask_input(keras: Any, item: Any, dtype: str) -> Any:
     """The optional model input carrying a dropout layer's host mask: (n,) per sample, else (n, *activation)."""
     shape = () if item.layer.per_sample else tuple(item.input_shape)
-    return keras.Input(shape=shape, name=f"{item.layer.name}_mask", optional=True)
+    return keras.Input(shape=shape, name=f"{item.layer.name}_mask", optional=True, dtype=dtype)
 
 
 def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False,
@@ -256,18 +267,22 @@ def _dropouts(workload: Workload) -> list[Any]:
 
 
 def _build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
-                       synchronized: bool = False) -> Any:
-    """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`_inputs`)."""
-    inputs = keras.Input(shape=workload.input_shape)
-    masks = {item.layer.name: _mask_input(keras, item) for item in _dropouts(workload)}
-    # Logits leave the mixed-precision region in float32.
-    outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(
+                       synchronized: bool = False, stored_dtype: str = "float32") -> Any:
+    """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`_inputs`).
+
+    ``stored_dtype`` is the dtype of the inputs and the logits (float64 under fp64).
+    """
+    inputs = keras.Input(shape=workload.input_shape, dtype=stored_dtype)
+    masks = {item.layer.name: _mask_input(keras, item, stored_dtype) for item in _dropouts(workload)}
+    # Logits leave the mixed-precision region in float32 (float64 under fp64).
+    outputs = keras.layers.Activation("linear", dtype=stored_dtype, name="logits_float32")(
         _apply(keras, workload.layers, inputs, synchronized, masks))
     model = keras.Model([inputs, *masks.values()] if masks else inputs, outputs, name=workload.name)
     # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
     for name, spec in _named_layers(workload).items():
         leaves = [leaf for leaf in _LEAVES[spec.kind] if f"{name}/{leaf}" in variables]
-        model.get_layer(name).set_weights([variables[f"{name}/{leaf}"] for leaf in leaves])
+        layer = model.get_layer(name)
+        layer.set_weights([np.asarray(variables[f"{name}/{leaf}"], layer.variable_dtype) for leaf in leaves])
     return model
 
 
@@ -284,8 +299,9 @@ def build_model(
     if run.distributed:
         return _build_mirrored(run, workload, {**initial_weights, **initial_state}, applied, device)
     device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
+    stored = applied.output_dtype
     with tf.device(device_name):
-        model = _build_keras_model(keras, workload, {**initial_weights, **initial_state})
+        model = _build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
         optimizer = make_optimizer(workload.optimizer)
         loss_scaled = applied.loss_scaling == "dynamic"
         if loss_scaled:
@@ -299,7 +315,7 @@ def build_model(
 
     def step(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), tf.float32)
+            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), stored)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
             target = optimizer.scale_loss(loss) if loss_scaled else loss
         grads = tape.gradient(target, variables)
@@ -309,14 +325,14 @@ def build_model(
         return loss, finite
 
     def forward(images: Any) -> Any:
-        return tf.cast(model(_inputs(mask_names, images, None), training=False), tf.float32)
+        return tf.cast(model(_inputs(mask_names, images, None), training=False), stored)
 
     train_step = tf.function(step, jit_compile=_jit(run), reduce_retracing=True)
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     if device.kind == "gpu":
         tf.config.experimental.reset_memory_stats("GPU:0")
     return KerasModel(model, optimizer, train_step, predict_fn, device_name, loss_scaled,
-                      _named_layers(workload), mask_names=mask_names)
+                      _named_layers(workload), mask_names=mask_names, stored_dtype=stored)
 
 
 def _strategy(tf: Any, run: RunSpec, device: DeviceInfo) -> Any:
@@ -349,8 +365,9 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     strategy = _strategy(tf, run, device)
     global_batch = run.batch_size
     loss_scaled = applied.loss_scaling == "dynamic"
+    stored = applied.output_dtype
     with strategy.scope():
-        model = _build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm)
+        model = _build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored)
         inner = make_optimizer(workload.optimizer)
         inner.gradients_reduced = True  # the step all-reduces the gradients itself
         optimizer = inner
@@ -363,7 +380,7 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
 
     def gradients(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), tf.float32)
+            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), stored)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             target = optimizer.scale_loss(loss) if loss_scaled else loss
@@ -387,16 +404,18 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
         return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(finite)[0]
 
     def forward(images: Any) -> Any:
-        return tf.cast(model(_inputs(mask_names, images, None), training=False), tf.float32)
+        return tf.cast(model(_inputs(mask_names, images, None), training=False), stored)
 
     train_step = tf.function(step, reduce_retracing=True)
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     return KerasModel(model, optimizer, train_step, predict_fn, "/CPU:0" if device.kind == "cpu" else "/GPU:0",
-                      loss_scaled, _named_layers(workload), strategy, mask_names)
+                      loss_scaled, _named_layers(workload), strategy, mask_names, stored)
 
 
 def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple[Any, Any, Any]:
     """A global batch as per-replica values: replica i gets the contiguous slice i (on its device), masks too.
+
+    Images and masks in the model's stored dtype (float64 under fp64), labels as they are.
 
     ``replica_id_in_sync_group`` counts the replicas of every worker, so on
     several nodes each takes its own slice of the same global batch.
@@ -409,7 +428,11 @@ def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple
             return tf.identity(tf.constant(array[first:first + size]))
         return model.strategy.experimental_distribute_values_from_function(value)
 
-    return shard(batch.images), shard(batch.labels), {name: shard(mask) for name, mask in batch.masks.items()}
+    def stored(array: np.ndarray) -> np.ndarray:
+        return np.asarray(array, model.stored_dtype)
+
+    return (shard(stored(batch.images)), shard(batch.labels),
+            {name: shard(stored(mask)) for name, mask in batch.masks.items()})
 
 
 @hookimpl
@@ -418,9 +441,11 @@ def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list
 
     if model.strategy is not None:
         return [_distribute(tf, run, model, b) for b in batches]
+    dtype = model.stored_dtype  # images and masks: float64 under fp64, else float32 as the host made them
     with tf.device(model.device_name):
-        return [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels)),
-                 {name: tf.identity(tf.constant(mask)) for name, mask in b.masks.items()}) for b in batches]
+        return [(tf.identity(tf.constant(np.asarray(b.images, dtype))), tf.identity(tf.constant(b.labels)),
+                 {name: tf.identity(tf.constant(np.asarray(mask, dtype))) for name, mask in b.masks.items()})
+                for b in batches]
 
 
 def _scale(model: KerasModel) -> float | None:
@@ -471,13 +496,13 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
     import tensorflow as tf
 
     with tf.device(model.device_name):
-        x = tf.constant(np.asarray(images, dtype=np.float32))
+        x = tf.constant(np.asarray(images, dtype=model.stored_dtype))
         if not training:
             return model.predict_fn(x).numpy()
         # A training-mode call moves the moving statistics: put them back afterwards.
         saved = [v.numpy() for v in model.model.non_trainable_variables]
         try:
-            return tf.cast(model.model(_inputs(model.mask_names, x, None), training=True), tf.float32).numpy()
+            return tf.cast(model.model(_inputs(model.mask_names, x, None), training=True), model.stored_dtype).numpy()
         finally:
             for variable, value in zip(model.model.non_trainable_variables, saved, strict=True):
                 variable.assign(value)
@@ -489,7 +514,7 @@ def get_variables(run: RunSpec, model: KerasModel) -> dict[str, np.ndarray]:
     for name, spec in model.named.items():
         values = model.model.get_layer(name).get_weights()
         for leaf, value in zip(_LEAVES[spec.kind], values, strict=False):
-            out[f"{name}/{leaf}"] = np.asarray(value, dtype=np.float32)
+            out[f"{name}/{leaf}"] = np.asarray(value, dtype=model.stored_dtype)
     return out
 
 

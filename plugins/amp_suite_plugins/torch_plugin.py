@@ -10,7 +10,11 @@ gradients overflow and halves its scale; ``amp_bf16`` needs no scaler.
 Parameters and BatchNorm running statistics stay float32: autocast casts
 the inputs of convolutions and matmuls, and ``batch_norm`` runs on the
 reduced-precision activations with float32 weights, statistics and
-accumulation.
+accumulation.  ``fp64``, the float64 reference of the tests, is no AMP mode:
+the module is built and loaded as always, then cast with ``.to(float64)``
+(exact), so parameters, running statistics and the optimizer state it makes
+are float64; images and masks are staged in float64, autocast stays off, and
+logits, loss and ``get_variables`` are float64.
 
 Dropout: the host's masks (``Batch.masks``) are staged with their batch as
 tensors in the compute dtype (an elementwise mask of an image in the model's
@@ -53,7 +57,7 @@ from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
 from amp_suite.layers import dense_after_flatten, walk
 from amp_suite.plugin_kit import (
-    STANDARD_PRECISIONS,
+    STANDARD_PRECISIONS_AND_FP64,
     chw_rows_to_hwc,
     cpu_device,
     hwc_rows_to_chw,
@@ -98,7 +102,7 @@ def framework_info() -> FrameworkInfo:
         display_name="PyTorch",
         modules=("torch",),
         extra="torch",
-        precisions=STANDARD_PRECISIONS,
+        precisions=STANDARD_PRECISIONS_AND_FP64,
         distributions=("torch",),
         launcher="torchrun",
         options=OPTIONS,
@@ -127,6 +131,7 @@ class TorchModel:
     flattened: dict[str, tuple[int, int, int]]
     train_forward: Any  # the module, its DistributedDataParallel wrapper, or torch.compile's wrapper
     process: Any = None  # the DistributedSpec of a data-parallel cell, else None
+    stored_dtype: Any = None  # parameters, statistics, images, logits and loss: torch.float64 under fp64, else float32
 
 
 @hookimpl
@@ -174,7 +179,10 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     else:
         notes.append("optimizer=torch's default implementation (foreach on CUDA, for-loop on the CPU; "
                      "the figure optimizer_implementation says which ran)")
-    if applied.compute_dtype != "float32":
+    if applied.compute_dtype == "float64":
+        notes.append("dtype=float64 parameters, BatchNorm statistics, optimizer state, images, dropout masks, "
+                     "logits and loss (the module built and loaded in float32, then cast; no autocast)")
+    elif applied.compute_dtype != "float32":
         notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
         notes.append(f"sigmoid={applied.compute_dtype} (autocast leaves sigmoid, swish and relu6 to their "
                      "reduced-precision input: the squeeze-and-excitation gate computes in the compute dtype); "
@@ -401,7 +409,8 @@ def build_model(
         if hwc[0] * hwc[1] > 1}
     net = _spec_net(torch, workload, flatten_channels_last=channels_last)
     _load(torch, net, {**initial_weights, **initial_state}, flattened)
-    net = net.to(dev, memory_format=memory_format)
+    stored = getattr(torch, applied.param_dtype)  # float64 only under fp64: every float32 value casts exactly
+    net = net.to(dev, stored, memory_format=memory_format)
     net.train()
     optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters(),
                                            fused=bool(option(run, "fused")), device_type=dev.type)
@@ -422,7 +431,7 @@ def build_model(
     if option(run, "compile"):
         train_forward = torch.compile(train_forward)
     return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
-                      train_forward, process)
+                      train_forward, process, stored)
 
 
 def _data_parallel(torch: Any, run: RunSpec, net: Any, device: DeviceInfo) -> tuple[Any, Any]:
@@ -445,19 +454,19 @@ def _data_parallel(torch: Any, run: RunSpec, net: Any, device: DeviceInfo) -> tu
 
 
 def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
-    # NHWC numpy -> logical NCHW tensor in the model's memory format
+    # NHWC numpy -> logical NCHW tensor in the model's memory format and stored dtype (float64 under fp64)
     tensor = torch.from_numpy(images).permute(0, 3, 1, 2)
-    return tensor.contiguous(memory_format=model.memory_format).to(model.device)
+    return tensor.contiguous(memory_format=model.memory_format).to(model.device, model.stored_dtype)
 
 
 def _stage_masks(torch: Any, model: TorchModel, masks: dict[str, np.ndarray]) -> dict[str, Any]:
-    """The host's dropout masks as device tensors in the compute dtype (none: an empty dict).
+    """The host's dropout masks as device tensors in the compute dtype, float64 under fp64 (none: an empty dict).
 
     A per-sample mask stays ``(n,)`` (the forward pass views it as
     ``(n, 1, 1, 1)``); an elementwise mask of an image activation becomes
     logical NCHW in the model's memory format, like the images.
     """
-    dtype = model.autocast_dtype or torch.float32
+    dtype = model.autocast_dtype or model.stored_dtype
     out = {}
     for name, mask in masks.items():
         tensor = torch.from_numpy(np.ascontiguousarray(mask))
@@ -491,7 +500,7 @@ def _autocast(torch: Any, model: TorchModel) -> Any:
 def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any, masks: dict[str, Any]) -> Any:
     with _autocast(torch, model):
         logits = model.train_forward(images, masks)
-        return torch.nn.functional.cross_entropy(logits.float(), labels)
+        return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype), labels)
 
 
 def make_step(torch: Any, model: TorchModel):
@@ -527,7 +536,7 @@ def _fetch(torch: Any, outcomes: list[tuple[Any, Any]]) -> tuple[list[float], li
     """One device-to-host copy for the window's losses, one for its applied flags."""
     if not outcomes:
         return [], []
-    losses = torch.stack([loss for loss, _ in outcomes]).float().cpu().tolist()
+    losses = torch.stack([loss for loss, _ in outcomes]).double().cpu().tolist()  # fp64's losses keep their digits
     flags = [applied for _, applied in outcomes]
     tensors = [flag for flag in flags if not isinstance(flag, bool)]
     if tensors:
@@ -605,7 +614,7 @@ def predict(run: RunSpec, model: TorchModel, images: np.ndarray, training: bool)
     try:
         with torch.no_grad(), _autocast(torch, model):
             logits = net(_to_tensor(torch, model, np.ascontiguousarray(images, dtype=np.float32)))
-        return logits.float().cpu().numpy()
+        return logits.to(model.stored_dtype).cpu().numpy()
     finally:
         if training:  # a training-mode forward moved the running statistics: put them back
             with torch.no_grad():
@@ -622,7 +631,7 @@ def get_variables(run: RunSpec, model: TorchModel) -> dict[str, np.ndarray]:
             tensor = getattr(module, attribute, None)
             if tensor is None or (leaf in ("scale", "offset", "mean", "var")) != hasattr(module, "running_mean"):
                 continue
-            value = tensor.detach().float().cpu().numpy()
+            value = tensor.detach().to(model.stored_dtype).cpu().numpy()
             # a copy: on the CPU the numpy array would share the tensor's memory
             out[f"{layer}/{leaf}"] = np.array(_from_torch_layout(model.module.kinds[layer], leaf, value,
                                                                  model.flattened.get(layer)))

@@ -115,6 +115,24 @@ def no_wait(outcome: tuple[Any, Any]) -> None:
     """The default wait: the step's work is done when it returns (eager CPU code)."""
 
 
+# The figure (an EpochResult.extra key) that keeps this process's own window time when a cell of several
+# processes reports the slowest process's as its window time.
+PROCESS_WINDOW_TIME = "process_window_time_s"
+
+
+def take_slowest_window(result: EpochResult, slowest: Callable[[float], float]) -> None:
+    """A window of several processes: its time becomes the slowest process's, this process's own is kept.
+
+    ``slowest(seconds)`` is the framework's collective that returns the largest
+    of every process's ``seconds`` (an all-reduce MAX, an all-gather then max);
+    call this after the window's clock stopped.  The process's own time goes to
+    ``result.extra[PROCESS_WINDOW_TIME]`` (``process_window_time_s``, in every
+    framework), the cell's to ``result.window_time_s``.
+    """
+    result.extra[PROCESS_WINDOW_TIME] = result.window_time_s
+    result.window_time_s = float(slowest(result.window_time_s))
+
+
 def timed_window(
     batches: list[Any],
     step: StepFn,

@@ -4,7 +4,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from amp_suite.plugin_kit import timed_window
+from amp_suite.plugin_kit import PROCESS_WINDOW_TIME, take_slowest_window, timed_window
 from amp_suite.records import EpochResult
 from amp_suite.stats import MAX_STAGED_BYTES, MeasurementPlan, Phase, plan_epoch, steady_state, timing_flags
 
@@ -149,3 +149,17 @@ def test_a_window_dispatches_every_step_then_waits_once_then_fetches_once():
     assert all(e[2] == ("in",) for e in events if e[0] == "step")  # every step inside the guard
     assert events[3] == ("wait", 2)  # waited for the last step only
     assert result.step_losses == [0.0, 1.0, 2.0] and result.skipped_steps == 1 and result.samples == 12
+
+
+def test_a_window_of_several_processes_takes_the_slowest_time_and_keeps_its_own():
+    others = [0.8, 1.7, 1.2]  # what the other processes timed, as a collective would see them
+    asked: list[float] = []
+
+    def slowest(seconds: float) -> float:
+        asked.append(seconds)
+        return max([seconds, *others])
+
+    result = EpochResult(step_losses=[0.5] * 4, samples=64, window_time_s=1.1)
+    take_slowest_window(result, slowest)
+    assert asked == [1.1] and result.window_time_s == 1.7
+    assert PROCESS_WINDOW_TIME == "process_window_time_s" and result.extra == {PROCESS_WINDOW_TIME: 1.1}

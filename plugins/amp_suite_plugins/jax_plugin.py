@@ -58,6 +58,7 @@ from amp_suite.plugin_kit import (
     read_cuda_versions,
     require_device_kind,
     standard_precision,
+    take_slowest_window,
     timed_window,
 )
 from amp_suite.records import (
@@ -568,10 +569,8 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]
     if model.process is not None and model.process.num_processes > 1:
         from jax.experimental import multihost_utils
 
-        # The slowest process's window, after the clock stopped.
-        clocks = multihost_utils.process_allgather(np.asarray([result.window_time_s]))
-        result.extra["process_window_time_s"] = result.window_time_s
-        result.window_time_s = float(np.max(clocks))
+        take_slowest_window(result, lambda seconds: float(np.max(multihost_utils.process_allgather(
+            np.asarray([seconds])))))
     return result
 
 

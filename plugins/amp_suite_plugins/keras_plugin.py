@@ -50,6 +50,7 @@ from amp_suite.plugin_kit import (
     loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
+    take_slowest_window,
     timed_window,
 )
 from amp_suite.records import (
@@ -471,8 +472,7 @@ def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any, An
     result.loss_scale_final = _scale(model)
     result.extra["traces"] = int(model.train_step.experimental_get_tracing_count())
     if model.strategy is not None and run.nnodes > 1:  # the slowest worker's window, after the clock stopped
-        result.extra["process_window_time_s"] = result.window_time_s
-        result.window_time_s = _slowest_window(tf, model.strategy, result.window_time_s)
+        take_slowest_window(result, lambda seconds: _slowest_window(tf, model.strategy, seconds))
     return result
 
 

@@ -64,6 +64,7 @@ from amp_suite.plugin_kit import (
     loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
+    take_slowest_window,
     timed_window,
 )
 from amp_suite.records import (
@@ -585,11 +586,14 @@ def _across_ranks(torch: Any, model: TorchModel, result: EpochResult) -> None:
 
     world = dist.get_world_size()
     losses = torch.tensor(result.step_losses, dtype=torch.float64, device=model.device)
-    clock = torch.tensor([result.window_time_s], dtype=torch.float64, device=model.device)
     dist.all_reduce(losses, op=dist.ReduceOp.SUM)
-    dist.all_reduce(clock, op=dist.ReduceOp.MAX)
-    result.extra["rank_window_time_s"] = result.window_time_s
-    result.window_time_s = float(clock.item())
+
+    def slowest(seconds: float) -> float:
+        clock = torch.tensor([seconds], dtype=torch.float64, device=model.device)
+        dist.all_reduce(clock, op=dist.ReduceOp.MAX)
+        return float(clock.item())
+
+    take_slowest_window(result, slowest)
     result.step_losses = [v / world for v in losses.cpu().tolist()]
     result.samples *= world
     result.step_times_s = []  # per-rank device events do not describe the cell

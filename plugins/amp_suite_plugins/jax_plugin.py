@@ -67,11 +67,11 @@ from amp_suite.records import (
     EpochResult,
     FrameworkInfo,
     LayerSpec,
-    OptimizerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
+from amp_suite_plugins.optax_optimizer import optax_optimizer
 
 NAME = "jax"
 MODULE_NAME = "sequential_cnn"
@@ -359,24 +359,6 @@ def _load_canonical(tree: Any, variables: dict[str, np.ndarray],
     return loaded
 
 
-def _make_optimizer(spec: OptimizerSpec) -> Any:
-    """optax with the suite's arithmetic: weight decay added to the gradient first."""
-    import optax
-
-    learning_rate: Any = spec.learning_rate
-    if spec.schedule == "cosine" and spec.decay_steps > 0:
-        learning_rate = optax.cosine_decay_schedule(spec.learning_rate, decay_steps=spec.decay_steps, alpha=0.0)
-    if spec.name == "sgd":
-        core = optax.sgd(learning_rate, momentum=spec.momentum or None)
-    elif spec.name == "rmsprop":
-        core = optax.rmsprop(learning_rate, decay=spec.rho, eps=spec.epsilon, eps_in_sqrt=False)
-    elif spec.name == "adam":
-        core = optax.adam(learning_rate, b1=spec.beta1, b2=spec.beta2, eps=spec.epsilon)
-    else:
-        raise ValueError(f"jax plugin has no optimizer {spec.name!r}")
-    return optax.chain(optax.add_decayed_weights(spec.weight_decay), core) if spec.weight_decay else core
-
-
 @hookimpl
 def build_model(
     run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
@@ -417,7 +399,7 @@ def build_model(
     state = _load_canonical(state, initial_state, depthwise)
     put = (lambda tree: _replicate(jax, mesh, tree)) if mesh is not None else (lambda tree: jax.device_put(tree, dev))
     params, state = put(params), put(state)
-    optimizer = _make_optimizer(workload.optimizer)
+    optimizer = optax_optimizer(workload.optimizer)
     dynamic = applied.loss_scaling == "dynamic"
     period = loss_scale_growth_interval(run)
     # The loss scale crosses the jit boundary as plain arrays (scale, counter) and becomes

@@ -17,6 +17,9 @@ Everything amp-suite needs from a framework backend, written from
   ``(k, k, 1, c)``, the canonical ``(k, k, c, 1)`` reshaped), ``zero_pad`` a
   ``jnp.pad``, ``relu6``/``swish``/``sigmoid`` the ``jax.nn`` functions in the
   compute dtype, ``multiply`` the squeeze-and-excitation product ``x * body(x)``;
+* the optimizer is amp-suite's optax translation of ``workload.optimizer``
+  (``amp_suite_plugins.optax_optimizer``, shared with the haiku plugin, so
+  both keep docs/workloads.md's arithmetic);
 * dropout masks come from the host (``Batch.masks``): ``stage_batches`` stages
   them with the batch, the jitted train step takes them as inputs and
   multiplies each ``dropout`` layer's activation by its mask (``(batch,)``
@@ -78,11 +81,11 @@ from amp_suite.records import (
     EpochResult,
     FrameworkInfo,
     LayerSpec,
-    OptimizerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
+from amp_suite_plugins.optax_optimizer import optax_optimizer
 
 NAME = "flax"
 # Canonical leaf name -> the nnx attribute holding it, per layer kind.
@@ -441,24 +444,6 @@ def canonical_variables(layers: tuple[LayerSpec, ...], params: Any, stats: Stats
     return out
 
 
-def make_optimizer(spec: OptimizerSpec) -> Any:
-    """optax with the suite's arithmetic (docs/workloads.md): coupled weight decay added to the gradient first."""
-    import optax
-
-    learning_rate: Any = spec.learning_rate
-    if spec.schedule == "cosine" and spec.decay_steps > 0:
-        learning_rate = optax.cosine_decay_schedule(spec.learning_rate, decay_steps=spec.decay_steps, alpha=0.0)
-    if spec.name == "sgd":
-        core = optax.sgd(learning_rate, momentum=spec.momentum or None)
-    elif spec.name == "rmsprop":
-        core = optax.rmsprop(learning_rate, decay=spec.rho, eps=spec.epsilon, eps_in_sqrt=False)
-    elif spec.name == "adam":
-        core = optax.adam(learning_rate, b1=spec.beta1, b2=spec.beta2, eps=spec.epsilon)
-    else:
-        raise ValueError(f"flax plugin has no optimizer {spec.name!r}")
-    return optax.chain(optax.add_decayed_weights(spec.weight_decay), core) if spec.weight_decay else core
-
-
 @hookimpl
 def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
                 initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo) -> FlaxModel:
@@ -474,7 +459,7 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     stats = load_canonical(net, layers, initial_weights, initial_state)
     graphdef, params = nnx.split(net, nnx.Param)
     params, stats = jax.device_put((params, stats), where.state)
-    optimizer = make_optimizer(workload.optimizer)
+    optimizer = optax_optimizer(workload.optimizer, backend="flax")
     dynamic = applied.loss_scaling == "dynamic"
     # The loss scale crosses the jit boundary as plain arrays, (scale, counter) or (): make_train_step
     # builds the jmp object inside the trace (a jmp.DynamicLossScale output costs two host-side

@@ -522,6 +522,9 @@ def make_step(torch: Any, model: TorchModel):
             applied: Any = True
         else:
             model.scaler.scale(loss).backward()
+            # The scale as a device tensor, without a host sync: GradScaler's public get_scale() calls .item(),
+            # which would wait for the device at every step and break the window's one wait.  torch has no
+            # public asynchronous accessor (2.13), so this private one is read here and nowhere else.
             before = model.scaler._get_scale_async().clone()
             model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
             model.scaler.update()  # ... and then the scale is halved

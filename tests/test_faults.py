@@ -252,14 +252,14 @@ def test_the_worker_never_imports_from_the_current_directory(tiny_config, tmp_pa
 
 
 def test_the_worker_loads_exactly_the_plugins_the_host_loaded(monkeypatch):
-    from amp_suite.cli import _worker_env, _worker_plugin_modules
     from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV, PluginHost
+    from amp_suite.sweep_engine import worker_env, worker_plugin_modules
 
     monkeypatch.setenv(EXTRA_PLUGINS_ENV, "ghostfw,amp_suite_no_such_env_plugin")
     monkeypatch.setenv(DISABLE_ENV, "keras")
     host = PluginHost(extra_modules=("fakefw", "amp_suite_no_such_plugin"))
-    assert _worker_plugin_modules(host, ["fakefw", "amp_suite_no_such_plugin"]) == ("fakefw", "ghostfw")
-    env = _worker_env(host)
+    assert worker_plugin_modules(host, ["fakefw", "amp_suite_no_such_plugin"]) == ("fakefw", "ghostfw")
+    env = worker_env(host)
     assert env[EXTRA_PLUGINS_ENV] == ""
     assert set(env[DISABLE_ENV].split(",")) == {"keras", "amp_suite_no_such_plugin", "amp_suite_no_such_env_plugin"}
 

@@ -30,6 +30,13 @@ TF32_EXPECTED = float(PROBE_K)
 PRECISION_TOLERANCE = 0.05  # half the gap between the two answers
 # Sum of per-step times against the wall time of the same steps with one final wait.
 TIMING_TOLERANCE = 0.05
+# On a CPU, JAX and TensorFlow dispatch the next step while the current one
+# runs; waiting after every step gives that overlap up, so per-step times may
+# sum to somewhat more than the wall time without any timing fault (measured:
+# +5.1 % for JAX on a quiet 2-core EPYC).  Only that direction gets the wider
+# bound; a sum below the wall time (steps timed before they finished) keeps
+# TIMING_TOLERANCE everywhere, and a GPU keeps it both ways.
+CPU_WAIT_COST_TOLERANCE = 0.15
 # Above this 1-minute load average per core, a CPU timing miss says more about the machine.
 BUSY_LOAD_PER_CORE = 1.5
 # A probe allocates this much on the device and reads the allocator's peak.
@@ -298,6 +305,10 @@ def judge_timing(scope: str, section: dict[str, Any] | None, *, on_gpu: bool = F
                  tolerance: float = TIMING_TOLERANCE) -> CheckResult:
     """Per-step times cover finished device work: their sum is the wall time of the same steps.
 
+    The sum may fall short of the wall time by ``tolerance``; on a CPU it may
+    exceed it by :data:`CPU_WAIT_COST_TOLERANCE` (the dispatch overlap a
+    per-step wait gives up), on a GPU by ``tolerance``.
+
     On a CPU whose load exceeds :data:`BUSY_LOAD_PER_CORE` a miss is
     inconclusive (skipped): other processes, not the timing, decide it there.
     """
@@ -311,14 +322,15 @@ def judge_timing(scope: str, section: dict[str, Any] | None, *, on_gpu: bool = F
     gap = float(section.get("ratio") or total / wall) - 1.0
     text = (f"{section.get('steps')} steps: per-step sum {total * 1000:.1f} ms vs wall {wall * 1000:.1f} ms "
             f"({gap:+.1%}, {section.get('method', '?')})")
-    if abs(gap) <= tolerance:
+    allowed = tolerance if on_gpu or gap < 0 else max(tolerance, CPU_WAIT_COST_TOLERANCE)
+    if abs(gap) <= allowed:
         return CheckResult(scope, check, PASSED, text)
     load = section.get("load_per_core")
     if not on_gpu and load is not None and load > BUSY_LOAD_PER_CORE:
         return CheckResult(scope, check, SKIPPED, f"inconclusive on a busy CPU (load {load:.1f} per core): "
                            f"{text}; rerun on an idle machine")
     why = " — steps are timed before the device finished them" if gap < 0 else " — the per-step wait costs time"
-    return CheckResult(scope, check, FAILED, f"{text}; allowed ±{tolerance:.0%}{why}")
+    return CheckResult(scope, check, FAILED, f"{text}; allowed {'+' if gap > 0 else '-'}{allowed:.0%}{why}")
 
 
 def judge_memory(scope: str, section: dict[str, Any] | None, *, on_gpu: bool) -> CheckResult:

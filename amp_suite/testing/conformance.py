@@ -55,8 +55,8 @@ _PROBES: dict[str, ProbeResult] = {}
 # One probe process per framework and plugin modules, for the whole session.
 _SERVERS: dict[tuple[str, tuple[str, ...]], ProbeServer] = {}
 # The counter of host synchronizations that fits a backend, by a module its FrameworkInfo names.
-SYNC_COUNTERS = {"jax": "amp_suite.testing.sync_counters:of_jax", "torch": "amp_suite.testing.sync_counters:of_torch",
-                 "tensorflow": "amp_suite.testing.sync_counters:of_keras"}
+SYNC_COUNTERS = {"jax": "amp_suite_plugins.sync_counters:of_jax", "torch": "amp_suite_plugins.sync_counters:of_torch",
+                 "tensorflow": "amp_suite_plugins.sync_counters:of_keras"}
 # The resnet8 table the BatchNorm precision check trains on: integer images reach the first convolution as they are.
 INTEGER_STEM_TABLE = {**WORKLOADS["resnet8"], "normalize": False, "augment": False}
 

@@ -215,15 +215,13 @@ def detect_machine(frameworks: dict[str, Any], requested: Sequence[str], *, devi
     Reads ``nvidia-smi`` (never with ``--device cpu``) and looks for each
     framework's modules without importing them.
     """
-    from amp_suite.worker import missing_modules
-
     inventory = detect_nvidia() if device != "cpu" else NvidiaInventory(reason="not asked: --device cpu")
     installed, missing = [], {}
     for name in requested:
         info = frameworks.get(name)
         if info is None:
             missing[name] = "no plugin provides it"
-        elif missing_modules(info):
+        elif info.missing_modules():
             missing[name] = info.install_hint()
         else:
             installed.append(name)

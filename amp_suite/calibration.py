@@ -242,7 +242,6 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
     from amp_suite.errors import UsageError
     from amp_suite.safe_files import write_file_atomically
     from amp_suite.schema import closest
-    from amp_suite.worker import missing_modules
 
     stream = stream or sys.stdout
     if not (0 < budget_s <= 60):
@@ -264,7 +263,7 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
     failed = False
     for name in names:
         info = infos[name]
-        if missing_modules(info):
+        if info.missing_modules():
             print(f"{name}: not installed, skipped", file=stream)
             continue
         kind_wanted = None if device == "auto" else device

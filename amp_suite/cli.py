@@ -261,12 +261,11 @@ def _print_reporter_failures(outcome) -> None:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from amp_suite.environment import package_version
-    from amp_suite.worker import missing_modules
 
     host = _host(args.plugin)
     print("frameworks:")
     for name, info in host.frameworks().items():
-        missing = missing_modules(info)
+        missing = info.missing_modules()
         version = next((v for d in info.distributions if (v := package_version(d))), None)
         state = f"installed {version or ''}".strip() if not missing else f"not installed ({info.install_hint()})"
         precisions = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in info.precisions.items())

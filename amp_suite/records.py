@@ -85,6 +85,19 @@ class FrameworkInfo:
             return f"pip install 'amp-suite[{self.extra}]'"
         return "pip install " + " ".join(self.distributions or self.modules)
 
+    def missing_modules(self) -> list[str]:
+        """The :attr:`modules` that are not installed in this interpreter (found without importing them)."""
+        import importlib.util
+
+        missing = []
+        for module in self.modules:
+            try:
+                if importlib.util.find_spec(module) is None:
+                    missing.append(module)
+            except (ImportError, ValueError):
+                missing.append(module)
+        return missing
+
 
 @dataclass(frozen=True)
 class DeviceInfo:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import errno
-import importlib.util
 import json
 import math
 import os
@@ -35,7 +34,6 @@ from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
     CellResult,
     EpochResult,
-    FrameworkInfo,
     RunSpec,
     Workload,
     cell_for_run,
@@ -66,18 +64,6 @@ OOM_MESSAGES = (
 )
 # Characters of a failure's traceback kept in its result (the innermost frames); the log holds all of it.
 TRACEBACK_CHARS = 4000
-
-
-def missing_modules(info: FrameworkInfo) -> list[str]:
-    """Modules of ``info`` that are not installed (checked without importing them)."""
-    missing = []
-    for module in info.modules:
-        try:
-            if importlib.util.find_spec(module) is None:
-                missing.append(module)
-        except (ImportError, ValueError):
-            missing.append(module)
-    return missing
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -263,7 +249,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
             f"no plugin provides framework {run.framework!r}; loaded: {', '.join(frameworks) or 'none'}"
             + (f"; failed to load: {failed}" if failed else "")
         )
-    missing = missing_modules(info)
+    missing = info.missing_modules()
     if missing:
         fix = (f"add it to the requirements of [environments.\"{run.environment}\"], then `amp-suite env create "
                f"{run.environment}`" if run.environment else info.install_hint())

@@ -85,11 +85,11 @@ def test_the_environment_records_mig_fields_with_the_fake_nvidia_smi(monkeypatch
 
 
 def _host(monkeypatch, tmp_path):
-    import amp_suite.worker as worker
     from amp_suite.plugin_host import PluginHost
+    from amp_suite.records import FrameworkInfo
 
     monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
-    monkeypatch.setattr(worker, "missing_modules", lambda info: [])
+    monkeypatch.setattr(FrameworkInfo, "missing_modules", lambda info: [])
     return PluginHost()
 
 

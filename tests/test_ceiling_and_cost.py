@@ -9,7 +9,7 @@ import pytest
 from amp_suite.calibration import ceiling_ratio, datasheet_peaks, machine_key, peak_tflops
 from amp_suite.cost import cost_settings
 from amp_suite.errors import UsageError
-from amp_suite.records import CellResult
+from amp_suite.records import CellResult, FrameworkInfo
 from amp_suite.report import render_markdown, results_frame, summary_frame
 
 CALIBRATION = {"frameworks": {"torch": {"cpu": {
@@ -115,9 +115,7 @@ def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, 
                 "matmul": {"fp32": 0.1, "bf16": 0.4}, "conv": {"fp32": 0.2, "bf16": 0.3}}
 
     monkeypatch.setattr(calibration, "_run_probe", fake_probe)
-    import amp_suite.worker as worker
-
-    monkeypatch.setattr(worker, "missing_modules", lambda info: [])
+    monkeypatch.setattr(FrameworkInfo, "missing_modules", lambda info: [])
     host = PluginHost()
     assert calibration.calibrate(frameworks=("torch",), device="auto", force=False, host=host) == 0
     assert probed == ["torch"]

@@ -129,9 +129,7 @@ def machine_checks(plan: DoctorPlan, inventory: NvidiaInventory) -> list[CheckRe
 
 
 def _missing(info: FrameworkInfo) -> list[str]:
-    from amp_suite.worker import missing_modules
-
-    return missing_modules(info)
+    return info.missing_modules()
 
 
 def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu: bool,

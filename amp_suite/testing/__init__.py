@@ -262,10 +262,9 @@ def _launcher(request: ProbeRequest) -> str:
 def framework_installed(framework: str, plugin_modules: tuple[str, ...] = ()) -> bool:
     """Whether a plugin provides ``framework`` and every module it needs is installed (nothing imported)."""
     from amp_suite.plugin_host import PluginHost
-    from amp_suite.worker import missing_modules
 
     info = PluginHost(extra_modules=plugin_modules).frameworks().get(framework)
-    return info is not None and not missing_modules(info)
+    return info is not None and not info.missing_modules()
 
 
 def reference_framework(exclude: str = "", candidates: tuple[str, ...] = REFERENCE_FRAMEWORKS) -> str | None:

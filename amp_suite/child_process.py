@@ -4,8 +4,7 @@ A probe is a fresh interpreter whose import path is the host's without the
 current directory (a ``json.py`` where the user stands is never imported),
 set before anything else is imported, and which dies with its host: it asks
 the kernel for SIGKILL when its parent ends (``PR_SET_PDEATHSIG``) and
-watches the host's pid, exactly as :func:`amp_suite.worker.die_with_host`
-does for workers.
+watches the host's pid (:mod:`amp_suite.host_watch`), exactly as workers do.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ import os
 import signal
 import sys
 
+from amp_suite.host_watch import HOST_PID_ENV, die_with_host_from_env
 from amp_suite.launchers.single import OWN_PATH, path_setter
 
 # Runs module ``sys.argv[1]`` as ``__main__`` after isolating the path and tying the process to its host.
@@ -38,7 +38,6 @@ def isolated_env(base: dict[str, str] | None = None, *, own_path: bool = False) 
     ``PYTHONPATH``/``PYTHONHOME`` of the host's reaches it.
     """
     from amp_suite.runner import worker_import_path
-    from amp_suite.worker import HOST_PID_ENV
 
     env = dict(os.environ if base is None else base)
     if own_path:
@@ -51,11 +50,7 @@ def isolated_env(base: dict[str, str] | None = None, *, own_path: bool = False) 
 
 def guard_from_env() -> None:
     """In a started probe: die with the host named by the environment (a no-op without one)."""
-    from amp_suite.worker import HOST_PID_ENV, die_with_host
-
-    host_pid = os.environ.pop(HOST_PID_ENV, "")
-    if host_pid.isascii() and host_pid.isdigit():
-        die_with_host(int(host_pid))
+    die_with_host_from_env()
 
 
 def exit_description(code: int | None) -> str:

@@ -34,6 +34,7 @@ import amp_suite
 from amp_suite import progress as progress_channel
 from amp_suite import worker
 from amp_suite.errors import StorageError, one_line
+from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers import launcher_for
 from amp_suite.launchers.single import OWN_PATH
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
@@ -221,7 +222,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         return _failure(cell, "unavailable", problem, started, log_path)
     request = json.dumps({"run": asdict(run), "workload": asdict(cell.workload)}).encode("utf-8")
     child_env = {**os.environ, **(env or {}), "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_path(run)),
-                 worker.HOST_PID_ENV: str(os.getpid())}
+                 HOST_PID_ENV: str(os.getpid())}
     if run.python:  # an environment's interpreter: none of the host's import settings
         child_env.pop("PYTHONPATH", None)
         child_env.pop("PYTHONHOME", None)

@@ -14,9 +14,7 @@ import json
 import math
 import os
 import platform
-import signal
 import sys
-import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -29,6 +27,7 @@ from amp_suite import devices, host_measure, noise, progress, telemetry
 from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.environment import cpu_info
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
+from amp_suite.host_watch import die_with_host_from_env
 from amp_suite.loaded_libraries import loaded_cuda_libraries, numerics_environment
 from amp_suite.plugin_host import PluginHost
 from amp_suite.records import (
@@ -43,13 +42,6 @@ from amp_suite.records import (
 from amp_suite.results import to_plain
 from amp_suite.stats import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.workloads import forward_flops_per_image, init_variables, train_flops_per_image
-
-# Environment variable naming the host's pid; the worker ends itself when its parent is another.
-HOST_PID_ENV = "AMP_SUITE_HOST_PID"
-# Seconds between two checks that the host is still alive.
-PARENT_POLL_S = 0.5
-# prctl option: signal this process when its parent dies (linux/prctl.h).
-PR_SET_PDEATHSIG = 1
 
 # Exception names (any module) that mean the device or host ran out of memory.
 OOM_EXCEPTION_NAMES = ("OutOfMemoryError", "ResourceExhaustedError", "MemoryError")
@@ -485,40 +477,6 @@ def device_index(environ: Any = None) -> int:
     return int(local) if local.isdigit() else 0
 
 
-def die_with_host(host_pid: int) -> None:
-    """End this worker (and its process group) as soon as the host process is gone.
-
-    On Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``);
-    everywhere a watcher thread compares the parent pid with the host's twice a
-    second.  So even a SIGKILL of the host leaves no worker finishing its cell.
-    """
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):
-            pass
-
-    def orphaned() -> bool:
-        return os.getppid() != host_pid
-
-    def end() -> None:
-        if os.getpgrp() == os.getpid():  # our own group: take its children along
-            os.killpg(os.getpid(), signal.SIGKILL)
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    if orphaned():  # the host died before the kernel was told
-        end()
-
-    def watch() -> None:
-        while not orphaned():
-            time.sleep(PARENT_POLL_S)
-        end()
-
-    threading.Thread(target=watch, name="amp-suite-parent-watch", daemon=True).start()
-
-
 def _result_line(result: CellResult) -> bytes:
     return (json.dumps(to_plain(asdict(result))) + "\n").encode("utf-8")
 
@@ -533,9 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     cell's log.
     """
     args = sys.argv[1:] if argv is None else argv
-    host_pid = os.environ.pop(HOST_PID_ENV, "")
-    if host_pid.isdigit():
-        die_with_host(int(host_pid))
+    die_with_host_from_env()
     result_fd = result_file = None
     if args[:1] == ["--result-fd"]:
         result_fd = int(args[1])

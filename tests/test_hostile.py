@@ -161,6 +161,21 @@ def test_a_probe_dies_with_its_killed_host(tmp_path):
         time.sleep(0.05)
 
 
+def test_a_child_takes_the_host_pid_out_of_its_environment_and_ignores_a_forged_one(monkeypatch):
+    from amp_suite import host_watch
+
+    watched = []
+    monkeypatch.setattr(host_watch, "die_with_host", watched.append)
+    env = {host_watch.HOST_PID_ENV: "4242", "OTHER": "kept"}
+    host_watch.die_with_host_from_env(env)
+    assert watched == [4242] and env == {"OTHER": "kept"}  # its own children do not watch the host in its place
+    for forged in ("", "-1", "12a", "\u0663\u0664"):  # Arabic-Indic digits pass str.isdigit()
+        env = {host_watch.HOST_PID_ENV: forged}
+        host_watch.die_with_host_from_env(env)
+        assert env == {}
+    assert watched == [4242]
+
+
 
 
 # --- 3. report and output-directory safety ---------------------------------------------------

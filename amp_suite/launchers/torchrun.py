@@ -79,12 +79,10 @@ TORCHRUN = Torchrun()
 
 def main(argv: list[str]) -> int:
     """Run torchrun with ``argv`` as a child of the runner that dies with it."""
-    from amp_suite import worker
+    from amp_suite.host_watch import HOST_PID_ENV, die_with_host_from_env
 
-    host_pid = os.environ.pop(worker.HOST_PID_ENV, "")
-    if host_pid.isdigit():
-        worker.die_with_host(int(host_pid))
-    os.environ[worker.HOST_PID_ENV] = str(os.getpid())  # the workers watch torchrun
+    die_with_host_from_env()
+    os.environ[HOST_PID_ENV] = str(os.getpid())  # the workers watch torchrun
     from torch.distributed.run import main as torchrun_main
 
     torchrun_main(argv)

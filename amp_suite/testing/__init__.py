@@ -55,9 +55,6 @@ OPTIMIZERS: dict[str, dict[str, Any]] = {
     "rmsprop": {"optimizer": "rmsprop", "learning_rate": 1e-3, "weight_decay": 5e-4, "epsilon": 1e-3},
     "adam": {"optimizer": "adam", "learning_rate": 1e-3},
 }
-# The plain SGD rate of the gradient oracle (ProbeRequest.gradient_oracle): a power of two, so large that
-# w' = w - rate * g is dominated by the step and (w - w') / rate keeps g's own float32 digits.
-ORACLE_LEARNING_RATE = 2.0 ** 20
 # The optimizers of the arithmetic check, each with every hyper-parameter away from any framework's default
 # (a backend that ignores one, or hard-codes it, fails), a cosine schedule and coupled weight decay.  The
 # epsilons are large beside the gradients so that an update is a smooth function of its gradient: a gradient
@@ -100,7 +97,7 @@ class ProbeRequest:
     ``gradient_oracle`` runs ``steps`` optimizer steps, each an epoch of one
     batch, and before each measures the backend's own gradient at the
     current variables: a second model of the backend is built from them
-    with plain SGD at rate :data:`ORACLE_LEARNING_RATE` and trained one step
+    with plain SGD at rate :data:`amp_suite.testing.probe.ORACLE_LEARNING_RATE` and trained one step
     on the same batch (see :class:`GradientStep`).
     ``integer_stem`` trains on images of integers in [-2, 2] with the first
     convolution's kernel made of -1, 0 and 1, so that convolution is exact in

@@ -36,6 +36,10 @@ from amp_suite.records import Batch, RunSpec
 from amp_suite.results import to_plain
 from amp_suite.workloads import init_variables, workload_from_config
 
+# The plain SGD rate of the gradient oracle (ProbeRequest.gradient_oracle): a power of two, so large that
+# w' = w - rate * g is dominated by the step and (w - w') / rate keeps g's own float32 digits.
+ORACLE_LEARNING_RATE = 2.0 ** 20
+
 
 def _inspector(spec: str | None) -> Any:
     """The ``module:function`` a request names to look inside the model (layer dtypes), or None."""
@@ -184,7 +188,6 @@ def _oracle_step(host: PluginHost, run: RunSpec, workload: Any, device: Any, app
     BatchNorm statistics after that forward pass) and returns its loss.
     """
     from amp_suite.records import OptimizerSpec
-    from amp_suite.testing import ORACLE_LEARNING_RATE
 
     sgd = dataclasses.replace(workload, optimizer=OptimizerSpec(name="sgd", learning_rate=ORACLE_LEARNING_RATE))
     weights = {k: v for k, v in before.items() if k in parameters}

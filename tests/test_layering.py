@@ -1,0 +1,135 @@
+"""The package's import graph: no framework in ``amp_suite/``, and no module importing one that imports it back.
+
+Every ``import`` statement counts, those inside functions included: a lazy
+import still ties two modules together, it only hides the tie from the
+interpreter.  The one exception is the package's own facade,
+``amp_suite.__getattr__`` handing out ``run``, ``load`` and ``compare``
+from ``amp_suite.api`` on first use (every submodule imports the package
+itself, so Python makes that edge whatever the layering).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from suite_cli import REPO
+
+PACKAGE = REPO / "amp_suite"
+FRAMEWORK_MODULES = ("torch", "tensorflow", "keras", "jax", "jaxlib", "haiku", "flax", "jmp", "optax")
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path) -> list[tuple[str, ...]]:
+    """What ``path`` imports, each as the names to try, most specific first.
+
+    ``from X import y`` tries ``X.y`` (a submodule) before ``X``; importing a
+    submodule also runs its packages' ``__init__``, which Python does whatever
+    the layering, so that is not an edge of its own.
+    """
+    found: list[tuple[str, ...]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name,) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found += [(f"{node.module}.{alias.name}", node.module) for alias in node.names]
+    return found
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (the nearest existing module of each dotted name)."""
+    paths = {_module_name(path, package): path for path in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        targets = set()
+        for candidates in _imports(path):
+            name = next((c for c in candidates if c in paths), candidates[-1])
+            while name and name not in paths:
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            target = next(edges, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_lazy_back_edge(tmp_path: Path) -> None:
+    package = tmp_path / "amp_suite"
+    (package / "cell").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "cell" / "__init__.py").write_text("from amp_suite.store import save\nLIMIT = 3\n")
+    (package / "store.py").write_text("def save():\n    from amp_suite.cell import LIMIT\n")
+    (package / "cell" / "worker.py").write_text("import numpy\n")
+    graph = import_graph(package)
+    assert graph["amp_suite.store"] == {"amp_suite.cell"}
+    assert cycles(graph) == [["amp_suite.cell", "amp_suite.store"]]
+    (package / "store.py").write_text("def save():\n    from amp_suite.cell import worker\n")  # a submodule
+    graph = import_graph(package)
+    assert graph["amp_suite.store"] == {"amp_suite.cell.worker"} and cycles(graph) == []
+
+
+def test_no_module_of_the_package_imports_one_that_imports_it_back() -> None:
+    graph = import_graph()
+    assert len(graph) > 50 and "amp_suite.worker" in graph["amp_suite.runner"]
+    graph["amp_suite"] = set()  # the lazy facade (see the module's docstring)
+    assert cycles(graph) == [], "modules that import each other, directly or through others"
+
+
+# torchrun is PyTorch's own launcher program: the launcher that starts it (docs/distributed.md) runs it in a
+# child process of its own, the one place torch is imported outside a backend.
+LAUNCHES_A_FRAMEWORK_PROGRAM = {"launchers/torchrun.py": ("torch.distributed.run",)}
+
+
+@pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_package_imports_no_framework(path: Path) -> None:
+    allowed = LAUNCHES_A_FRAMEWORK_PROGRAM.get(str(path.relative_to(PACKAGE)), ())
+    frameworks = [name for (name, *_) in _imports(path) if name.split(".")[0] in FRAMEWORK_MODULES
+                  and not name.startswith(allowed or ("\0",))]
+    assert frameworks == [], f"{path.relative_to(REPO)} imports {frameworks}: framework code belongs in plugins/"

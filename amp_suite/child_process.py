@@ -13,12 +13,12 @@ import os
 import signal
 import sys
 
-from amp_suite.host_watch import HOST_PID_ENV, die_with_host_from_env
+from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers.single import OWN_PATH, path_setter
 
 # Runs module ``sys.argv[1]`` as ``__main__`` after isolating the path and tying the process to its host.
 ISOLATED_BOOTSTRAP = (
-    path_setter(".pop") + "from amp_suite.child_process import guard_from_env; guard_from_env(); "
+    path_setter(".pop") + "from amp_suite.host_watch import die_with_host_from_env; die_with_host_from_env(); "
     "import runpy; sys.argv = sys.argv[1:]; runpy.run_module(sys.argv[0], run_name='__main__', alter_sys=True)"
 )
 
@@ -46,11 +46,6 @@ def isolated_env(base: dict[str, str] | None = None, *, own_path: bool = False) 
     env["AMP_SUITE_WORKER_PATH"] = OWN_PATH if own_path else os.pathsep.join(worker_import_path())
     env[HOST_PID_ENV] = str(os.getpid())
     return env
-
-
-def guard_from_env() -> None:
-    """In a started probe: die with the host named by the environment (a no-op without one)."""
-    die_with_host_from_env()
 
 
 def exit_description(code: int | None) -> str:

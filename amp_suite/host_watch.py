@@ -14,12 +14,13 @@ import sys
 import threading
 import time
 
-# Environment variable naming the host's pid; the worker ends itself when its parent is another.
+# Environment variable naming the host's pid; a child ends itself when its parent is another.
 HOST_PID_ENV = "AMP_SUITE_HOST_PID"
 # Seconds between two checks that the host is still alive.
 PARENT_POLL_S = 0.5
 # prctl option: signal this process when its parent dies (linux/prctl.h).
 PR_SET_PDEATHSIG = 1
+
 
 def die_with_host(host_pid: int) -> None:
     """End this process (and its process group) as soon as the host process is gone.

@@ -128,10 +128,6 @@ def machine_checks(plan: DoctorPlan, inventory: NvidiaInventory) -> list[CheckRe
     return rows
 
 
-def _missing(info: FrameworkInfo) -> list[str]:
-    return info.missing_modules()
-
-
 def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu: bool,
                      inventory: NvidiaInventory) -> list[CheckResult]:
     """Every row of one framework, judged from its probe's report."""
@@ -175,7 +171,7 @@ def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu:
 
 def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
                probe: ProbeRunner = subprocess_probe,
-               missing: Callable[[FrameworkInfo], list[str]] = _missing,
+               missing: Callable[[FrameworkInfo], list[str]] = FrameworkInfo.missing_modules,
                progress: Callable[[str], None] | None = None) -> list[CheckResult]:
     """Every row of the doctor's table, machine first, then each framework in turn."""
     inventory = inventory if inventory is not None else (

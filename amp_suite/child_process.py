@@ -37,7 +37,7 @@ def isolated_env(base: dict[str, str] | None = None, *, own_path: bool = False) 
     ``own_path``: the child keeps its own interpreter's path (an environment's), and no
     ``PYTHONPATH``/``PYTHONHOME`` of the host's reaches it.
     """
-    from amp_suite.runner import worker_import_path
+    from amp_suite.launchers.single import worker_import_path
 
     env = dict(os.environ if base is None else base)
     if own_path:

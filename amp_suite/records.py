@@ -10,6 +10,7 @@ its options may hold schema fields (types).
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -464,3 +465,18 @@ def cell_from_dict(data: dict[str, Any]) -> CellResult:
     """Rebuild a :class:`CellResult` read from ``results.jsonl``."""
     known = set(CellResult.__dataclass_fields__)
     return CellResult(**{k: v for k, v in data.items() if k in known})
+
+
+def to_plain(value: Any) -> Any:
+    """JSON-safe copy: numpy scalars become numbers, non-finite floats stay readable."""
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_plain(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):
+        return to_plain(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return str(value)

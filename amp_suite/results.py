@@ -17,13 +17,12 @@ What the store guarantees:
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from amp_suite.records import CellResult, RunSpec, cell_from_dict
+from amp_suite.records import CellResult, RunSpec, cell_from_dict, to_plain
 from amp_suite.safe_files import append_line, read_regular
 from amp_suite.stored_values import number_problem
 
@@ -46,20 +45,6 @@ DISTRIBUTED_DEFAULTS: dict[str, Any] = {
     f.name: f.default for f in fields(RunSpec)
     if f.name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher")}
 
-
-def to_plain(value: Any) -> Any:
-    """JSON-safe copy: numpy scalars become numbers, non-finite floats stay readable."""
-    if isinstance(value, dict):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_plain(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):
-        return to_plain(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if value is None or isinstance(value, (str, int, float, bool)):
-        return value
-    return str(value)
 
 
 def plain_config(config: dict[str, Any]) -> dict[str, Any]:

@@ -16,7 +16,6 @@ traceback; a cell that is not ``ok`` carries the log's path and last lines
 
 from __future__ import annotations
 
-import importlib.machinery
 import io
 import json
 import os
@@ -30,13 +29,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import amp_suite
 from amp_suite import progress as progress_channel
 from amp_suite import worker
 from amp_suite.errors import StorageError, one_line
 from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers import launcher_for
-from amp_suite.launchers.single import OWN_PATH
+from amp_suite.launchers.single import OWN_PATH, import_root, worker_import_path
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.results import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
@@ -101,47 +99,6 @@ def _log_tail(path: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def import_root(module_name: str) -> str | None:
-    """The import-path entry a loaded module was found under."""
-    module = sys.modules.get(module_name)
-    file = getattr(module, "__file__", None)
-    if not file:
-        return None
-    path = Path(file).resolve()
-    if path.name == "__init__.py":
-        path = path.parent
-    return str(path.parents[len(module_name.split(".")) - 1])
-
-
-def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
-    """The worker's ``sys.path``: the host's, without the current directory.
-
-    The entry ``python -m``/``-c`` puts first (the current directory) is
-    dropped; amp-suite's own location is added (first only where another
-    amp_suite on the path would shadow the host's); a plugin module the host
-    loaded from a dropped place is found there again, last, so nothing there
-    shadows an installed module.
-    """
-    entries = list(sys.path)
-    if entries and not getattr(sys.flags, "safe_path", False):
-        first = entries[0]
-        if first in ("", ".") or Path(first).resolve() == Path.cwd().resolve():
-            entries.pop(0)
-    home = str(Path(amp_suite.__file__).resolve().parent.parent)
-    if home not in {str(Path(e).resolve()) for e in entries if e}:
-        other = importlib.machinery.PathFinder.find_spec("amp_suite", [e for e in entries if e])
-        if other is not None and other.origin and Path(other.origin).resolve() != Path(amp_suite.__file__).resolve():
-            entries.insert(0, home)  # another amp_suite on the path would shadow the host's own
-        else:
-            # Last: a source tree holds an ``amp_suite.egg-info`` that every editable build (``amp-suite env
-            # create``, ``pip install -e``) rewrites; first on the path, its metadata would shadow the installed
-            # one and, while being rewritten, hide every entry point from a worker starting then.
-            entries.append(home)
-    for module_name in plugin_modules:
-        root = import_root(module_name)
-        if root and root not in entries:
-            entries.append(root)
-    return entries
 
 
 def worker_path(run: RunSpec) -> list[str]:

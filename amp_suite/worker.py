@@ -37,9 +37,9 @@ from amp_suite.records import (
     Workload,
     cell_for_run,
     run_from_dict,
+    to_plain,
     workload_from_dict,
 )
-from amp_suite.results import to_plain
 from amp_suite.stats import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.workloads import forward_flops_per_image, init_variables, train_flops_per_image
 

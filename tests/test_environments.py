@@ -397,7 +397,7 @@ def test_a_source_trees_egg_info_never_shadows_the_installed_metadata_in_a_worke
     """Every editable build (env create) rewrites REPO/amp_suite.egg-info: a worker must not read it first."""
     import importlib.metadata
 
-    from amp_suite.runner import worker_import_path
+    from amp_suite.launchers.single import worker_import_path
 
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p and Path(p).resolve() != REPO])
     path = worker_import_path()

@@ -27,7 +27,7 @@ SCHEDULER_THREAD_VARIABLES = ("OMP_NUM_THREADS",)
 
 def cell_payload(cell: Any, log_path: Path, env: dict[str, str]) -> dict[str, Any]:
     """What a node needs to run ``cell`` (an :class:`amp_suite.runner.Cell`): JSON-able."""
-    from amp_suite.runner import import_root
+    from amp_suite.launchers.single import import_root
 
     roots = [root for root in (import_root(name) for name in cell.run.plugin_modules) if root]
     return {"run": asdict(cell.run), "workload": asdict(cell.workload), "unavailable": cell.unavailable,

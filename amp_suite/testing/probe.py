@@ -32,8 +32,7 @@ import numpy as np
 
 from amp_suite.datasets import input_pipeline, load_dataset
 from amp_suite.plugin_host import PluginHost
-from amp_suite.records import Batch, RunSpec
-from amp_suite.results import to_plain
+from amp_suite.records import Batch, RunSpec, to_plain
 from amp_suite.workloads import init_variables, workload_from_config
 
 # The plain SGD rate of the gradient oracle (ProbeRequest.gradient_oracle): a power of two, so large that

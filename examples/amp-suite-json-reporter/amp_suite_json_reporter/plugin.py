@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite import hookimpl
-from amp_suite.records import CellResult
+from amp_suite.records import CellResult, to_plain
 from amp_suite.report import summary_frame
-from amp_suite.results import to_plain
 from amp_suite.safe_files import write_files_atomically
 
 FILE_NAME = "summary.json"

@@ -9,8 +9,8 @@ For notebooks::
     df = amp_suite.load("amp-suite-results")
 
 Both return one row per cell with the columns of ``results.csv``
-(:data:`amp_suite.report.CELL_COLUMNS` and the figures the report derives).
-``amp-suite run`` is built on the same engine (:func:`amp_suite.sweep_engine.sweep`),
+(:data:`amp_suite.report.normalize.CELL_COLUMNS` and the figures the report derives).
+``amp-suite run`` is built on the same engine (:func:`amp_suite.sweep.engine.sweep`),
 so the command line and the API check the same inputs, hold the same output
 lock and write the same files.  Bad input raises
 :class:`amp_suite.errors.UsageError` with the one-line message the command
@@ -24,12 +24,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amp_suite.config.settings import SweepSettings
 from amp_suite.errors import UsageError
 from amp_suite.records import CellResult
 from amp_suite.schema import closest
-from amp_suite.settings import SweepSettings
-from amp_suite.stored_sweep import load_results
-from amp_suite.sweep_engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS, SweepRequest, sweep
+from amp_suite.sweep.engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS, SweepRequest, sweep
+from amp_suite.sweep.stored import load_results
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is built
     import pandas as pd
@@ -69,7 +69,7 @@ def run(
 ) -> pd.DataFrame:
     """Run a sweep and return one row per cell (the columns of ``results.csv``).
 
-    ``settings`` are any :class:`~amp_suite.settings.SweepSettings` field:
+    ``settings`` are any :class:`~amp_suite.config.settings.SweepSettings` field:
     ``steps``, ``epochs``, ``warmup``, ``batch_size``, ``repeats``,
     ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``
     (``repeats="auto"``: as ``--repeats auto``),
@@ -93,14 +93,14 @@ def run(
     overrides = {**settings, "frameworks": _names(frameworks), "workloads": _names(workloads),
                  "precisions": _names(precisions)}
     cost = {k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency)) if v is not None}
-    from amp_suite import api_checks  # the CLI's messages for the same mistakes
     from amp_suite.progress import SweepProgress
+    from amp_suite.sweep import request_checks  # the CLI's messages for the same mistakes
 
     if "devices" in overrides:
-        overrides["devices"] = api_checks.device_counts(overrides["devices"])
-    request = SweepRequest(config=api_checks.config_path(config), overrides=overrides,
-                           plugins=api_checks.plugin_names(plugins), resume=api_checks.flag("resume", resume),
-                           inline=api_checks.flag("inline", inline), quiet=api_checks.flag("quiet", quiet),
+        overrides["devices"] = request_checks.device_counts(overrides["devices"])
+    request = SweepRequest(config=request_checks.config_path(config), overrides=overrides,
+                           plugins=request_checks.plugin_names(plugins), resume=request_checks.flag("resume", resume),
+                           inline=request_checks.flag("inline", inline), quiet=request_checks.flag("quiet", quiet),
                            cost=cost, preset=preset, auto_repeats=auto)
     outcome = sweep(request, progress=SweepProgress())
     frame = results_table(outcome.results, outcome.environment)
@@ -111,7 +111,7 @@ def run(
 
 def results_table(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
     """The per-cell frame of ``results.csv`` for ``results``."""
-    from amp_suite.report import results_frame
+    from amp_suite.report.normalize import results_frame
 
     return results_frame(results, environment or {})
 
@@ -132,7 +132,7 @@ def load(directory: str | Path, *, price_per_hour: float | None = None,
 
     ``price_per_hour``/``currency`` replace the sweep's cost settings.
     """
-    from amp_suite.cost import cost_settings
+    from amp_suite.config.cost import cost_settings
 
     results, environment = load_results(directory)
     cost = cost_settings(environment.get("cost") or {},

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from amp_suite import __version__
-from amp_suite.config import find_config, load_config
+from amp_suite.config.catalog import find_config, load_config
+from amp_suite.config.settings import add_setting_flags, check_names, overrides_from_flags, parse_list
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PluginError, SweepInterrupted, UsageError
 from amp_suite.precision import PRECISIONS
-from amp_suite.settings import add_setting_flags, check_names, overrides_from_flags, parse_list
 
 # Signals that stop a sweep the way Ctrl-C does.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "when there is one)")
     run.add_argument("--preset", metavar="NAME",
                      help="fill the sweep from [presets.NAME] (amp-suite list shows them); flags still win")
-    add_setting_flags(run)  # one flag per sweep setting, declared in amp_suite/settings.py
+    add_setting_flags(run)  # one flag per sweep setting, declared in amp_suite/config/settings.py
     run.add_argument("--resume", action="store_true", help="skip cells already ok in OUT/results.jsonl")
     run.add_argument("--inline", action="store_true",
                      help="run cells in this process (debugging; frameworks then share a process)")
@@ -177,7 +177,7 @@ def _one_line_text(exc: BaseException) -> str:
 
 
 def _host(modules: list[str]):
-    from amp_suite.sweep_engine import make_host
+    from amp_suite.sweep.engine import make_host
 
     return make_host(modules)
 
@@ -189,12 +189,12 @@ def _cost_overrides(args: argparse.Namespace) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from amp_suite.progress import SweepProgress
-    from amp_suite.sweep_engine import SweepRequest, sweep
+    from amp_suite.sweep.engine import SweepRequest, sweep
 
     overrides = overrides_from_flags(args)
     auto = 0
     if overrides["repeats"] == "auto":
-        from amp_suite.sweep_engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
+        from amp_suite.sweep.engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
 
         overrides["repeats"], auto = AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
@@ -205,9 +205,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from amp_suite.cost import cost_settings
-    from amp_suite.output_dir import report_lock
-    from amp_suite.stored_sweep import load_results
+    from amp_suite.config.cost import cost_settings
+    from amp_suite.sweep.output_dir import report_lock
+    from amp_suite.sweep.stored import load_results
 
     host = _host(args.plugin)
     with report_lock(args.directory):  # a running sweep's store never changes under the report
@@ -247,7 +247,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
-    from amp_suite.calibration import calibrate
+    from amp_suite.calibration.ceiling import calibrate
 
     return calibrate(frameworks=_csv(args.frameworks), device=args.device, force=args.force,
                      host=_host(args.plugin), budget_s=args.budget)
@@ -260,7 +260,7 @@ def _print_reporter_failures(outcome) -> None:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from amp_suite.environment import package_version
+    from amp_suite.machine.environment import package_version
 
     host = _host(args.plugin)
     print("frameworks:")
@@ -298,9 +298,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from amp_suite.config import CONFIG_NAME
+    from amp_suite.config.catalog import CONFIG_NAME
+    from amp_suite.config.starter import starter_text
     from amp_suite.safe_files import write_file_atomically
-    from amp_suite.starter import starter_text
 
     path = Path.cwd() / CONFIG_NAME
     if (path.exists() or path.is_symlink()) and not args.force:
@@ -330,7 +330,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     names = tuple(n for n in asked if n in known) if asked else tuple(known)
     environments = _doctor_environments(declared, known, asked, config_path)
     if args.acceptance:
-        from amp_suite.acceptance import run_acceptance
+        from amp_suite.doctor.acceptance import run_acceptance
 
         return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
                               report=args.report, plugins=args.plugin, emit=lambda line: print(line, flush=True),

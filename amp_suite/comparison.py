@@ -8,7 +8,7 @@ comparison gives BASE, NEW, their ratio NEW/BASE with a 95% interval and a
 verdict.
 
 The two sweeps ran apart, so nothing pairs their repeats: each side is a log
-mean with the variance of that mean (:class:`~amp_suite.intervals.LogEstimate`)
+mean with the variance of that mean (:class:`~amp_suite.report.intervals.LogEstimate`)
 and the ratio's interval is Welch's t-interval on the difference of the log
 means.  Each side's spread comes from its repeats (two or more fresh
 processes); a side with one repeat falls back on the spread of its process's
@@ -27,10 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from amp_suite.intervals import Interval, LogEstimate, paired_ratios
+from amp_suite.config.settings import COMPARED_SETTINGS
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
-from amp_suite.settings import COMPARED_SETTINGS
+from amp_suite.report.intervals import Interval, LogEstimate, paired_ratios
 
 MIB = 1024 * 1024
 # Metrics compared, in order: (key, title, which way is better, verdict words for higher / lower).
@@ -212,7 +212,7 @@ def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[s
         else:
             differ(key, base.get(key), new.get(key))
     a_settings, b_settings = base.get("settings") or {}, new.get("settings") or {}
-    for key in COMPARED_SETTINGS:  # those declared compared=True in amp_suite/settings.py
+    for key in COMPARED_SETTINGS:  # those declared compared=True in amp_suite/config/settings.py
         differ(f"settings.{key}", a_settings.get(key), b_settings.get(key))
     return lines
 
@@ -226,7 +226,7 @@ def _shown(value: Any) -> str:
 
 
 def _busy(results: list[CellResult]) -> int:
-    from amp_suite.noise import is_busy_flag
+    from amp_suite.machine.noise import is_busy_flag
 
     return sum(1 for r in results if r.status == "ok"
                and any(is_busy_flag(f) for f in (r.metrics or {}).get("measurement_flags") or []))
@@ -246,7 +246,7 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
                       base: tuple[list[CellResult], dict[str, Any]],
                       new: tuple[list[CellResult], dict[str, Any]]) -> str:
     """The markdown comparison: environment differences, one table per metric, unmatched cells."""
-    from amp_suite.report import table_text
+    from amp_suite.report.normalize import table_text
 
     out = ["# amp-suite compare", "",
            f"- BASE: {base_dir} ({base[1].get('date', '?')})", f"- NEW: {new_dir} ({new[1].get('date', '?')})", "",
@@ -306,7 +306,7 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     and ``new_only`` (cell keys present in one directory only) and
     ``markdown`` (what ``amp-suite compare`` prints).
     """
-    from amp_suite.stored_sweep import load_results
+    from amp_suite.sweep.stored import load_results
 
     base_loaded, new_loaded = load_results(base), load_results(new)
     frame = compare_results(base_loaded[0], new_loaded[0])

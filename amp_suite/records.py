@@ -61,7 +61,7 @@ class FrameworkInfo:
     ``doctor_probe`` and ``calibration_probe`` name modules the host runs as
     ``python -m MODULE ...`` in a fresh process with ``env`` set, for
     ``amp-suite doctor`` and ``amp-suite calibrate`` (the protocols are in
-    :mod:`amp_suite.doctor.probe_kit` and :mod:`amp_suite.calibration_kit`);
+    :mod:`amp_suite.doctor.probe_kit` and :mod:`amp_suite.calibration.kit`);
     empty: the command skips the framework.
     """
 
@@ -121,9 +121,9 @@ class DeviceInfo:
 
 @dataclass(frozen=True)
 class LayerSpec:
-    """One node of a framework-neutral model (see :mod:`amp_suite.layers` for the vocabulary).
+    """One node of a framework-neutral model (see :mod:`amp_suite.workloads.layers` for the vocabulary).
 
-    ``kind`` is one of :data:`amp_suite.layers.LAYER_KINDS`.  Each kind reads only
+    ``kind`` is one of :data:`amp_suite.workloads.layers.LAYER_KINDS`.  Each kind reads only
     the fields it needs:
 
     * ``conv2d``: ``name``, ``features`` (output channels), ``kernel_size``,

@@ -25,7 +25,7 @@ def main() -> int:
 
     import torch
 
-    from amp_suite.environment import cpu_info
+    from amp_suite.machine.environment import cpu_info
 
     info = cpu_info()
     print(f"torch {torch.__version__}, {args.device}, {info['cpu_model']} "

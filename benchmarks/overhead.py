@@ -53,7 +53,7 @@ def steps_of(size: int, args: argparse.Namespace) -> tuple[int, int]:
 
 def suite_run(framework: str, precision: str, size: int, args: argparse.Namespace, batch: int):
     """The suite's run of one row, and its workload."""
-    from amp_suite.config import load_config
+    from amp_suite.config.catalog import load_config
     from amp_suite.records import RunSpec
 
     workload = load_config(REPO / "benchmarks.toml").workloads[WORKLOADS[size]]
@@ -72,7 +72,7 @@ def write_inputs(size: int, args: argparse.Namespace, batch: int, path: Path) ->
     the same images, in the same order, as the suite.
     """
     from amp_suite.datasets import run_pipeline
-    from amp_suite.workloads import init_variables
+    from amp_suite.workloads.workload import init_variables
 
     run, workload = suite_run("torch", "fp32", size, args, batch)
     batches = run_pipeline(run, workload).epoch(0)
@@ -97,7 +97,7 @@ def idiomatic(framework: str, precision: str, size: int, args: argparse.Namespac
 
 def suite(framework: str, precision: str, size: int, args: argparse.Namespace, batch: int) -> tuple[float, float]:
     """(images/s, first step's loss) of the suite's run."""
-    from amp_suite.runner import Cell, run_in_worker
+    from amp_suite.sweep.runner import Cell, run_in_worker
 
     run, workload = suite_run(framework, precision, size, args, batch)
     with tempfile.TemporaryDirectory() as tmp:

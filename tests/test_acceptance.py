@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite import acceptance
-from amp_suite.acceptance import (
+from amp_suite.doctor import acceptance
+from amp_suite.doctor.acceptance import (
     FAIL,
     PASS,
     CommandResult,
@@ -32,7 +32,7 @@ from amp_suite.acceptance import (
     render_report,
     run_plan,
 )
-from amp_suite.devices import NvidiaGpu, NvidiaInventory
+from amp_suite.machine.devices import NvidiaGpu, NvidiaInventory
 
 FRAMEWORKS = ("torch", "keras", "jax")
 H100 = NvidiaGpu(0, "NVIDIA H100 80GB HBM3", "580.65.06", 81559.0, "9.0", power_limit_w=700.0)
@@ -134,7 +134,7 @@ def test_pre_ampere_and_missing_frameworks_skip_what_they_must(tmp_path):
 
 
 def test_detect_machine_counts_gpus_from_nvidia_smi(monkeypatch, tmp_path):
-    from amp_suite.sweep_engine import make_host
+    from amp_suite.sweep.engine import make_host
 
     known = make_host([]).frameworks()
     monkeypatch.setattr(acceptance, "detect_nvidia", lambda: TWO_GPUS)
@@ -149,7 +149,7 @@ def test_detect_machine_counts_gpus_from_nvidia_smi(monkeypatch, tmp_path):
 def test_detect_machine_imports_no_framework():
     import subprocess
 
-    code = ("import sys; from amp_suite.sweep_engine import make_host; from amp_suite import acceptance; "
+    code = ("import sys; from amp_suite.sweep.engine import make_host; from amp_suite.doctor import acceptance; "
             "acceptance.detect_machine(make_host([]).frameworks(), ('torch', 'keras', 'jax'), device='cpu'); "
             "print([m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -11,7 +11,7 @@ import pytest
 
 import amp_suite
 from amp_suite.errors import UsageError
-from amp_suite.report import CELL_COLUMNS
+from amp_suite.report.normalize import CELL_COLUMNS
 from suite_cli import REPO
 
 

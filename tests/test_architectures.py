@@ -5,16 +5,16 @@ import math
 import numpy as np
 import pytest
 
-from amp_suite import layers
-from amp_suite.architectures import ARCHITECTURES
-from amp_suite.config import load_config
+from amp_suite.config.catalog import load_config
 from amp_suite.datasets import input_pipeline, load_dataset
 from amp_suite.datasets.augment import augmentation_rng, random_crop_flip
 from amp_suite.errors import UsageError
-from amp_suite.plugin_host import PluginHost
-from amp_suite.workloads import (
+from amp_suite.plugins.host import PluginHost
+from amp_suite.workloads.architectures import ARCHITECTURES
+from amp_suite.workloads.workload import (
     forward_flops_per_image,
     init_variables,
+    layers,
     learning_rate_at,
     param_count,
     train_flops_per_image,
@@ -154,8 +154,8 @@ def test_no_framework_hook_asks_which_framework_it_is_called_for():
 
 
 def test_a_workload_may_set_its_own_steps_which_the_command_line_overrides(tmp_path):
-    from amp_suite.config import with_overrides
-    from amp_suite.sweep_engine import plan_cells
+    from amp_suite.config.catalog import with_overrides
+    from amp_suite.sweep.engine import plan_cells
 
     config = load_config(REPO / "benchmarks.toml")
     settings = with_overrides(config.settings, workloads=("mnist_resnet8", "mnist_cnn"), frameworks=("jax",),

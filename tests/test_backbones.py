@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amp_suite import layers
-from amp_suite.architectures import ARCHITECTURES
-from amp_suite.backbones import same_pads
 from amp_suite.datasets import input_pipeline, load_dataset
 from amp_suite.errors import UsageError
 from amp_suite.records import Batch, workload_from_dict
-from amp_suite.workloads import init_variables, workload_from_config
+from amp_suite.workloads import layers
+from amp_suite.workloads.architectures import ARCHITECTURES
+from amp_suite.workloads.backbones import same_pads
+from amp_suite.workloads.workload import init_variables, workload_from_config
 
 CATALOG = Path(__file__).parent.parent / "amp_suite" / "catalog" / "backbones.toml"
 slow = pytest.mark.slow  # the largest Keras graphs (a few seconds each): deselect with -m "not slow"

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from amp_suite import calibration, calibration_kit
-from amp_suite.calibration import datasheet_peaks, is_mig_name, machine_key
-from amp_suite.devices import detect_nvidia
-from amp_suite.environment import parse_mig_devices, parse_mig_modes
+from amp_suite.calibration import ceiling as calibration
+from amp_suite.calibration import kit as calibration_kit
+from amp_suite.calibration.ceiling import datasheet_peaks, is_mig_name, machine_key
+from amp_suite.machine.devices import detect_nvidia
+from amp_suite.machine.environment import parse_mig_devices, parse_mig_modes
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "power_limit_w": 700.0, "mig_mode": "Disabled",
         "mig_profiles": []}
@@ -75,7 +76,7 @@ def test_mig_layout_from_nvidia_smi_output():
 def test_the_environment_records_mig_fields_with_the_fake_nvidia_smi(monkeypatch):
     from pathlib import Path
 
-    from amp_suite.environment import gpu_info
+    from amp_suite.machine.environment import gpu_info
 
     fake = Path(__file__).parent / "helpers" / "fake_nvidia_smi.py"
     monkeypatch.setenv("AMP_SUITE_FAKE_NVIDIA_SMI", str(fake))
@@ -85,7 +86,7 @@ def test_the_environment_records_mig_fields_with_the_fake_nvidia_smi(monkeypatch
 
 
 def _host(monkeypatch, tmp_path):
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.plugins.host import PluginHost
     from amp_suite.records import FrameworkInfo
 
     monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
@@ -94,7 +95,7 @@ def _host(monkeypatch, tmp_path):
 
 
 def test_device_gpu_never_caches_a_cpu_figure(tmp_path, monkeypatch, capsys):
-    from amp_suite.environment import host_environment
+    from amp_suite.machine.environment import host_environment
 
     host = _host(monkeypatch, tmp_path)
     monkeypatch.setattr(calibration, "_run_probe", lambda *a: {"kind": "cpu", "device": "cpu", "version": "1",

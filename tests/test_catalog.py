@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite import config as config_module
-from amp_suite.config import CATALOG_DIR, SweepSettings, catalog_files, find_config, load_config
+from amp_suite.config import catalog as config_module
+from amp_suite.config.catalog import CATALOG_DIR, SweepSettings, catalog_files, find_config, load_config
 from amp_suite.errors import UsageError
 from suite_cli import REPO, run_cli
 

@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-from amp_suite.calibration import ceiling_ratio, datasheet_peaks, machine_key, peak_tflops
-from amp_suite.cost import cost_settings
+from amp_suite.calibration.ceiling import ceiling_ratio, datasheet_peaks, machine_key, peak_tflops
+from amp_suite.config.cost import cost_settings
 from amp_suite.errors import UsageError
 from amp_suite.records import CellResult, FrameworkInfo
-from amp_suite.report import render_markdown, results_frame, summary_frame
+from amp_suite.report.normalize import render_markdown, results_frame, summary_frame
 
 CALIBRATION = {"frameworks": {"torch": {"cpu": {
     "version": "2.13.0", "device": "cpu",
@@ -102,9 +102,9 @@ def test_synthetic_data_has_no_accuracy():
 
 
 def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, capsys):
-    from amp_suite import calibration
-    from amp_suite.environment import host_environment
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.calibration import ceiling as calibration
+    from amp_suite.machine.environment import host_environment
+    from amp_suite.plugins.host import PluginHost
 
     monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
     probed = []
@@ -132,7 +132,7 @@ def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, 
 
 
 def test_growing_sizes_stop_at_a_measurable_call():
-    from amp_suite import calibration_kit
+    from amp_suite.calibration import kit as calibration_kit
 
     sizes_seen = []
 

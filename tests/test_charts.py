@@ -128,7 +128,7 @@ def test_no_ok_cell_draws_nothing(tmp_path):
 
 
 def test_the_charts_plugin_can_be_turned_off(monkeypatch):
-    from amp_suite.plugin_host import DISABLE_ENV, PluginHost
+    from amp_suite.plugins.host import DISABLE_ENV, PluginHost
 
     if "charts" not in {ep.name for ep in importlib.metadata.entry_points(group="amp_suite")}:
         pytest.skip("the installed amp-suite predates the charts entry point (pip install -e . again)")

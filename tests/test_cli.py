@@ -162,8 +162,8 @@ def test_bad_device_settings_are_one_line_errors(tiny_config, flags, needle):
 
 
 def test_devices_are_a_sweep_axis_with_their_own_keys(tiny_config):
-    from amp_suite.config import load_config, with_overrides
-    from amp_suite.sweep_engine import plan_cells
+    from amp_suite.config.catalog import load_config, with_overrides
+    from amp_suite.sweep.engine import plan_cells
 
     config = load_config(tiny_config)
     settings = with_overrides(config.settings, devices=(1, 2), precisions=("fp32",), frameworks=("fake", "torch"))
@@ -191,7 +191,7 @@ def test_results_stored_before_the_devices_axis_still_resume():
     from dataclasses import asdict
 
     from amp_suite.records import RunSpec
-    from amp_suite.results import plain_config
+    from amp_suite.sweep.store import plain_config
 
     old = asdict(RunSpec(framework="torch", workload="w", precision="fp32"))
     for name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher"):

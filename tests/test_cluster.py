@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite.config import load_config
+from amp_suite.config.catalog import load_config
 from suite_cli import HELPERS, REPO, TINY_CONFIG
 
 pytestmark = pytest.mark.slow
@@ -148,7 +148,7 @@ def test_ctrl_c_cancels_every_ray_task_and_leaves_no_worker(tmp_path, monkeypatc
         while alive(worker) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not alive(worker), "a cell's worker outlived its cancelled task"
-        assert not [p for p in cluster.pids() if "amp_suite.worker" in _cmdline(p)]
+        assert not [p for p in cluster.pids() if "amp_suite.cell.worker" in _cmdline(p)]
     err = (tmp_path / "client.err").read_text()
     assert "cancelling 4 queued and running cells" in err and "interrupted by SIGINT" in err
 

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite.config import SweepSettings, load_config, with_overrides
+from amp_suite.config.catalog import SweepSettings, load_config, with_overrides
 from amp_suite.errors import UsageError
 from suite_cli import REPO
 
@@ -83,7 +83,7 @@ def _third_party(**options):
 
 
 def test_a_plugins_declared_options_check_its_table(tmp_path):
-    from amp_suite.config import check_framework_tables
+    from amp_suite.config.catalog import check_framework_tables
     from amp_suite.records import FrameworkOption
     from amp_suite.schema import Field
 
@@ -106,7 +106,7 @@ def test_a_plugins_declared_options_check_its_table(tmp_path):
 
 
 def test_a_table_of_a_built_in_framework_whose_plugin_is_not_loaded_is_kept_as_written(tmp_path):
-    from amp_suite.config import check_framework_tables
+    from amp_suite.config.catalog import check_framework_tables
 
     config = load_config(_write(tmp_path, "[workloads.a]\nmodel = \"mnist_cnn\"\n[frameworks.torch]\nfused = 3\n"))
     assert check_framework_tables(config, {}).framework_options["torch"] == {"fused": 3}

@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amp_suite.config import load_config
+from amp_suite.config.catalog import load_config
 from amp_suite.datasets import cifar10, epoch_batches, load_dataset, mnist
 from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError, DatasetFile, locate
 from amp_suite.datasets.preprocess import resize_bilinear, to_unit_float
 from amp_suite.datasets.splits import parse_split
 from amp_suite.errors import UsageError
-from amp_suite.workloads import workload_from_config
+from amp_suite.workloads.workload import workload_from_config
 from suite_cli import REPO, run_cli
 
 # The official MNIST test split ships inside the package: tests of real digits read it from there.
@@ -356,7 +356,7 @@ def test_cifar_through_load_dataset_with_a_known_checksum(tmp_path, monkeypatch)
 def test_synthetic_validation_shrinks_for_large_inputs_only():
     # accuracy on synthetic data is n/a: an ImageNet-sized input validates on 41 images, not 512
     from amp_suite.datasets import load_dataset
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
 
     small = workload_from_config("small", {"model": "mnist_cnn", "input_size": 28, "batch_size": 8})
     large = workload_from_config("large", {"model": "mnist_cnn", "input_size": 224, "channels": 3,
@@ -389,3 +389,4 @@ def test_batch_order_is_seeded_reshuffled_per_epoch_and_drops_partial_batches():
     assert len(set(seen.tolist())) == 48
     assert all(np.array_equal(b.images[:, 0, 0, 0], b.labels) for b in e0)
     assert len(epoch_batches(images, labels, batch_size=8, steps=2, seed=3, epoch=0)) == 2
+

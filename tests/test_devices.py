@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite import devices
-from amp_suite.devices import (
+from amp_suite.errors import UnsupportedError
+from amp_suite.machine import devices
+from amp_suite.machine.devices import (
     DeviceUnavailableError,
     NvidiaGpu,
     NvidiaInventory,
@@ -17,8 +18,7 @@ from amp_suite.devices import (
     select_checked,
     version_text,
 )
-from amp_suite.environment import cpu_info
-from amp_suite.errors import UnsupportedError
+from amp_suite.machine.environment import cpu_info
 from amp_suite.records import DeviceInfo, FrameworkInfo, RunSpec
 from suite_cli import HELPERS
 

@@ -4,7 +4,7 @@ by its exact signature."""
 import inspect
 import re
 
-from amp_suite import hookspecs
+from amp_suite.plugins import hookspecs
 from suite_cli import REPO
 
 
@@ -41,7 +41,8 @@ def test_firstresult_hooks_are_marked_in_the_docs():
 
 import dataclasses  # noqa: E402
 
-from amp_suite import plugin_kit, records, testing  # noqa: E402
+from amp_suite import records, testing
+from amp_suite.plugins import kit as plugin_kit  # noqa: E402
 
 
 def signature_text(func) -> str:
@@ -114,8 +115,8 @@ import ast  # noqa: E402
 import importlib  # noqa: E402
 
 # Modules whose helpers writing-a-plugin.md documents, each in a section headed "### `MODULE`".
-HELPER_MODULES = ("amp_suite.plugin_kit", "amp_suite.layers", "amp_suite.workloads", "amp_suite.environment",
-                  "amp_suite.doctor.probe_kit", "amp_suite.calibration_kit")
+HELPER_MODULES = ("amp_suite.plugins.kit", "amp_suite.workloads.layers", "amp_suite.workloads.workload", "amp_suite.machine.environment",
+                  "amp_suite.doctor.probe_kit", "amp_suite.calibration.kit")
 # Code written as a backend author writes it: the built-in plugins and the example packages (not their tests).
 BACKEND_SOURCES = ("plugins/amp_suite_plugins", "examples")
 
@@ -147,8 +148,8 @@ def helper_headings() -> dict[str, list[str]]:
 
 def test_the_backends_import_helpers_to_document():
     found = imported_helpers()
-    assert {"walk", "iter_layers", "dense_after_flatten"} <= found["amp_suite.layers"], found
-    assert "learning_rate_at" in found["amp_suite.workloads"] and "timed_window" in found["amp_suite.plugin_kit"]
+    assert {"walk", "iter_layers", "dense_after_flatten"} <= found["amp_suite.workloads.layers"], found
+    assert "learning_rate_at" in found["amp_suite.workloads.workload"] and "timed_window" in found["amp_suite.plugins.kit"]
 
 
 def test_every_helper_a_backend_imports_has_a_heading_with_its_signature():

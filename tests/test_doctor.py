@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from amp_suite.devices import NvidiaGpu, NvidiaInventory
-from amp_suite.envs.spec import packaged_gpu_set
+from amp_suite.config.environments import packaged_gpu_set
+from amp_suite.machine.devices import NvidiaGpu, NvidiaInventory
 
 GPU_INSTALL = {name: f"amp-suite env create {env}" for name, env in packaged_gpu_set().items()}
 from amp_suite.doctor import checks
@@ -184,7 +184,7 @@ def test_a_framework_whose_plugin_names_no_probe_is_skipped_with_the_reason():
 
 
 def test_the_built_in_plugins_name_their_own_probes():
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.plugins.host import PluginHost
 
     frameworks = PluginHost().frameworks()
     for name in ("torch", "keras", "jax"):

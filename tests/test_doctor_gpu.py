@@ -14,9 +14,9 @@ import importlib.util
 
 import pytest
 
-from amp_suite.devices import detect_nvidia
 from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED
 from amp_suite.doctor.runner import framework_checks, subprocess_probe
+from amp_suite.machine.devices import detect_nvidia
 
 INVENTORY = detect_nvidia()
 pytestmark = pytest.mark.skipif(not INVENTORY.present, reason="needs an NVIDIA GPU")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite.config import load_config
+from amp_suite.config.catalog import load_config
 from amp_suite.doctor import checks
 from amp_suite.doctor.probe_kit import loaded_libraries
 from amp_suite.doctor.runner import DoctorPlan, EnvironmentProbe, run_checks
@@ -26,9 +26,9 @@ from amp_suite.envs import EnvironmentSpec, place_frameworks, state_of
 from amp_suite.envs.build import STAMP, failure_reason, fingerprint, interpreter_in
 from amp_suite.launchers.single import OWN_PATH
 from amp_suite.records import CellResult, FrameworkInfo, RunSpec
-from amp_suite.report import render_markdown, results_frame, summary_frame
-from amp_suite.runner import Cell, run_in_worker, worker_path
-from amp_suite.variants import variant_table
+from amp_suite.report.normalize import render_markdown, results_frame, summary_frame
+from amp_suite.report.variants import variant_table
+from amp_suite.sweep.runner import Cell, run_in_worker, worker_path
 from suite_cli import REPO, run_cli
 from suite_cli import one_line_error as _error
 from suite_cli import tiny_config_file as _config
@@ -373,7 +373,7 @@ def test_torchrun_and_its_workers_start_with_the_environments_interpreter():
     command = launcher_for(run).command(run, "/out/result")
     assert command[0] == "/envs/torch/bin/python"
     worker = command[command.index("--no-python") + 1:]
-    assert worker[0] == "/envs/torch/bin/python" and "amp_suite.worker" in worker
+    assert worker[0] == "/envs/torch/bin/python" and "amp_suite.cell.worker" in worker
     host = RunSpec(framework="torch", workload="tiny", precision="fp32", devices=2, launcher="torchrun")
     assert launcher_for(host).command(host, "/out/result")[0] == sys.executable
 

@@ -1,4 +1,4 @@
-"""Executors (amp_suite.executors): their tables, their checks and the loop every cluster executor shares.
+"""Executors (amp_suite.sweep.executors): their tables, their checks and the loop every cluster executor shares.
 
 The loop is driven here by a scheduler of our own that runs cells in worker processes on this
 machine, so what it does with results, failures, preemptions, resumes and Ctrl-C is checked without
@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 
-from amp_suite.config import load_config
-from amp_suite.executors.node import cell_payload, run_cell_on_node
-from amp_suite.executors.ray_scheduler import cell_resources, placement_problem
-from amp_suite.executors.remote import Finished, run_remote
-from amp_suite.executors.select import check_executor
-from amp_suite.executors.slurm_scheduler import job_parameters
-from amp_suite.executors.spec import ExecutorSettings, PoolSpec, SlurmSettings
+from amp_suite.config.catalog import load_config
+from amp_suite.config.executors import ExecutorSettings, PoolSpec, SlurmSettings
 from amp_suite.records import CellResult, RunSpec
-from amp_suite.report import render_markdown, results_frame, summary_frame
-from amp_suite.results import ResultStore
-from amp_suite.runner import Cell
+from amp_suite.report.normalize import render_markdown, results_frame, summary_frame
+from amp_suite.sweep.executors.node import cell_payload, run_cell_on_node
+from amp_suite.sweep.executors.ray_scheduler import cell_resources, placement_problem
+from amp_suite.sweep.executors.remote import Finished, run_remote
+from amp_suite.sweep.executors.select import check_executor
+from amp_suite.sweep.executors.slurm_scheduler import job_parameters
+from amp_suite.sweep.runner import Cell
+from amp_suite.sweep.store import ResultStore
 from suite_cli import one_line_error as _error
 from suite_cli import run_cli
 from suite_cli import tiny_config_file as _config
@@ -127,7 +127,7 @@ def test_a_cells_job_asks_slurm_for_its_pool_gpus_and_time(tmp_path):
 
 
 def test_a_pools_description_job_lands_where_its_cells_jobs_do(tmp_path):
-    from amp_suite.executors.slurm_scheduler import SlurmScheduler
+    from amp_suite.sweep.executors.slurm_scheduler import SlurmScheduler
 
     class RecordingExecutor:  # submitit's AutoExecutor, as far as describing pools goes
         def __init__(self) -> None:
@@ -280,7 +280,7 @@ def test_the_cross_pool_table_puts_each_pools_speed_up_and_cost_side_by_side():
 
 
 def test_a_bad_or_unreachable_ray_address_and_missing_slurm_tools_are_one_line(tmp_path, monkeypatch):
-    from amp_suite.executors.ray_scheduler import check_reachable
+    from amp_suite.sweep.executors.ray_scheduler import check_reachable
 
     pytest.importorskip("ray")
     assert "must be HOST:PORT" in _error(lambda: check_executor(ExecutorSettings("ray", "notanaddress"), (), {},
@@ -300,7 +300,7 @@ def test_a_bad_or_unreachable_ray_address_and_missing_slurm_tools_are_one_line(t
 
 
 def test_a_refused_submission_fails_its_cell_and_the_others_go_on(tmp_path):
-    from amp_suite.executors.remote import SubmitRefused
+    from amp_suite.sweep.executors.remote import SubmitRefused
 
     class Refusing(FakeScheduler):
         def submit(self, cell, payload):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite.results import ResultStore
+from amp_suite.sweep.store import ResultStore
 from processes import alive as _alive
 from suite_cli import REPO, run_cli
 
@@ -124,7 +124,8 @@ def test_a_full_disk_mid_sweep_stops_with_one_line_and_loses_nothing(tiny_config
     """Injected ENOSPC on the second append (the tmpfs test below does it for real)."""
     import errno
 
-    from amp_suite import cli, results
+    from amp_suite import cli
+    from amp_suite.sweep import store as results
 
     real_append = results.append_line
     calls = []
@@ -235,9 +236,9 @@ mount -o remount,ro,bind {out}/results.jsonl
 
 def test_the_worker_never_imports_from_the_current_directory(tiny_config, tmp_path, clean_fake_env,
                                                              monkeypatch):
-    from amp_suite.config import load_config
+    from amp_suite.config.catalog import load_config
     from amp_suite.records import RunSpec
-    from amp_suite.runner import Cell, run_in_worker
+    from amp_suite.sweep.runner import Cell, run_in_worker
 
     here = tmp_path / "cwd"
     here.mkdir()
@@ -252,8 +253,8 @@ def test_the_worker_never_imports_from_the_current_directory(tiny_config, tmp_pa
 
 
 def test_the_worker_loads_exactly_the_plugins_the_host_loaded(monkeypatch):
-    from amp_suite.plugin_host import DISABLE_ENV, EXTRA_PLUGINS_ENV, PluginHost
-    from amp_suite.sweep_engine import worker_env, worker_plugin_modules
+    from amp_suite.plugins.host import DISABLE_ENV, EXTRA_PLUGINS_ENV, PluginHost
+    from amp_suite.sweep.engine import worker_env, worker_plugin_modules
 
     monkeypatch.setenv(EXTRA_PLUGINS_ENV, "ghostfw,amp_suite_no_such_env_plugin")
     monkeypatch.setenv(DISABLE_ENV, "keras")

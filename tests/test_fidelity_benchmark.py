@@ -40,8 +40,8 @@ def inputs(overhead, tmp_path_factory):
 
 
 def test_inputs_are_the_suites_batches_and_initial_weights(overhead, inputs):
-    from amp_suite.config import load_config
-    from amp_suite.workloads import init_variables
+    from amp_suite.config.catalog import load_config
+    from amp_suite.workloads.workload import init_variables
 
     args, path = inputs
     workload = load_config(overhead.REPO / "benchmarks.toml").workloads["mnist_cnn"]

@@ -44,8 +44,8 @@ class TestJaxConformance(BackendConformance):
 
 @pytest.mark.skipif(not framework_installed("torch"), reason="torch is not installed")
 def test_torch_compile_is_an_option_compiled_in_warm_up(tmp_path):
-    from amp_suite.runner import Cell, run_in_worker
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.sweep.runner import Cell, run_in_worker
+    from amp_suite.workloads.workload import workload_from_config
 
     workload = workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "batch_size": 8})
     results = {}

@@ -9,7 +9,7 @@ import pytest
 
 from amp_suite import hookimpl
 from amp_suite.errors import PluginError
-from amp_suite.plugin_host import DISABLE_ENV, PluginHost
+from amp_suite.plugins.host import DISABLE_ENV, PluginHost
 from amp_suite.records import DeviceInfo, FrameworkInfo, RunSpec
 
 RUN = RunSpec(framework="fake", workload="tiny", precision="fp32")
@@ -111,7 +111,7 @@ def test_implementations_may_take_fewer_arguments():
 
 
 def _tiny_workload():
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
 
     return workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "num_classes": 3})
 
@@ -197,7 +197,7 @@ def runtime_versions(run: RunSpec) -> dict[str, str]: raise NotImplementedError
 
 if TYPE_CHECKING:
     import typed_plugin as _this_module
-    from amp_suite.framework_plugin import FrameworkPlugin
+    from amp_suite.plugins.framework_plugin import FrameworkPlugin
 
     _checked: FrameworkPlugin[Handle, list[Batch]] = _this_module
 '''

@@ -21,7 +21,7 @@ import pytest
 
 from amp_suite.cli import main
 from amp_suite.records import CellResult
-from amp_suite.results import ResultStore
+from amp_suite.sweep.store import ResultStore
 from processes import alive as _alive
 from suite_cli import HELPERS, run_cli
 
@@ -107,7 +107,7 @@ def test_the_safe_layer_refuses_links_fifos_and_keeps_the_umask(tmp_path):
 
 
 def test_a_stale_torchrun_request_is_removed_under_the_lock(tmp_path):
-    from amp_suite.output_dir import OutputLock
+    from amp_suite.sweep.output_dir import OutputLock
 
     out = _sweep_dir(tmp_path)
     stale = out / "logs" / "torch__tiny__fp32__d2__r0.log.result.request"
@@ -120,8 +120,8 @@ def test_a_stale_torchrun_request_is_removed_under_the_lock(tmp_path):
 
 
 def test_signal_names_and_numbers():
-    from amp_suite.child_process import exit_description
-    from amp_suite.runner import signal_name
+    from amp_suite.launchers.child_process import exit_description
+    from amp_suite.sweep.runner import signal_name
 
     assert signal_name(9) == "SIGKILL"
     assert signal_name(40) == "signal 40"
@@ -145,7 +145,7 @@ def test_the_doctor_probe_never_imports_from_the_current_directory(tmp_path, mon
 def test_a_probe_dies_with_its_killed_host(tmp_path):
     pidfile = tmp_path / "probe.pid"
     host = subprocess.Popen([sys.executable, "-c", (
-        "import subprocess, sys; from amp_suite.child_process import isolated_command, isolated_env; "
+        "import subprocess, sys; from amp_suite.launchers.child_process import isolated_command, isolated_env; "
         f"subprocess.run(isolated_command('sleepy_probe', 'sleep', {str(pidfile)!r}), env=isolated_env())")],
         env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HELPERS), str(Path(__file__).parent.parent)])})
     deadline = time.monotonic() + 60
@@ -207,7 +207,7 @@ def test_root_and_home_are_refused_as_out(tiny_config, where):
 
 
 def test_report_waits_for_no_one_and_refuses_while_a_run_holds_the_lock(tmp_path):
-    from amp_suite.output_dir import OutputLock
+    from amp_suite.sweep.output_dir import OutputLock
 
     out = tmp_path / "out"
     ResultStore(out).append(_ok_result())
@@ -279,7 +279,7 @@ def test_an_out_of_range_stored_value_is_skipped_and_the_report_written(tmp_path
 @pytest.mark.parametrize("cache", ['{"frameworks": {"torch": 5}}', "not json", '[1, 2]',
                                    '{"frameworks": {"fake": {"cpu": {"matmul": {"fp32": -1}}}}}'])
 def test_a_corrupt_calibration_cache_is_ignored_with_a_warning(tmp_path, capsys, monkeypatch, cache):
-    from amp_suite.calibration import cache_path
+    from amp_suite.calibration.ceiling import cache_path
 
     monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
     path = cache_path({})  # the machine environment.json below describes
@@ -387,10 +387,10 @@ def test_the_api_refuses_wrong_types_with_the_cli_messages(kwargs, needle):
 
 
 def test_the_api_reads_one_device_count_and_one_plugin_name():
-    from amp_suite import api_checks
+    from amp_suite.sweep import request_checks
 
-    assert api_checks.device_counts(2) == (2,) and api_checks.device_counts([1, 2]) == [1, 2]
-    assert api_checks.plugin_names("fakefw") == ("fakefw",)
+    assert request_checks.device_counts(2) == (2,) and request_checks.device_counts([1, 2]) == [1, 2]
+    assert request_checks.plugin_names("fakefw") == ("fakefw",)
 
 
 def test_workload_sizes_have_upper_bounds(tmp_path):

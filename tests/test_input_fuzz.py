@@ -190,7 +190,7 @@ def test_report_and_resume_read_past_foreign_lines(tmp_path, capsys, lines, need
 
 
 def test_a_table_for_a_disabled_framework_is_accepted(tmp_path, monkeypatch):
-    from amp_suite.config import check_framework_tables, load_config
+    from amp_suite.config.catalog import check_framework_tables, load_config
     from fakefw import framework_info
 
     config = load_config(_config(tmp_path, extra="[frameworks.torch]\nchannels_last = false\n"
@@ -216,7 +216,7 @@ def test_ctrl_c_during_a_download_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_names_with_table_characters_cannot_break_the_report():
     from amp_suite.records import CellResult
-    from amp_suite.report import render_markdown
+    from amp_suite.report.normalize import render_markdown
 
     foreign = CellResult(key="k", framework="fa|ke", workload="two\nlines", precision="fp32", repeat=0,
                          status="failed", error="bad | worse\nworst", metrics={"param_count": "many"})

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 import amp_suite
-from amp_suite import noise
-from amp_suite.intervals import (
+from amp_suite.cell.windows import Phase, steady_state
+from amp_suite.machine import noise
+from amp_suite.records import CellResult, EpochResult
+from amp_suite.report.intervals import (
     LogEstimate,
     f_survival,
     log_interval,
@@ -18,9 +20,7 @@ from amp_suite.intervals import (
     pooled_log_intervals,
     t_quantile,
 )
-from amp_suite.records import CellResult, EpochResult
-from amp_suite.report import render_markdown, summary_frame
-from amp_suite.stats import Phase, steady_state
+from amp_suite.report.normalize import render_markdown, summary_frame
 from suite_cli import run_cli
 
 
@@ -155,8 +155,8 @@ def test_a_single_repeat_says_it_has_no_interval():
 
 
 def test_repeats_are_interleaved_and_precisions_alternate_within_a_framework(tiny_config):
-    from amp_suite.config import load_config, with_overrides
-    from amp_suite.sweep_engine import plan_cells
+    from amp_suite.config.catalog import load_config, with_overrides
+    from amp_suite.sweep.engine import plan_cells
 
     config = load_config(tiny_config)
     settings = with_overrides(config.settings, repeats=3, precisions=("fp32", "amp_bf16"),

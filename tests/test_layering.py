@@ -1,4 +1,4 @@
-"""The package's import graph: no framework in ``amp_suite/``, and no module importing one that imports it back.
+"""The package's import graph: no framework in ``amp_suite/``, and no module or package importing one that imports it back.
 
 Every ``import`` statement counts, those inside functions included: a lazy
 import still ties two modules together, it only hides the tie from the
@@ -11,6 +11,7 @@ itself, so Python makes that edge whatever the layering).
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,34 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def package_graphs(graph: dict[str, set[str]]) -> dict[str, dict[str, set[str]]]:
+    """Each package -> the graph of its direct children (modules and subpackages).
+
+    A child imports another when any module inside it imports any module
+    inside the other; importing the package itself (its ``__init__``) is no
+    edge, since every module of it runs that anyway.
+    """
+    packages = {name for name in graph if any(other.startswith(name + ".") for other in graph)}
+    graphs: dict[str, dict[str, set[str]]] = {}
+    for package in packages:
+        depth = package.count(".") + 1
+
+        def child(name: str, package: str = package, depth: int = depth) -> str | None:
+            return ".".join(name.split(".")[:depth + 1]) if name.startswith(package + ".") else None
+
+        children: dict[str, set[str]] = {}
+        for module, targets in graph.items():
+            source = child(module)
+            if source is None:
+                continue
+            children.setdefault(source, set())
+            for target in map(child, targets):
+                if target is not None and target != source:
+                    children[source].add(target)
+        graphs[package] = children
+    return graphs
+
+
 def test_the_cycle_finder_finds_a_lazy_back_edge(tmp_path: Path) -> None:
     package = tmp_path / "amp_suite"
     (package / "cell").mkdir(parents=True)
@@ -115,11 +144,39 @@ def test_the_cycle_finder_finds_a_lazy_back_edge(tmp_path: Path) -> None:
     assert graph["amp_suite.store"] == {"amp_suite.cell.worker"} and cycles(graph) == []
 
 
+def test_packages_that_import_each_other_through_different_modules_are_found(tmp_path: Path) -> None:
+    package = tmp_path / "amp_suite"
+    for name in ("cell", "sweep"):
+        (package / name).mkdir(parents=True)
+        (package / name / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "cell" / "worker.py").write_text("from amp_suite.sweep.store import save\n")
+    (package / "sweep" / "store.py").write_text("")
+    (package / "sweep" / "runner.py").write_text("import amp_suite.cell.worker\n")
+    graph = import_graph(package)
+    assert cycles(graph) == []  # no module imports one that imports it back ...
+    children = package_graphs(graph)["amp_suite"]
+    assert children["amp_suite.cell"] == {"amp_suite.sweep"}
+    assert cycles(children) == [["amp_suite.cell", "amp_suite.sweep"]]  # ... but the two packages do
+    (package / "sweep" / "runner.py").write_text("import amp_suite.sweep\n")  # its own package: no edge
+    assert cycles(package_graphs(import_graph(package))["amp_suite"]) == []
+
+
 def test_no_module_of_the_package_imports_one_that_imports_it_back() -> None:
     graph = import_graph()
-    assert len(graph) > 50 and "amp_suite.worker" in graph["amp_suite.runner"]
+    assert len(graph) > 50 and "amp_suite.cell.worker" in graph["amp_suite.sweep.runner"]
     graph["amp_suite"] = set()  # the lazy facade (see the module's docstring)
     assert cycles(graph) == [], "modules that import each other, directly or through others"
+
+
+def test_no_package_imports_one_that_imports_it_back() -> None:
+    graph = import_graph()
+    graph["amp_suite"] = set()  # the lazy facade (see the module's docstring)
+    graphs = package_graphs(graph)
+    assert {"amp_suite", "amp_suite.sweep", "amp_suite.config", "amp_suite.cell"} <= set(graphs)
+    assert "amp_suite.cell" in graphs["amp_suite"]["amp_suite.sweep"]  # the sweep runs cells ...
+    found = {package: cycles(children) for package, children in graphs.items() if cycles(children)}
+    assert found == {}, "packages (or a package's modules) that import each other, directly or through others"
 
 
 # torchrun is PyTorch's own launcher program: the launcher that starts it (docs/distributed.md) runs it in a
@@ -133,3 +190,35 @@ def test_the_package_imports_no_framework(path: Path) -> None:
     frameworks = [name for (name, *_) in _imports(path) if name.split(".")[0] in FRAMEWORK_MODULES
                   and not (allowed and name.startswith(allowed))]
     assert frameworks == [], f"{path.relative_to(REPO)} imports {frameworks}: framework code belongs in plugins/"
+
+
+ARCHITECTURE = REPO / "docs" / "architecture.md"
+
+
+def _described_layers() -> list[tuple[str, str]]:
+    """docs/architecture.md's packages in the order given there: (bold name, its paragraph)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8").split("## Packages, lowest layer first", 1)[1]
+    text = text.split("\n## ", 1)[0]
+    return [(match.group(1), match.group(2)) for match in
+            re.finditer(r"^\*\*(.+?)\*\*(.*?)(?=^\*\*|\Z)", text, re.M | re.S)]
+
+
+def test_the_architecture_page_describes_every_package_lowest_first() -> None:
+    layers = _described_layers()
+    graph = import_graph()
+    roots = {name.split(".")[1] for name in graph if name.count(".") == 1 and not (PACKAGE / name.split(".")[1]).is_dir()}
+    packages = {path.name for path in PACKAGE.iterdir() if (path / "__init__.py").exists()}
+    rank: dict[str, int] = {}
+    for position, (name, paragraph) in enumerate(layers):
+        if name.startswith("`"):
+            rank[name.strip("`/")] = position
+        else:  # a group of the root's modules, each named in its paragraph
+            for module in re.findall(r"`([a-z_]+)\.py`", paragraph):
+                rank.setdefault(module, position)
+    assert set(rank) >= packages | roots - {"__init__"}, "packages or root modules the page does not describe"
+    assert {"config", "sweep", "records", "cli"} <= set(rank) and rank["records"] < rank["config"] < rank["sweep"]
+    upward = sorted(
+        f"{source} -> {target}" for source, targets in graph.items() for target in targets
+        if source != "amp_suite" and target != "amp_suite"
+        and rank[source.split(".")[1]] < rank[target.split(".")[1]])
+    assert upward == [], "imports of a package the page lists above the importer (layers lowest first)"

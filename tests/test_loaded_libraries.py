@@ -1,10 +1,10 @@
-"""amp_suite.loaded_libraries with fake memory maps and a fake environment."""
+"""amp_suite.machine.loaded_libraries with fake memory maps and a fake environment."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from amp_suite import loaded_libraries as ll
+from amp_suite.machine import loaded_libraries as ll
 
 SITE = "/venv/lib/python3.11/site-packages/nvidia"
 MAPS = f"""\

@@ -3,13 +3,13 @@
 import numpy as np
 import pytest
 
-from amp_suite import devices
-from amp_suite.config import for_device_kind, load_config
+from amp_suite.cell.worker import device_index, memory_without_inputs, staged_bytes
+from amp_suite.config.catalog import for_device_kind, load_config
 from amp_suite.errors import UsageError
+from amp_suite.machine import devices
 from amp_suite.records import Batch, CellResult
-from amp_suite.report import render_markdown, summary_frame
-from amp_suite.sweep_engine import SweepRequest, plan_cells, sweep_device_kind
-from amp_suite.worker import device_index, memory_without_inputs, staged_bytes
+from amp_suite.report.normalize import render_markdown, summary_frame
+from amp_suite.sweep.engine import SweepRequest, plan_cells, sweep_device_kind
 
 
 def _machine(monkeypatch, gpus: int) -> None:
@@ -142,7 +142,7 @@ def test_a_timing_extension_times_further_training_and_leaves_accuracy_alone(tin
 
 
 def test_energy_is_dropped_where_nvml_counter_steps_are_coarser_than_the_windows():
-    from amp_suite.worker import energy_figures
+    from amp_suite.cell.worker import energy_figures
 
     summary = {"telemetry_source": "NVML", "energy_j": 24.8, "energy_per_image_j": 0.009, "mean_power_w": 2000.0,
                "sm_clock_mhz_median": 1980}
@@ -160,7 +160,7 @@ def test_energy_is_dropped_where_nvml_counter_steps_are_coarser_than_the_windows
 
 def test_a_one_device_cell_sees_one_gpu():
     from amp_suite.records import RunSpec
-    from amp_suite.runner import one_gpu_visible
+    from amp_suite.sweep.runner import one_gpu_visible
 
     one = RunSpec("jax", "w", "fp32")
     assert one_gpu_visible(one, {}) == {"CUDA_VISIBLE_DEVICES": "0"}

@@ -171,7 +171,7 @@ def _worst(errors: dict[str, float]) -> str:
 def _no_dropout_loss(result: ProbeResult, model: str) -> float:
     """The first step's loss had no unit been dropped: cross-entropy of the training-mode logits (no masks)."""
     from amp_suite.datasets import input_pipeline, load_dataset
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
 
     workload = workload_from_config(model, TABLES[model])
     batch_size = TABLES[model]["batch_size"]
@@ -263,7 +263,7 @@ def _exactly_zero(model: str) -> set[str]:
     gradient of exactly 0 (it stays 0), and the second's batch mean, ``W @ offset``, is 0 (its running mean stays
     0).  What both hold after the steps is float64 round-off; MobileNet has no such pair.
     """
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
 
     layers = workload_from_config(model, TABLES[model]).layers
     zero: set[str] = set()
@@ -352,7 +352,7 @@ def test_the_flax_example_refuses_a_kind_it_does_not_build_in_one_line(monkeypat
     # A third-party backend need not build every kind, but must say which one it lacks (an unsupported cell),
     # before it imports its framework.  The example builds them all now: take zero_pad away from it.
     from amp_suite.errors import UnsupportedError
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
     from suite_cli import REPO
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "amp-suite-flax"))

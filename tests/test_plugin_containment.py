@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from amp_suite.cell.worker import classify_exception
 from amp_suite.cli import main
 from amp_suite.errors import PluginError
-from amp_suite.plugin_host import DISABLE_ENV, PluginHost
+from amp_suite.plugins.host import DISABLE_ENV, PluginHost
 from amp_suite.records import CellResult, RunSpec
-from amp_suite.worker import classify_exception
 
 MISSPELT_HOOK = '''
 from amp_suite import hookimpl
@@ -71,7 +71,7 @@ def test_plugins_and_list_survive_a_misspelt_hook(plugin_dir, capsys, command):
 
 
 def test_a_raising_reporter_is_reported_and_the_built_in_report_still_written(plugin_dir, tmp_path, capsys):
-    from amp_suite.results import ResultStore
+    from amp_suite.sweep.store import ResultStore
 
     out = tmp_path / "out"
     ResultStore(out).append(CellResult(key="fake/tiny/fp32/r0", framework="fake", workload="tiny",
@@ -85,7 +85,7 @@ def test_a_raising_reporter_is_reported_and_the_built_in_report_still_written(pl
 
 def test_report_into_an_unwritable_place_is_one_line(tmp_path, capsys, monkeypatch):
     from amp_suite import safe_files
-    from amp_suite.results import ResultStore
+    from amp_suite.sweep.store import ResultStore
 
     ResultStore(tmp_path).append(CellResult(key="fake/tiny/fp32/r0", framework="fake", workload="tiny",
                                             precision="fp32", repeat=0, status="ok"))
@@ -145,7 +145,7 @@ def test_a_worker_loading_every_plugin_imports_no_pandas():
     import subprocess
     import sys
 
-    code = ("import sys; from amp_suite.plugin_host import PluginHost\n"
+    code = ("import sys; from amp_suite.plugins.host import PluginHost\n"
             "host = PluginHost(framework='torch'); host.frameworks()\n"
             "print('pandas' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -15,13 +15,13 @@ import pytest
 
 import fakefw
 from amp_suite import hookimpl
+from amp_suite.cell.worker import epoch_extra_metrics, execute
 from amp_suite.cli import main
-from amp_suite.config import load_config
-from amp_suite.contracts import check_return, conforms
+from amp_suite.config.catalog import load_config
 from amp_suite.errors import PluginError, UnsupportedError
-from amp_suite.plugin_host import PluginHost
+from amp_suite.plugins.contracts import check_return, conforms
+from amp_suite.plugins.host import PluginHost
 from amp_suite.records import CellResult, DeviceInfo, EpochResult, FrameworkInfo, RunSpec
-from amp_suite.worker import epoch_extra_metrics, execute
 
 WRONG_ARGUMENT = '''
 from amp_suite import hookimpl
@@ -108,7 +108,7 @@ def test_an_option_whose_default_fails_its_own_schema_is_listed_as_failed(plugin
 
 
 def test_declarations_the_host_cannot_use_are_named():
-    from amp_suite.plugin_host import declaration_problem
+    from amp_suite.plugins.host import declaration_problem
     from amp_suite.records import FrameworkInfo, FrameworkOption
     from amp_suite.schema import Field
 
@@ -123,7 +123,7 @@ def test_declarations_the_host_cannot_use_are_named():
 
 
 def test_the_built_in_plugins_declare_usable_options_with_their_defaults():
-    from amp_suite.plugin_host import declaration_problem
+    from amp_suite.plugins.host import declaration_problem
 
     frameworks = PluginHost().frameworks()
     for name in ("torch", "keras", "jax"):
@@ -171,7 +171,7 @@ def test_plugins_lists_broken_plugins_and_list_still_works(plugin_dir, capsys, c
 
 
 def test_a_reporter_returning_a_string_is_one_line_and_the_others_write(plugin_dir, tmp_path, capsys):
-    from amp_suite.results import ResultStore
+    from amp_suite.sweep.store import ResultStore
 
     out = tmp_path / "out"
     ResultStore(out).append(CellResult(key="fake/tiny/fp32/r0", framework="fake", workload="tiny",
@@ -343,7 +343,7 @@ def test_a_third_party_framework_gets_an_install_hint_without_an_extra(plugin_di
 
 
 def test_framework_distributions_reach_the_report_header():
-    from amp_suite.environment import host_environment
+    from amp_suite.machine.environment import host_environment
 
     host = PluginHost(autoload=False, extra_modules=("fakefw",))
     assert host.distributions() == {"numpy": np.__version__}

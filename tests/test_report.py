@@ -7,7 +7,7 @@ import math
 import pytest
 
 from amp_suite.records import CellResult
-from amp_suite.report import comparison_tables, render_markdown, results_frame, summary_frame
+from amp_suite.report.normalize import comparison_tables, render_markdown, results_frame, summary_frame
 
 MIB = 1024 * 1024
 
@@ -95,7 +95,7 @@ def test_scaling_table_compares_each_device_count_with_one_device():
     results = [scaled("torch", "fp32", 1, 100.0), scaled("torch", "fp32", 2, 150.0),
                scaled("torch", "amp_bf16", 1, 200.0), scaled("torch", "amp_bf16", 2, 0, status="failed"),
                scaled("jax", "fp32", 1, 80.0), scaled("jax", "fp32", 2, 160.0)]
-    from amp_suite.report import scaling_table
+    from amp_suite.report.normalize import scaling_table
 
     summary = summary_frame(results)
     two = summary[(summary.framework == "torch") & (summary.precision == "fp32") & (summary.devices == 2)].iloc[0]

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite.config import load_config
+from amp_suite.config.catalog import load_config
 from amp_suite.records import CellResult, RunSpec
-from amp_suite.results import ResultStore
-from amp_suite.runner import Cell, run_in_worker, run_sweep
+from amp_suite.sweep.runner import Cell, run_in_worker, run_sweep
+from amp_suite.sweep.store import ResultStore
 from suite_cli import REPO
 
 
@@ -214,7 +214,7 @@ def test_ctrl_c_keeps_finished_results(tiny_config, tmp_path, clean_fake_env):
 def test_memory_peak_does_not_grow_with_steps(tmp_path, clean_fake_env):
     # 64x64 images at batch 32 are 0.5 MiB a batch: staging a whole epoch of 200 steps
     # would add 100 MiB to the peak; one window at a time adds at most a few.
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
 
     workload = workload_from_config("wide", {"model": "mnist_cnn", "input_size": 64, "batch_size": 32})
     growth = {}

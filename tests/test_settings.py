@@ -1,4 +1,4 @@
-"""Each sweep setting is declared once (amp_suite/settings.py); the schema, the `run` flags, the
+"""Each sweep setting is declared once (amp_suite/config/settings.py); the schema, the `run` flags, the
 cells' RunSpec, `compare` and the docs table all follow from that declaration."""
 
 from __future__ import annotations
@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from amp_suite.cli import build_parser, main
-from amp_suite.records import RunSpec
-from amp_suite.settings import (
+from amp_suite.config.settings import (
     CELL_FIELDS,
     SETTINGS_FIELDS,
     SweepSettings,
@@ -19,12 +18,13 @@ from amp_suite.settings import (
     overrides_from_flags,
     settings_table,
 )
+from amp_suite.records import RunSpec
 
 REPO = Path(__file__).resolve().parents[1]
 # RunSpec fields that name the cell rather than carry a setting: set by the sweep's plan.
 CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher",
                  "variant", "environment", "python",  # placed per framework name (amp_suite.envs)
-                 "pool"}  # one cell per pool of --pools (amp_suite.executors)
+                 "pool"}  # one cell per pool of --pools (amp_suite.sweep.executors)
 
 
 def run_args(*argv: str):
@@ -36,7 +36,7 @@ def test_the_docs_table_is_the_one_the_declarations_give():
     found = re.search(r"<!-- settings table[^>]*-->\n(.*?)\n<!-- end of settings table -->", text, flags=re.S)
     assert found, "docs/usage.md has no generated settings table"
     assert found.group(1) == settings_table(), "docs/usage.md's settings table is stale: " \
-                                               "regenerate it with `python -m amp_suite.settings`"
+                                               "regenerate it with `python -m amp_suite.config.settings`"
     assert all(f"| `{name}` |" in found.group(1) for name in SETTINGS_FIELDS)
 
 
@@ -68,7 +68,7 @@ def test_a_malformed_flag_is_one_line_exit_2(argv, message, capsys):
 def test_every_cell_setting_fills_a_runspec_field_of_the_same_type_and_default():
     spec_fields = {f.name: f for f in dataclasses.fields(RunSpec)}
     settings = {f.name: f for f in dataclasses.fields(SweepSettings)}
-    # What RunSpec stores differently from the sweep setting, and why (amp_suite.sweep_engine.plan_cells).
+    # What RunSpec stores differently from the sweep setting, and why (amp_suite.sweep.engine.plan_cells).
     stored_otherwise = {"batch_size": "each workload's own batch when unset",
                         "coordinator": "an empty string on one node"}
     for name, cell in CELL_FIELDS.items():
@@ -82,8 +82,8 @@ def test_every_cell_setting_fills_a_runspec_field_of_the_same_type_and_default()
 
 
 def test_plan_cells_carries_every_cell_setting_into_every_cell(tmp_path):
-    from amp_suite.config import load_config, with_overrides
-    from amp_suite.sweep_engine import plan_cells
+    from amp_suite.config.catalog import load_config, with_overrides
+    from amp_suite.sweep.engine import plan_cells
 
     config = load_config(None)
     values = {"min_timed_steps": 3, "min_timed_seconds": 0.5, "extend_timing": True, "settle_warmup": True,
@@ -100,8 +100,8 @@ def test_plan_cells_carries_every_cell_setting_into_every_cell(tmp_path):
 
 
 def test_the_docs_list_every_option_the_built_in_plugins_declare():
-    from amp_suite.config import BUILT_IN_FRAMEWORKS, framework_options_table
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.config.catalog import BUILT_IN_FRAMEWORKS, framework_options_table
+    from amp_suite.plugins.host import PluginHost
 
     known = PluginHost().frameworks()
     table = framework_options_table({name: known[name] for name in BUILT_IN_FRAMEWORKS})

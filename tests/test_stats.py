@@ -4,9 +4,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from amp_suite.plugin_kit import PROCESS_WINDOW_TIME, take_slowest_window, timed_window
+from amp_suite.cell.windows import MAX_STAGED_BYTES, MeasurementPlan, Phase, plan_epoch, steady_state, timing_flags
+from amp_suite.plugins.kit import PROCESS_WINDOW_TIME, take_slowest_window, timed_window
 from amp_suite.records import EpochResult
-from amp_suite.stats import MAX_STAGED_BYTES, MeasurementPlan, Phase, plan_epoch, steady_state, timing_flags
 
 
 def test_an_epoch_is_warm_up_then_windows_then_latency_steps():

@@ -11,8 +11,8 @@ import pytest
 
 from amp_suite import safe_files
 from amp_suite.records import CellResult
-from amp_suite.results import ERROR_CHARS, TEXT_FIGURE_CHARS, ResultStore
 from amp_suite.safe_files import append_line, write_files_atomically
+from amp_suite.sweep.store import ERROR_CHARS, TEXT_FIGURE_CHARS, ResultStore
 
 
 def _result(precision: str = "fp32", repeat: int = 0, **fields) -> CellResult:
@@ -129,7 +129,7 @@ def test_reporter_writes_through_temporary_files(tmp_path, monkeypatch):
 
 
 def test_a_log_of_one_huge_line_gives_a_short_tail(tmp_path):
-    from amp_suite.runner import _log_tail
+    from amp_suite.sweep.runner import _log_tail
 
     log = tmp_path / "worker.log"
     log.write_bytes(b"y" * (20 * 2**20) + b"\nthe last words\n")

@@ -1,4 +1,4 @@
-"""amp_suite.telemetry with a fake pynvml module and a fake powercap tree: no GPU, no root needed."""
+"""amp_suite.machine.telemetry with a fake pynvml module and a fake powercap tree: no GPU, no root needed."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from amp_suite import telemetry
-from amp_suite.telemetry import NullMeter, NvmlMeter, RaplMeter, open_meter
+from amp_suite.machine import telemetry
+from amp_suite.machine.telemetry import NullMeter, NvmlMeter, RaplMeter, open_meter
 
 OWN_PID = 1000
 OTHER_PID = 4242
@@ -292,7 +292,7 @@ def test_open_meter_on_this_machine_never_raises() -> None:
 
 
 def test_no_framework_is_imported() -> None:
-    code = ("import sys, amp_suite.telemetry, amp_suite.loaded_libraries; "
+    code = ("import sys, amp_suite.machine.telemetry, amp_suite.machine.loaded_libraries; "
             "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'pynvml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

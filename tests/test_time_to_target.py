@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 import amp_suite
-from amp_suite.config import load_config
+from amp_suite.cell.windows import Phase
+from amp_suite.cell.worker import TargetTracker
+from amp_suite.config.catalog import load_config
 from amp_suite.records import EpochResult
-from amp_suite.stats import Phase
-from amp_suite.worker import TargetTracker
 
 
 def test_the_tracker_records_the_first_evaluation_point_at_the_target():
@@ -69,8 +69,8 @@ def test_the_fake_framework_reaches_a_target_and_the_report_has_the_table(tiny_c
 
 
 def test_mnist_resnet8_declares_a_target_and_the_flag_overrides_it(tmp_path):
-    from amp_suite.config import with_overrides
-    from amp_suite.sweep_engine import plan_cells
+    from amp_suite.config.catalog import with_overrides
+    from amp_suite.sweep.engine import plan_cells
 
     config = load_config(None)
     assert config.workloads["mnist_resnet8"].target_accuracy == 0.97

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from amp_suite.config import load_config
-from amp_suite.workloads import flatten_input_shape, init_weights, param_count, parameter_shapes
+from amp_suite.config.catalog import load_config
+from amp_suite.workloads.workload import flatten_input_shape, init_weights, param_count, parameter_shapes
 from suite_cli import REPO
 
 CONFIG = load_config(REPO / "benchmarks.toml")

@@ -16,8 +16,8 @@ from amp_suite.datasets.augment import (
     random_crop_flip,
 )
 from amp_suite.datasets.base import Dataset, epoch_batches, epoch_order, load_dataset
-from amp_suite.layers import draw_masks
 from amp_suite.records import Batch, LayerSpec, RunSpec, Workload
+from amp_suite.workloads.layers import draw_masks
 
 # Pixel values (about 32 MB in float64) shaped at a time when the training split's statistics are computed.
 STATS_CHUNK_VALUES = 1 << 22

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from amp_suite import host_measure
-from amp_suite.devices import NvidiaInventory, detect_nvidia, gpu_install_line
 from amp_suite.doctor import checks
 from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED, CheckResult
+from amp_suite.machine.devices import NvidiaInventory, detect_nvidia, gpu_install_line
+from amp_suite.plugins import host_memory
 from amp_suite.records import FrameworkInfo
 
 PROBE_TIMEOUT_S = 600.0
@@ -53,7 +53,7 @@ def probe_env(framework: FrameworkInfo, base: dict[str, str] | None = None) -> d
     """The probe's environment: ``base`` (this process's), the plugin's variables only where unset."""
     env = dict(os.environ if base is None else base)
     for name, value in framework.env.items():
-        env.setdefault(name, value)  # as amp_suite.worker does: the user's value wins
+        env.setdefault(name, value)  # as amp_suite.cell.worker does: the user's value wins
     env.update(DOCTOR_ENV)
     return env
 
@@ -87,7 +87,7 @@ def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float, *,
 
     ``python``: an environment's interpreter, which keeps its own import path.
     """
-    from amp_suite.child_process import exit_description, isolated_command, isolated_env
+    from amp_suite.launchers.child_process import exit_description, isolated_command, isolated_env
 
     env = isolated_env(probe_env(framework), own_path=bool(python))
     try:
@@ -120,8 +120,8 @@ def machine_checks(plan: DoctorPlan, inventory: NvidiaInventory) -> list[CheckRe
     else:
         rows.append(CheckResult(MACHINE, "NVIDIA GPU", SKIPPED,
                                 f"{inventory.describe()}: GPU checks are skipped, CPU checks run"))
-    reset = host_measure.reset_peak_rss()
-    peak = host_measure.peak_rss_bytes()
+    reset = host_memory.reset_peak_rss()
+    peak = host_memory.peak_rss_bytes()
     rows.append(CheckResult(MACHINE, "peak RSS (CPU memory figure)", PASSED if peak > 0 else FAILED,
                             f"{peak / 2**20:.0f} MiB now; " + ("resettable (VmHWM)" if reset else
                                                                "not resettable here: peaks count from start")))

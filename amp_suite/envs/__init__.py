@@ -11,9 +11,9 @@ cuDNN wheels and two versions of one framework are one sweep.
 Nothing here imports a framework.
 """
 
+from amp_suite.config.environments import EnvironmentSpec, environment_from_table, environments_dir
 from amp_suite.envs.build import EnvironmentState, create, remove, state_of
 from amp_suite.envs.placement import Placement, place_frameworks
-from amp_suite.envs.spec import EnvironmentSpec, environment_from_table, environments_dir
 
 __all__ = ["EnvironmentSpec", "EnvironmentState", "Placement", "create", "environment_from_table",
            "environments_dir", "place_frameworks", "remove", "state_of"]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import amp_suite
-from amp_suite.envs.spec import EnvironmentSpec
+from amp_suite.config.environments import EnvironmentSpec
 from amp_suite.errors import UsageError
 from amp_suite.safe_files import write_file_atomically
 

@@ -7,9 +7,9 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from amp_suite.config import find_config, load_config
+from amp_suite.config.catalog import find_config, load_config
+from amp_suite.config.environments import EnvironmentSpec, environments_dir
 from amp_suite.envs.build import create, remove, state_of
-from amp_suite.envs.spec import EnvironmentSpec, environments_dir
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, UsageError
 from amp_suite.schema import closest
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from amp_suite.config.environments import EnvironmentSpec
 from amp_suite.envs.build import state_of
-from amp_suite.envs.spec import EnvironmentSpec
 from amp_suite.errors import UsageError
 from amp_suite.schema import closest, shown
 

@@ -139,7 +139,7 @@ def visible_devices(device: str) -> int:
     device per core this process may run on, so ``all`` is the core count.
     """
     if device != "cpu":
-        from amp_suite.environment import gpu_info
+        from amp_suite.machine.environment import gpu_info
 
         gpus = len(gpu_info())
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -70,7 +70,7 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
 
 
 # The worker's entry: the import path is set before anything else is imported.
-WORKER_BOOTSTRAP = path_setter(".pop") + "from amp_suite.worker import main; sys.exit(main(sys.argv[2:]))"
+WORKER_BOOTSTRAP = path_setter(".pop") + "from amp_suite.cell.worker import main; sys.exit(main(sys.argv[2:]))"
 
 
 def worker_command(*result: str, python: str = "") -> list[str]:
@@ -78,7 +78,7 @@ def worker_command(*result: str, python: str = "") -> list[str]:
 
     ``python``: the interpreter (an environment's), else this one.
     """
-    return [python or sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.worker", *result]
+    return [python or sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.cell.worker", *result]
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ import os
 import sys
 from dataclasses import dataclass
 
+from amp_suite.config.settings import check_coordinator
 from amp_suite.launchers.single import path_setter, worker_command
 from amp_suite.records import RunSpec
-from amp_suite.settings import check_coordinator
 
 # The launcher's entry: import path first (kept for the workers), then torchrun.
 TORCHRUN_BOOTSTRAP = (path_setter(".get")

@@ -247,7 +247,7 @@ def _gradient_steps(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> list
 
 def _launcher(request: ProbeRequest) -> str:
     """How ``request.framework`` starts a data-parallel cell (:attr:`FrameworkInfo.launcher`)."""
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.plugins.host import PluginHost
 
     info = PluginHost(extra_modules=request.plugin_modules).frameworks().get(request.framework)
     return "process" if info is None else info.launcher
@@ -258,7 +258,7 @@ def _launcher(request: ProbeRequest) -> str:
 
 def framework_installed(framework: str, plugin_modules: tuple[str, ...] = ()) -> bool:
     """Whether a plugin provides ``framework`` and every module it needs is installed (nothing imported)."""
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.plugins.host import PluginHost
 
     info = PluginHost(extra_modules=plugin_modules).frameworks().get(framework)
     return info is not None and not info.missing_modules()
@@ -371,7 +371,7 @@ def assert_optimizer_arithmetic(result: ProbeResult, *, rtol: float = 5e-5) -> N
     weight decay) or an ignored schedule changes the updates by far more.
     """
     from amp_suite.testing.optimizer_reference import ReferenceOptimizer, describe
-    from amp_suite.workloads import learning_rate_at
+    from amp_suite.workloads.workload import learning_rate_at
 
     assert result.gradient_steps, "probe with ProbeRequest(gradient_oracle=True)"
     optimizer = ReferenceOptimizer(result.optimizer)
@@ -416,7 +416,7 @@ def assert_batch_norm_in_float32(result: ProbeResult, fp32: ProbeResult, *, rtol
     from amp_suite.testing.probe import first_layer
 
     workload = result.request.table or WORKLOADS[result.request.workload]
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.workload import workload_from_config
 
     layer = first_layer(workload_from_config(result.request.workload, workload).layers, "batch_norm")
     errors = {}
@@ -536,8 +536,8 @@ def run_reporter(module: str, out_dir: Path | str, results: list[CellResult] | N
     Returns the paths it wrote; raises ``AssertionError`` if the plugin failed
     to load, raised, returned the wrong type, or named a file that does not exist.
     """
-    from amp_suite.environment import host_environment
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.machine.environment import host_environment
+    from amp_suite.plugins.host import PluginHost
 
     host = PluginHost(extra_modules=(module,), autoload=False)
     assert not host.failures, f"{module} failed to load: {host.failures}"

@@ -132,7 +132,7 @@ class BackendConformance:
 
     def test_plugin_imports_no_framework_when_loaded(self) -> None:
         """``amp-suite list`` loads every plugin: the framework must be imported inside the hooks only."""
-        code = ("import sys; from amp_suite.plugin_host import PluginHost\n"
+        code = ("import sys; from amp_suite.plugins.host import PluginHost\n"
                 f"info = PluginHost(extra_modules={self.plugin_modules!r}).frameworks()[{self.framework!r}]\n"
                 "print(','.join(m for m in info.modules if m != 'numpy' and m in sys.modules))")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -221,7 +221,7 @@ class BackendConformance:
         """``sync_counter``, with "auto" resolved from the modules the backend's FrameworkInfo names."""
         if self.sync_counter != "auto":
             return self.sync_counter
-        from amp_suite.plugin_host import PluginHost
+        from amp_suite.plugins.host import PluginHost
 
         info = PluginHost(extra_modules=self.plugin_modules).frameworks()[self.framework]
         return next((SYNC_COUNTERS[m] for m in info.modules if m in SYNC_COUNTERS), None)

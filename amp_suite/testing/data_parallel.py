@@ -54,7 +54,7 @@ def one_step_fields(workload: str = "resnet8", batch_size: int = 16) -> dict[str
 
 def data_parallel_launcher(framework: str, plugin_modules: tuple[str, ...] = ()) -> str:
     """``FrameworkInfo.launcher`` of ``framework``: ``"process"``, ``"torchrun"``, or ``""`` without data parallel."""
-    from amp_suite.plugin_host import PluginHost
+    from amp_suite.plugins.host import PluginHost
 
     info = PluginHost(extra_modules=plugin_modules).frameworks().get(framework)
     return "" if info is None else info.launcher

@@ -2,7 +2,7 @@
 
 Each optimizer follows ``docs/workloads.md`` exactly: coupled weight decay
 (``g <- g + weight_decay * w``) first, then the optimizer's own arithmetic at
-the step's scheduled learning rate (:func:`amp_suite.workloads.learning_rate_at`).
+the step's scheduled learning rate (:func:`amp_suite.workloads.workload.learning_rate_at`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite.records import OptimizerSpec
-from amp_suite.workloads import learning_rate_at
+from amp_suite.workloads.workload import learning_rate_at
 
 Arrays = dict[str, np.ndarray]
 

@@ -7,7 +7,7 @@ the first batch, trains ``steps`` steps per epoch and saves logits, losses,
 loss-scale figures, trace counts and every variable before and after into
 ``OUT_DIR/probe.npz`` and ``OUT_DIR/probe.json``.  With ``"cell": true`` it
 then runs one whole cell through the worker's own code path
-(:func:`amp_suite.worker.execute`), so measure keys, ``EpochResult.extra``
+(:func:`amp_suite.cell.worker.execute`), so measure keys, ``EpochResult.extra``
 and return types meet exactly the checks of a real sweep.
 
 One framework per process: TensorFlow and JAX claim devices and keep
@@ -31,9 +31,9 @@ from typing import Any
 import numpy as np
 
 from amp_suite.datasets import input_pipeline, load_dataset
-from amp_suite.plugin_host import PluginHost
+from amp_suite.plugins.host import PluginHost
 from amp_suite.records import Batch, RunSpec, to_plain
-from amp_suite.workloads import init_variables, workload_from_config
+from amp_suite.workloads.workload import init_variables, workload_from_config
 
 # The plain SGD rate of the gradient oracle (ProbeRequest.gradient_oracle): a power of two, so large that
 # w' = w - rate * g is dominated by the step and (w - w') / rate keeps g's own float32 digits.
@@ -143,7 +143,7 @@ def probe(request: dict[str, Any], out_dir: Path) -> None:
         "oracle_losses": oracle_losses, "optimizer": dataclasses.asdict(workload.optimizer),
     }
     if request.get("cell"):
-        from amp_suite.worker import execute
+        from amp_suite.cell.worker import execute
 
         cell_run = dataclasses.replace(run, steps=max(run.steps, 2), warmup=1, epochs=1)
         cell = execute(cell_run, workload, host)
@@ -169,7 +169,7 @@ def integer_kernel(kernel: np.ndarray) -> np.ndarray:
 
 def first_layer(layers: Any, kind: str) -> str:
     """The name of the first layer of ``kind`` in definition order."""
-    from amp_suite.layers import iter_layers
+    from amp_suite.workloads.layers import iter_layers
 
     return next(spec.name for spec in iter_layers(layers) if spec.kind == kind)
 

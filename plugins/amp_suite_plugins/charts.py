@@ -86,7 +86,7 @@ def _label(workload: str, framework: str, workloads: int) -> str:
 
 def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[str, Any]:
     """The values of every chart, from the same summary as the report's tables."""
-    from amp_suite.report import summary_frame
+    from amp_suite.report.normalize import summary_frame
 
     summary = summary_frame(results, environment)
     ok = summary[summary["status"] == "ok"] if not summary.empty else summary
@@ -131,7 +131,7 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
 
 
 def _synthetic(results: list[CellResult]) -> bool:
-    from amp_suite.report import is_synthetic
+    from amp_suite.report.normalize import is_synthetic
 
     ok = [r for r in results if r.status == "ok"]
     return bool(ok) and all(is_synthetic(r) for r in ok)

@@ -1,7 +1,7 @@
 """JAX's calibration probe: ``python -m amp_suite_plugins.jax_calibration DEVICE BUDGET``.
 
 Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
-:mod:`amp_suite.calibration_kit`), each operation jitted with the matmul
+:mod:`amp_suite.calibration.kit`), each operation jitted with the matmul
 precision the suite's cells use (``HIGHEST`` for float32, ``DEFAULT`` for
 TF32).  On a GPU a timed call dispatches ``GPU_CALLS_PER_SYNC`` operations
 and waits for the last (they run in order).
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from amp_suite import calibration_kit as kit
+from amp_suite.calibration import kit
 
 
 def probe(device: str, budget_s: float) -> dict[str, Any]:

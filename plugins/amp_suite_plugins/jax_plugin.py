@@ -48,10 +48,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from amp_suite import hookimpl
-from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
-from amp_suite.layers import iter_layers
-from amp_suite.plugin_kit import (
+from amp_suite.machine.environment import package_version
+from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
     cpu_device,
     loss_scale_growth_interval,
@@ -71,6 +70,7 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
+from amp_suite.workloads.layers import iter_layers
 from amp_suite_plugins.optax_optimizer import optax_optimizer
 
 NAME = "jax"
@@ -669,8 +669,8 @@ def cuda_versions() -> dict[str, str]:
     return read_cuda_versions(versions)
 
 
-if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.framework_plugin)
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)
     import amp_suite_plugins.jax_plugin as _this_module
-    from amp_suite.framework_plugin import FrameworkPlugin
+    from amp_suite.plugins.framework_plugin import FrameworkPlugin
 
     _checked: FrameworkPlugin[JaxModel, list[tuple[Any, Any, Any]]] = _this_module

@@ -1,7 +1,7 @@
 """Keras's (TensorFlow's) calibration probe: ``python -m amp_suite_plugins.keras_calibration DEVICE BUDGET``.
 
 Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
-:mod:`amp_suite.calibration_kit`), each operation a ``tf.function`` whose
+:mod:`amp_suite.calibration.kit`), each operation a ``tf.function`` whose
 result is fetched to the host, so a timed call covers finished device work.
 GPUs get memory growth before anything touches them.
 """
@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Any
 
-from amp_suite import calibration_kit as kit
+from amp_suite.calibration import kit
 
 
 def probe(device: str, budget_s: float) -> dict[str, Any]:

@@ -41,10 +41,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from amp_suite import hookimpl
-from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
-from amp_suite.layers import iter_layers, walk
-from amp_suite.plugin_kit import (
+from amp_suite.machine.environment import package_version
+from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
     cpu_device,
     loss_scale_growth_interval,
@@ -65,6 +64,7 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
+from amp_suite.workloads.layers import iter_layers, walk
 
 NAME = "keras"
 POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16",
@@ -550,9 +550,9 @@ def runtime_versions(run: RunSpec) -> dict[str, str]:
     return {key: str(value) for key, value in found.items() if value not in (None, "", "None", 0)}
 
 
-if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.framework_plugin)
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)
     import amp_suite_plugins.keras_plugin as _this_module
-    from amp_suite.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
+    from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
 
     _checked: FrameworkPlugin[KerasModel, list[tuple[Any, Any, Any]]] = _this_module
     _resets_peak: ResetsMemoryPeak[KerasModel] = _this_module

@@ -20,7 +20,7 @@ from amp_suite.safe_files import write_files_atomically
 def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any],
                  sections: list[tuple[str, str]] | tuple[()] = ()) -> list[Path]:
     # imported here: every worker loads this plugin, and pandas alone is half a worker's start
-    from amp_suite.report import render_markdown, results_frame
+    from amp_suite.report.normalize import render_markdown, results_frame
 
     out_dir.mkdir(parents=True, exist_ok=True)
     contents = {

@@ -1,7 +1,7 @@
 """PyTorch's calibration probe: ``python -m amp_suite_plugins.torch_calibration DEVICE BUDGET``.
 
 Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
-:mod:`amp_suite.calibration_kit`).  On a GPU a timed call dispatches
+:mod:`amp_suite.calibration.kit`).  On a GPU a timed call dispatches
 ``GPU_CALLS_PER_SYNC`` operations before one ``torch.cuda.synchronize``, and
 convolutions run with ``cudnn.benchmark`` on, as the suite's GPU cells do.
 PyTorch picks different convolution kernels per memory format, so the conv
@@ -15,7 +15,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from amp_suite import calibration_kit as kit
+from amp_suite.calibration import kit
 
 
 def probe(device: str, budget_s: float) -> dict[str, Any]:

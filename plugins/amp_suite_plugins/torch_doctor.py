@@ -41,7 +41,7 @@ def _set_tf32(on: bool) -> None:
 
 
 def device_section(dev: torch.device) -> dict[str, Any]:
-    from amp_suite.devices import version_text
+    from amp_suite.machine.devices import version_text
 
     found: dict[str, Any] = {"kind": "gpu" if dev.type == "cuda" else "cpu",
                              "cuda_build": torch.version.cuda is not None, "cuda_runtime": torch.version.cuda,

@@ -52,11 +52,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from amp_suite import hookimpl
-from amp_suite.devices import version_text
-from amp_suite.environment import package_version
 from amp_suite.errors import UnsupportedError
-from amp_suite.layers import dense_after_flatten, walk
-from amp_suite.plugin_kit import (
+from amp_suite.machine.devices import version_text
+from amp_suite.machine.environment import package_version
+from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
     chw_rows_to_hwc,
     cpu_device,
@@ -80,7 +79,8 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite.workloads import learning_rate_at
+from amp_suite.workloads.layers import dense_after_flatten, walk
+from amp_suite.workloads.workload import learning_rate_at
 
 NAME = "torch"
 # The keys of [frameworks.torch] this plugin reads (the loss-scaling keys every plugin reads come on top).
@@ -687,7 +687,7 @@ def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:
     """Every rank's peaks, gathered over the process group: per rank, and the largest."""
     import torch.distributed as dist
 
-    from amp_suite.host_measure import peak_rss_bytes
+    from amp_suite.plugins.host_memory import peak_rss_bytes
 
     mine = {"rss": peak_rss_bytes(), "device": figures.get("device_peak_memory_bytes")}
     everyone: list[Any] = [None] * dist.get_world_size()
@@ -700,9 +700,9 @@ def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.framework_plugin)
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)
     import amp_suite_plugins.torch_plugin as _this_module
-    from amp_suite.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
+    from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
 
     _checked: FrameworkPlugin[TorchModel, list[tuple[Any, Any, Any]]] = _this_module
     _resets_peak: ResetsMemoryPeak[TorchModel] = _this_module

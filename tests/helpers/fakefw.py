@@ -22,7 +22,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
-from amp_suite.plugin_kit import timed_window
+from amp_suite.plugins.kit import timed_window
 from amp_suite.records import DeviceInfo, EpochResult, FrameworkInfo, PrecisionApplied, RunSpec
 
 NAME = "fake"

@@ -4,7 +4,7 @@
 calibrate`` measures Flax's ceiling as it measures the built-in frameworks':
 peak matmul and convolution TFLOP/s per dtype, through ``nnx.Linear`` and
 ``nnx.Conv`` in the dtype under test (``dtype`` and ``param_dtype`` both),
-jitted as the backend's train step is.  ``amp_suite.calibration_kit`` brings
+jitted as the backend's train step is.  ``amp_suite.calibration.kit`` brings
 the sizes, the timing and the protocol (``probe_main`` prints the figures).
 """
 
@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from amp_suite import calibration_kit as kit
+from amp_suite.calibration import kit
 
 
 def probe(device: str, budget_s: float) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """A tiny network made of every layer kind the ImageNet backbones added, for the tests of this folder.
 
 Importing the module registers the architecture ``flax_new_kinds`` in
-``amp_suite.architectures.ARCHITECTURES``.  A probe loads it like a plugin
+``amp_suite.workloads.architectures.ARCHITECTURES``.  A probe loads it like a plugin
 (``ProbeRequest.plugin_modules``: a module without hooks is a harmless
 plugin), so the probe's process knows the architecture before it builds the
 workload; the tests put this folder on ``PYTHONPATH`` for that process.
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from amp_suite import layers
-from amp_suite.architectures import ARCHITECTURES
+from amp_suite.workloads import layers
+from amp_suite.workloads.architectures import ARCHITECTURES
 
 NAME = "flax_new_kinds"
 # The [workloads.NAME] table of the probes: batch 8, Adam with a large epsilon, as tests/test_new_layer_kinds.py
@@ -27,7 +27,7 @@ NAME = "flax_new_kinds"
 # round-off size cannot flip a whole step).
 TABLE: dict[str, Any] = {"model": NAME, "input_size": 12, "channels": 3, "num_classes": 10, "batch_size": 8,
                          "optimizer": "adam", "learning_rate": 1e-3, "epsilon": 1e-3}
-# The kinds amp_suite.layers gained with the ImageNet backbones; the network holds every one.
+# The kinds amp_suite.workloads.layers gained with the ImageNet backbones; the network holds every one.
 NEW_KINDS = ("depthwise_conv2d", "zero_pad", "relu6", "swish", "sigmoid", "multiply", "dropout")
 
 

@@ -129,9 +129,9 @@ def test_every_new_layer_kind_trains_like_the_haiku_backend(tmp_path, new_kinds)
     losses of both steps and the evaluation logits after them agree with the built-in jax (haiku) backend to
     float32 round-off.
     """
-    from amp_suite.layers import iter_layers
     from amp_suite.testing import assert_compiles_once, assert_training_predict_changes_nothing, relative_error
-    from amp_suite.workloads import workload_from_config
+    from amp_suite.workloads.layers import iter_layers
+    from amp_suite.workloads.workload import workload_from_config
 
     workload = workload_from_config("new_kinds", new_kinds.TABLE)
     kinds = {spec.kind for spec in iter_layers(workload.layers)}
@@ -164,7 +164,7 @@ def test_the_loss_scale_crosses_the_jit_boundary_as_arrays(monkeypatch):
 
     from amp_suite.datasets import input_pipeline, load_dataset
     from amp_suite.records import RunSpec
-    from amp_suite.workloads import init_variables, workload_from_config
+    from amp_suite.workloads.workload import init_variables, workload_from_config
     from amp_suite_flax import plugin
 
     # mnist_cnn at 8x8: the smallest model to compile in process

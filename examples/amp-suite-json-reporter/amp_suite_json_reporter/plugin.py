@@ -1,6 +1,6 @@
 """Writes ``summary.json``: one record per workload x framework x precision, normalized to fp32.
 
-The records are :func:`amp_suite.report.summary_frame`'s rows (speed-up,
+The records are :func:`amp_suite.report.normalize.summary_frame`'s rows (speed-up,
 memory ratio and accuracy difference against the same framework's fp32),
 with NaN written as ``null`` so any JSON reader takes the file, beside the
 environment the sweep ran in.  The file is written through
@@ -17,7 +17,7 @@ from typing import Any
 
 from amp_suite import hookimpl
 from amp_suite.records import CellResult, to_plain
-from amp_suite.report import summary_frame
+from amp_suite.report.normalize import summary_frame
 from amp_suite.safe_files import write_files_atomically
 
 FILE_NAME = "summary.json"

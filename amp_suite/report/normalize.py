@@ -1,0 +1,903 @@
+"""Normalizes every run into one comparison: pandas frames and a markdown report.
+
+Each figure is put beside the same framework's ``fp32`` figure on the same
+workload, device kind and device count, so a reader sees what AMP buys *in
+that framework*: throughput speed-up, peak-memory ratio and the accuracy
+difference.  Repeats are folded by their median; failed cells keep their
+status and are never dropped.  Data-parallel cells add a scaling table: the
+speed-up over the same framework, precision and workload on one device, and
+the scaling efficiency ``throughput(N) / (N * throughput(1))``.
+
+With a calibration of the machine (``amp-suite calibrate``, carried in the
+environment record as ``calibration``) each speed-up stands beside its
+ceiling (the measured peak of the AMP dtype over the fp32 peak) and each
+achieved TFLOP/s beside the fraction of its dtype's peak.  With a price
+(``cost`` in the environment record) each cell gets its cost per epoch and per
+million training images.  Accuracy on synthetic data is ``n/a``: it says
+nothing about a real task.  A sweep run from a preset (``preset`` in the
+environment record) gets a section putting the article's published figures
+beside the ratios measured here (:mod:`amp_suite.report.published`).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from amp_suite.calibration.ceiling import ceiling_ratio, datasheet_peaks, peak_tflops
+from amp_suite.config.cost import cell_cost
+from amp_suite.machine.noise import is_busy_flag
+from amp_suite.precision import BASELINE, PRECISIONS
+from amp_suite.records import CellResult
+from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
+from amp_suite.report.published import published_section
+
+MIB = 1024 * 1024
+
+# Columns of the per-cell frame (results.csv), in order.
+CELL_COLUMNS = [
+    "workload", "framework", "precision", "repeat", "status", "devices", "error",
+    "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
+    "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
+    "peak_memory_mib", "memory_source", "rss_growth_mib", "compiled_step_mib", "first_step_loss", "final_loss",
+    "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
+    "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
+    "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
+    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "plugin", "environment",
+    "interpreter", "label", "pool", "dataset",
+    "batch_size", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
+    "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
+    "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
+    "target_accuracy", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
+    "best_val_accuracy", "eval_time_s", "measurement_flags",
+]
+# Why synthetic data has no accuracy figure.
+SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
+                           "separable by design, so every precision scores about 100% and the figure "
+                           "measures nothing about a real task. Use --dataset mnist (the default) for "
+                           "real accuracies.")
+
+
+def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
+    """Device allocator peak where the framework gives one (the largest device's), else peak RSS.
+
+    A cell of one process per device (torchrun) gives the largest rank's RSS.
+    """
+    if metrics.get("device_peak_memory_bytes") is not None:
+        return metrics["device_peak_memory_bytes"] / MIB, "device allocator"
+    if metrics.get("peak_rss_bytes_max_rank") is not None:
+        return metrics["peak_rss_bytes_max_rank"] / MIB, "process RSS (largest rank)"
+    if metrics.get("peak_rss_bytes") is not None:
+        return metrics["peak_rss_bytes"] / MIB, "process RSS"
+    return None, ""
+
+
+def pooled_label(label: str, pool: str) -> str:
+    """How tables name a cell's framework: its label, and the cluster pool it ran on (``torch on a100``)."""
+    return f"{label} on {pool}" if pool else label
+
+
+def flat_text(value: Any) -> str:
+    """``value`` as text on one line (line breaks and runs of spaces become one space)."""
+    return " ".join(str(value).split())
+
+
+def table_text(value: Any) -> str:
+    """``value`` as one markdown table cell: on one line, ``|`` escaped."""
+    return flat_text(value).replace("|", "\\|")
+
+
+def _total_seconds(values: Any) -> float | None:
+    numbers = [_num(v) for v in values] if isinstance(values, list) else []
+    return float(sum(n for n in numbers if n is not None)) if numbers else None
+
+
+def _num(value: Any) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number
+
+
+def is_synthetic(result: CellResult) -> bool:
+    """Whether ``result`` trained on synthetic data (asked for, or standing in for a real dataset)."""
+    return (result.config or {}).get("dataset") == "synthetic" or bool((result.metrics or {}).get("dataset_substituted"))
+
+
+def _images_per_epoch(metrics: dict[str, Any], batch_size: Any) -> float | None:
+    """Steps of one epoch x batch size (the last epoch's steps, as recorded)."""
+    steps = metrics.get("step_times_s")
+    if isinstance(steps, list) and steps and isinstance(steps[-1], list) and isinstance(batch_size, int):
+        return float(len(steps[-1]) * batch_size)
+    return None
+
+
+def results_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per cell with the figures a reader compares.
+
+    ``environment`` supplies the machine's calibration (peak fraction, ceiling
+    ratio) and the price per hour (cost columns); without them those columns
+    are empty.
+    """
+    environment = environment or {}
+    calibration = environment.get("calibration")
+    cost = environment.get("cost") or {}
+    rows = []
+    for r in results:
+        m = r.metrics or {}
+        memory, source = _peak_memory(m)
+        kind = (r.device or {}).get("kind", "")
+        throughput = _num(m.get("throughput"))
+        achieved = _num(m.get("achieved_tflops"))
+        plugin = (r.config or {}).get("framework") or r.framework  # a variant's (torch@2.12) plugin: torch
+        peak = peak_tflops(calibration, plugin, kind, r.precision) if r.status == "ok" else None
+        images = _images_per_epoch(m, (r.config or {}).get("batch_size"))
+        per_epoch, per_million = (cell_cost(throughput, images, cost["price_per_hour"])
+                                  if cost.get("price_per_hour") is not None and r.status == "ok" else (None, None))
+        pool = (r.config or {}).get("pool") or ""
+        rows.append({
+            "workload": r.workload,
+            "framework": pooled_label(r.framework, pool),
+            "label": r.framework,
+            "pool": pool,
+            "precision": r.precision,
+            "devices": _devices(r),
+            "repeat": r.repeat,
+            "status": r.status,
+            "error": r.error,
+            "throughput": _num(m.get("throughput")),
+            "step_time_median_ms": _ms(m.get("step_time_median_s")),
+            "step_time_p90_ms": _ms(m.get("step_time_p90_s")),
+            "step_time_std_ms": _ms(m.get("step_time_std_s")),
+            "first_step_time_s": _num(m.get("first_step_time_s")),
+            "warmup_time_s": _num(m.get("warmup_time_s")),
+            "timed_steps": m.get("timed_steps"),
+            "epoch_time_s": _total_seconds(m.get("epoch_times_s")),
+            "peak_memory_mib": memory,
+            "memory_source": source,
+            "rss_growth_mib": _mib(m.get("rss_growth_bytes")),
+            "compiled_step_mib": _mib(m.get("compiled_step_memory_bytes")),
+            "first_step_loss": _num(m.get("first_step_loss")),
+            "final_loss": _num(m.get("final_loss")),
+            "val_accuracy": None if is_synthetic(r) else _num(m.get("val_accuracy")),
+            "val_loss": _num(m.get("val_loss")),
+            "param_count": m.get("param_count"),
+            "train_gflop_per_image": _giga(m.get("train_flops_per_image")),
+            "achieved_tflops": achieved,
+            "peak_tflops": peak,
+            "peak_fraction": achieved / peak if achieved is not None and peak else None,
+            "ceiling_ratio": ceiling_ratio(calibration, plugin, kind, r.precision) if kind else None,
+            "images_per_epoch": images,
+            "cost_per_epoch": per_epoch,
+            "cost_per_million_images": per_million,
+            "currency": cost.get("currency", "") if per_million is not None else "",
+            "compilation": flat_text(m.get("compilation", "")),
+            "latency_source": flat_text(m.get("latency_source", "")),
+            "loss_scaling": (r.applied or {}).get("loss_scaling", ""),
+            "loss_scale_final": _num(m.get("loss_scale_final")),
+            "skipped_steps": m.get("skipped_steps"),
+            "compute_dtype": (r.applied or {}).get("compute_dtype", ""),
+            "device": (r.device or {}).get("name", ""),
+            "device_kind": kind,
+            "framework_version": m.get("framework_version", ""),
+            "plugin": plugin,
+            "environment": (r.config or {}).get("environment", ""),
+            "interpreter": (r.environment or {}).get("interpreter", ""),
+            "dataset": (r.config or {}).get("dataset", ""),
+            "batch_size": (r.config or {}).get("batch_size"),
+            "steps": (r.config or {}).get("steps"),
+            "epochs": (r.config or {}).get("epochs"),
+            "warmup": (r.config or {}).get("warmup"),
+            "staged_input_mib": _mib(m.get("staged_input_bytes")),
+            "energy_per_image_mj": _milli(m.get("energy_per_image_j")),
+            "mean_power_w": _num(m.get("mean_power_w")),
+            "sm_clock_mhz_median": _num(m.get("sm_clock_mhz_median")),
+            "telemetry_source": flat_text(m.get("telemetry_source", "")),
+            "window_throughput_cv": _num(m.get("window_throughput_cv")),
+            "timed_windows": m.get("timed_windows"),
+            "load_avg_1m_before": _num(m.get("load_avg_1m_before")),
+            "load_avg_1m_after": _num(m.get("load_avg_1m_after")),
+            "other_cpu_cores": _num(m.get("other_cpu_cores")),
+            "cpu_freq_mhz_before": _num(m.get("cpu_freq_mhz_before")),
+            "cpu_freq_mhz_after": _num(m.get("cpu_freq_mhz_after")),
+            "machine_busy": any(is_busy_flag(f) for f in (m.get("measurement_flags") or [])),
+            "target_accuracy": _num(m.get("target_accuracy")),
+            "target_reached": m.get("target_reached"),
+            "time_to_target_s": _num(m.get("time_to_target_s")),
+            "steps_to_target": m.get("steps_to_target"),
+            "epochs_to_target": _num(m.get("epochs_to_target")),
+            "best_val_accuracy": _num(m.get("best_val_accuracy")),
+            "eval_time_s": _num(m.get("eval_time_s")),
+            "measurement_flags": "; ".join(flat_text(f) for f in (m.get("measurement_flags") or [])),
+        })
+    frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
+    _fill_device_kind(frame)
+    return frame
+
+
+def _fill_device_kind(cells: pd.DataFrame) -> None:
+    """Give a cell that never reached a device (killed, unavailable) its row's one device kind."""
+    for _, group in cells.groupby(["workload", "framework"], sort=False):
+        kinds = {k for k in group["device_kind"] if k}
+        if len(kinds) == 1:
+            cells.loc[group.index[group["device_kind"] == ""], "device_kind"] = kinds.pop()
+
+
+def device_label(kind: str, names: list[str]) -> str:
+    """What a table row says about its device: ``gpu (NVIDIA A100)``, ``cpu``, or ``–`` (none reached)."""
+    if kind == "gpu":
+        named = sorted({n for n in names if n})
+        return f"gpu ({', '.join(named)})" if named else "gpu"
+    return kind or "–"
+
+
+def _devices(result: CellResult) -> int:
+    """The cell's device count (results stored before data parallelism ran on one)."""
+    value = (result.config or {}).get("devices", 1)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
+
+
+def _mib(value: Any) -> float | None:
+    number = _num(value)
+    return None if number is None else number / MIB
+
+
+def _giga(value: Any) -> float | None:
+    number = _num(value)
+    return None if number is None else number / 1e9
+
+
+def _milli(value: Any) -> float | None:
+    number = _num(value)
+    return None if number is None else number * 1000.0
+
+
+def _ms(seconds: Any) -> float | None:
+    value = _num(seconds)
+    return None if value is None else value * 1000.0
+
+
+SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", "precision", "status", "ok_repeats",
+                   "repeats", "throughput", "throughput_min", "throughput_max", "window_cv",
+                   "speedup", "speedup_low", "speedup_high", "speedup_pairs", "speedup_over_tf32",
+                   "speedup_over_tf32_low", "speedup_over_tf32_high", "peak_memory_mib", "memory_ratio",
+                   "memory_ratio_low", "memory_ratio_high",
+                   "energy_per_image_mj", "energy_ratio", "flagged", "final_loss",
+                   "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
+                   "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
+                   "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency", "error"]
+
+
+def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per workload x framework x device kind x precision, normalized to that fp32.
+
+    Figures are medians over the ``ok`` repeats.  ``status`` is ``ok`` when at
+    least one repeat is ok, else the last repeat's status.  CPU and GPU runs of
+    one framework are separate rows and never each other's baseline.
+    ``cost_saving_*`` is fp32's cost per million images minus this precision's
+    (positive: AMP is cheaper), in money and as a fraction of fp32's.
+    """
+    cells = results_frame(results, environment)
+    if cells.empty:
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+    rows = []
+    for (workload, framework, kind, devices, precision), group in cells.groupby(
+            ["workload", "framework", "device_kind", "devices", "precision"], sort=False):
+        ok = group[group["status"] == "ok"]
+        rows.append({
+            "workload": workload, "framework": framework, "device_kind": kind, "devices": int(devices),
+            "precision": precision, "device": device_label(kind, list(group["device"])),
+            "status": "ok" if len(ok) else group["status"].iloc[-1],
+            "ok_repeats": len(ok), "repeats": len(group),
+            "throughput": _median(ok["throughput"]) if len(ok) else math.nan,
+            "throughput_min": _extreme(ok["throughput"], min),
+            "throughput_max": _extreme(ok["throughput"], max),
+            "window_cv": _median(ok["window_throughput_cv"]) if len(ok) else math.nan,
+            "peak_memory_mib": _median(ok["peak_memory_mib"]) if len(ok) else math.nan,
+            "energy_per_image_mj": _median(ok["energy_per_image_mj"]) if len(ok) else math.nan,
+            "flagged": bool((ok["measurement_flags"].fillna("") != "").any()) if len(ok) else False,
+            "final_loss": _median(ok["final_loss"]) if len(ok) else math.nan,
+            "val_accuracy": _median(ok["val_accuracy"]) if len(ok) else math.nan,
+            "achieved_tflops": _median(ok["achieved_tflops"]) if len(ok) else math.nan,
+            "peak_tflops": _first(ok["peak_tflops"]),
+            "peak_fraction": _median(ok["peak_fraction"]),
+            "ceiling_ratio": _first(group["ceiling_ratio"]),
+            "cost_per_epoch": _median(ok["cost_per_epoch"]),
+            "cost_per_million_images": _median(ok["cost_per_million_images"]),
+            "train_gflop_per_image": group["train_gflop_per_image"].dropna().iloc[0]
+            if group["train_gflop_per_image"].notna().any() else math.nan,
+            "error": "" if len(ok) else group["error"].iloc[-1],
+        })
+    summary = pd.DataFrame(rows)
+    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind", "devices"])
+    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"], summary["devices"], strict=True))
+
+    tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] == "ok")].set_index(
+        ["workload", "framework", "device_kind", "devices"])
+
+    def relative(column: str, how: str, to: pd.DataFrame = base) -> list[float]:
+        out = []
+        for key, value in zip(keys, summary[column], strict=True):
+            ref = to[column].get(key, math.nan) if key in to.index else math.nan
+            if how == "ratio":
+                out.append(value / ref if ref and not math.isnan(ref) else math.nan)
+            else:
+                out.append(value - ref)
+        return out
+
+    summary["speedup"] = relative("throughput", "ratio")
+    # On Ampere and newer, TF32 is what an untouched PyTorch convolution (and XLA's default) runs:
+    # NVIDIA's DeepLearningExamples quote AMP against it, so both speed-ups are reported.
+    summary["speedup_over_tf32"] = relative("throughput", "ratio", tf32)
+    summary["memory_ratio"] = relative("peak_memory_mib", "ratio")
+    _paired_intervals(summary, cells)
+    summary["energy_ratio"] = relative("energy_per_image_mj", "ratio")
+    summary["accuracy_delta"] = relative("val_accuracy", "difference")
+    saving = [-d for d in relative("cost_per_million_images", "difference")]
+    base_cost = [c + s for c, s in zip(summary["cost_per_million_images"], saving, strict=True)]
+    summary["cost_saving_per_million"] = saving
+    summary["cost_saving_fraction"] = [s / b if b and not math.isnan(b) else math.nan
+                                       for s, b in zip(saving, base_cost, strict=True)]
+    one = summary[summary["devices"] == 1].set_index(["workload", "framework", "device_kind", "precision"])
+    scaling, efficiency = [], []
+    for _, row in summary.iterrows():
+        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        ref = one["throughput"].get(key, math.nan) if key in one.index else math.nan
+        ratio = row["throughput"] / ref if ref and not math.isnan(ref) else math.nan
+        scaling.append(ratio)
+        efficiency.append(ratio / row["devices"])
+    summary["scaling_speedup"] = scaling
+    summary["scaling_efficiency"] = efficiency
+    return summary
+
+
+def _per_repeat(cells: pd.DataFrame, column: str) -> dict[tuple, dict[int, float]]:
+    """``{(workload, framework, device_kind, devices, precision): {repeat: figure}}`` of the ok cells."""
+    out: dict[tuple, dict[int, float]] = {}
+    ok = cells[cells["status"] == "ok"]
+    for row in ok.itertuples():
+        value = _num(getattr(row, column))
+        if value is not None and not math.isnan(value):
+            key = (row.workload, row.framework, row.device_kind, int(row.devices), row.precision)
+            out.setdefault(key, {})[int(row.repeat)] = value
+    return out
+
+
+def _paired_intervals(summary: pd.DataFrame, cells: pd.DataFrame) -> None:
+    """Speed-up and memory-ratio intervals from the paired repeats (docs/measurement.md).
+
+    Repeat ``r`` of a precision is divided by repeat ``r`` of the reference
+    (fp32, or tf32) in the same framework, workload and device; with two or
+    more pairs the ratio becomes the geometric mean of the paired ratios and
+    gets its 95% t-interval on the log scale, the run-to-run noise pooled over
+    every row of the same figure and device kind (a row noisier than the rest
+    keeps its own interval: :func:`~amp_suite.report.intervals.pooled_log_intervals`).
+    With fewer pairs the ratio of medians stays and there is no interval.
+    """
+    throughput = _per_repeat(cells, "throughput")
+    memory = _per_repeat(cells, "peak_memory_mib")
+    figures = (("speedup", BASELINE, throughput), ("speedup_over_tf32", "tf32", throughput),
+               ("memory_ratio", BASELINE, memory))
+    columns: dict[str, list[Any]] = {
+        f"{figure}_{part}": [math.nan] * len(summary)
+        for figure, _, _ in figures for part in ("low", "high")}
+    columns["speedup_pairs"] = [0] * len(summary)
+    columns["speedup_noisier"] = [False] * len(summary)
+    for figure, reference, source in figures:
+        groups: dict[str, list[tuple[int, list[float]]]] = {}  # device kind -> [(row position, ratios)]
+        for position, (_, row) in enumerate(summary.iterrows()):
+            if row["precision"] == reference or row["status"] != "ok":
+                continue
+            cell = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
+            ratios = paired_ratios(source.get((*cell, row["precision"]), {}), source.get((*cell, reference), {}))
+            groups.setdefault(str(row["device_kind"]), []).append((position, ratios))
+        for members in groups.values():
+            intervals = pooled_log_intervals([ratios for _, ratios in members])
+            for (position, _), interval in zip(members, intervals, strict=True):
+                if figure == "speedup":
+                    columns["speedup_pairs"][position] = interval.n
+                    columns["speedup_noisier"][position] = interval.noisier
+                if interval.known:
+                    summary.iat[position, summary.columns.get_loc(figure)] = interval.value
+                    columns[f"{figure}_low"][position] = interval.low
+                    columns[f"{figure}_high"][position] = interval.high
+    for name, values in columns.items():
+        summary[name] = values
+
+
+def speedup_interval(row: Any, prefix: str = "speedup") -> Interval:
+    """The summary row's ratio ``prefix`` (speedup, speedup_over_tf32, memory_ratio) as an :class:`Interval`."""
+    value = _num(row.get(prefix))
+    low, high = _num(row.get(f"{prefix}_low")), _num(row.get(f"{prefix}_high"))
+    return Interval(math.nan if value is None else value, math.nan if low is None else low,
+                    math.nan if high is None else high)
+
+
+def _extreme(column: pd.Series, how) -> float:
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    return float(how(values)) if len(values) else math.nan
+
+
+def _median(column: pd.Series) -> float:
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    return float(values.median()) if len(values) else math.nan
+
+
+def _first(column: pd.Series) -> float:
+    values = pd.to_numeric(column, errors="coerce").dropna()
+    return float(values.iloc[0]) if len(values) else math.nan
+
+
+def _precision_order(precisions: list[str]) -> list[str]:
+    known = [p for p in PRECISIONS if p in precisions]
+    return known + [p for p in precisions if p not in known]
+
+
+def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
+    """Rows workload x framework x device (x devices, when a cell ran on several), a column per precision.
+
+    Each cell is rendered by ``render(row)``.
+    """
+    precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
+    with_devices = bool((summary["devices"] != 1).any())
+    table: dict[tuple[str, str, str, int], dict[str, str]] = {}
+    labels: dict[tuple[str, str, str, int], str] = {}
+    for _, row in summary.iterrows():
+        cell = render(row) if row["status"] == "ok" else str(row["status"])
+        key = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
+        table.setdefault(key, {})[row["precision"]] = cell
+        labels.setdefault(key, row["device"])
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, d)]),
+                **({"devices": str(d)} if with_devices else {}),
+                **{table_text(p): table_text(cells.get(p, "not run")) for p in precisions}}
+               for (w, f, k, d), cells in table.items()]
+    return pd.DataFrame(records, columns=["workload", "framework", "device", *(["devices"] if with_devices else []),
+                                          *(table_text(p) for p in precisions)])
+
+
+def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Rows workload x framework x device x precision, a column per device count.
+
+    Each cell: throughput, then the speed-up over the same workload,
+    framework, device kind and precision on one device and the scaling
+    efficiency ``throughput(N) / (N * throughput(1))``.  Empty when no cell
+    ran on more than one device.
+    """
+    if summary.empty or not (summary["devices"] != 1).any():
+        return pd.DataFrame()
+    counts = sorted({int(d) for d in summary["devices"]})
+    precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
+    table: dict[tuple[str, str, str, str], dict[int, str]] = {}
+    labels: dict[tuple[str, str, str, str], str] = {}
+    for _, row in summary.iterrows():
+        if row["status"] != "ok":
+            cell = str(row["status"])
+        else:
+            cell = _fmt(row["throughput"], "{:,.0f}")
+            if row["devices"] != 1 and not math.isnan(row["scaling_speedup"]):
+                cell += f" ({row['scaling_speedup']:.2f}x, eff {row['scaling_efficiency'] * 100:.0f}%)"
+        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        table.setdefault(key, {})[int(row["devices"])] = cell
+        labels.setdefault(key, row["device"])
+    workloads = list(dict.fromkeys(summary["workload"]))
+    frameworks = list(dict.fromkeys(summary["framework"]))
+    order = sorted(table, key=lambda k: (workloads.index(k[0]), frameworks.index(k[1]), k[2], precisions.index(k[3])))
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, p)]),
+                "precision": table_text(p),
+                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, k, p)].get(n, "not run"))
+                   for n in counts}} for (w, f, k, p) in order]
+    return pd.DataFrame(records)
+
+
+# Marks a ratio whose 95% interval contains 1.0: no measurable difference.
+NO_DIFFERENCE_MARK = "≈"
+# A speed-up whose repeats disagree far more than the rest of the sweep's: its own interval, not pooled.
+NOISIER_MARK = "≁"
+
+
+def _ratio_text(interval: Interval) -> str:
+    """``1.69x (1.55–1.80)``, with :data:`NO_DIFFERENCE_MARK` first when the interval contains 1.0."""
+    return (f"{NO_DIFFERENCE_MARK} " if interval.contains(1.0) else "") + format_ratio(interval)
+
+
+def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> list[str]:
+    """What the throughput table's intervals mean, and which speed-ups have none."""
+    amp = summary[(summary["precision"] != BASELINE) & (summary["status"] == "ok")]
+    amp = amp[amp["speedup"].notna()] if "speedup" in amp else amp
+    if amp.empty:
+        return []
+    with_interval = amp["speedup_low"].notna()
+    lines = []
+    if with_interval.any():
+        lines.append("Speed-ups (and memory ratios) with two or more repeats show their 95% confidence interval, "
+                     "`1.69x (1.55–1.80)`: a t-interval on the log ratios of paired repeats (repeat r of a "
+                     "precision over repeat r of fp32 in the same framework), so its centre is the geometric "
+                     "mean of the paired ratios; the run-to-run noise is pooled over every cell of the table, "
+                     "as it is the machine's (docs/measurement.md). "
+                     f"{NO_DIFFERENCE_MARK} marks a speed-up "
+                     "whose interval contains 1.0: **no measurable difference** from fp32 on this machine.")
+    noisier = amp[amp["speedup_noisier"].fillna(False).astype(bool)] if "speedup_noisier" in amp else amp[:0]
+    if not noisier.empty:
+        names = ", ".join(f"{r.workload} / {r.framework} / {r.precision}" for r in noisier.itertuples())
+        lines.append(f"{NOISIER_MARK} marks a speed-up whose repeats disagree far more than the rest of the "
+                     f"sweep's ({names}): its noise is not pooled, its interval is its own, and it is not to be "
+                     "trusted; run it again on a quiet machine or with more repeats.")
+    if not with_interval.all():
+        lines.append("Speed-ups without an interval come from a single repeat: they have no interval and cannot "
+                     "tell a real difference from run-to-run noise (about ±12% between processes on a busy CPU). "
+                     "Run with `--repeats 3` or `--repeats auto` for intervals.")
+    auto = (environment or {}).get("auto_repeats")
+    if isinstance(auto, dict) and auto.get("summary"):
+        lines.append(f"`--repeats auto`: {flat_text(auto['summary'])}")
+    return [line for text in lines for line in (text, "")]
+
+
+def busy_lines(cells: pd.DataFrame) -> list[str]:
+    """A warning for the report's header when cells ran on a busy machine."""
+    if cells.empty or "machine_busy" not in cells:
+        return []
+    ok = cells[cells["status"] == "ok"]
+    busy = ok[ok["machine_busy"].fillna(False).astype(bool)]
+    if busy.empty:
+        return []
+    others = pd.to_numeric(busy["other_cpu_cores"], errors="coerce").dropna()
+    load = f" (other processes used up to {others.max():.2f} cores)" if len(others) else ""
+    return [f"> **Busy machine:** {len(busy)} of {len(ok)} cells ran while other processes competed for the "
+            f"CPU{load}. Their throughput is likely low and noisy; they are marked ⚑ below. Run again on a "
+            "quiet machine, or compare with care.", ""]
+
+
+def _fmt(value: float, pattern: str) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else pattern.format(value)
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
+    """The report's tables: each a row per workload x framework, a column per precision."""
+    cost = (environment or {}).get("cost") or {}
+
+    def throughput(row) -> str:
+        text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
+        if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
+            over_tf32 = speedup_interval(row, "speedup_over_tf32")
+            ceiling = row.get("ceiling_ratio")
+            text += (f" ({NOISIER_MARK + ' ' if row.get('speedup_noisier') else ''}"
+                     f"{_ratio_text(speedup_interval(row))}"
+                     + (f"; {_ratio_text(over_tf32)} over tf32"
+                        if row["precision"] != "tf32" and _known(over_tf32.value) else "")
+                     + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")"))
+        return text
+
+    def energy(row) -> str:
+        text = _fmt(row["energy_per_image_mj"], "{:.4g}")
+        if row["precision"] != BASELINE and _known(row.get("energy_ratio")):
+            text += f" ({row['energy_ratio']:.2f}x)"
+        return text
+
+    def memory(row) -> str:
+        text = _fmt(row["peak_memory_mib"], "{:,.0f}")
+        if row["precision"] != BASELINE and not math.isnan(row["memory_ratio"]):
+            text += f" ({format_ratio(speedup_interval(row, 'memory_ratio'))})"
+        return text
+
+    def accuracy(row) -> str:
+        if math.isnan(row["val_accuracy"]):
+            return "n/a"  # synthetic data (see the note)
+        text = _fmt(row["val_accuracy"] * 100, "{:.2f}%")
+        if row["precision"] != BASELINE and not math.isnan(row["accuracy_delta"]):
+            text += f" ({row['accuracy_delta'] * 100:+.2f} pt)"
+        return text
+
+    def achieved(row) -> str:
+        text = _fmt(row["achieved_tflops"], "{:.3f}")
+        fraction, peak = row.get("peak_fraction"), row.get("peak_tflops")
+        if _known(fraction) and _known(peak):
+            text += f" ({fraction * 100:.1f}% of {peak:.3g})"
+        return text
+
+    def money(row) -> str:
+        per_epoch, per_million = row.get("cost_per_epoch"), row.get("cost_per_million_images")
+        if not _known(per_million):
+            return "–"
+        text = (f"{per_epoch:.4g} / " if _known(per_epoch) else "– / ") + f"{per_million:.4g}"
+        saving, fraction = row.get("cost_saving_per_million"), row.get("cost_saving_fraction")
+        if row["precision"] != BASELINE and _known(saving) and _known(fraction):
+            text += f" ({'saves' if saving >= 0 else 'costs'} {abs(saving):.4g}, {abs(fraction) * 100:.0f}%"
+            text += " less)" if saving >= 0 else " more)"
+        return text
+
+    has_tf32 = bool(((summary["precision"] == "tf32") & (summary["status"] == "ok")).any())
+    tables = {
+        "Throughput, images/s (speed-up over fp32" + ("; over tf32" if has_tf32 else "") + ")":
+            _pivot(summary, throughput),
+        "Peak memory, MiB (ratio to fp32)": _pivot(summary, memory),
+        "Validation accuracy (difference from fp32)": _pivot(summary, accuracy),
+        "Final training loss": _pivot(summary, lambda row: _fmt(row["final_loss"], "{:.4f}")),
+        "Achieved training TFLOP/s (% of the measured peak of the precision's dtype, TFLOP/s)":
+            _pivot(summary, achieved),
+    }
+    if summary["energy_per_image_mj"].notna().any():
+        tables["Energy per training image, mJ (ratio to fp32)"] = _pivot(summary, energy)
+    if cost:
+        tables[f"Cost in {cost.get('currency', '')} at {cost['price_per_hour']:g} per hour: per epoch / per "
+               "million training images (AMP's saving over fp32)"] = _pivot(summary, money)
+    return tables
+
+
+TIME_TO_TARGET_NOTE = (
+    "Training time (timed like every training step, validation excluded), optimizer steps and epochs until the "
+    "validation accuracy first reached the target; the validation runs at every evaluation point (each epoch's "
+    "end, or every `eval_every` steps) outside the training clock, and its own time is the last column. "
+    "Medians over the repeats that reached the target. The ratio is this precision's time to target over "
+    "fp32's in the same framework (below 1: AMP gets there sooner). \"not reached\" gives the best "
+    "accuracy seen.")
+
+
+def time_to_target_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Rows workload x framework x device x precision of the cells that had a target accuracy."""
+    if cells.empty or "target_accuracy" not in cells:
+        return pd.DataFrame()
+    ok = cells[(cells["status"] == "ok") & cells["target_accuracy"].notna()]
+    if ok.empty:
+        return pd.DataFrame()
+    keys = ["workload", "framework", "device_kind", "devices", "precision"]
+    medians: dict[tuple, float] = {}
+    rows = []
+    for key, group in ok.groupby(keys, sort=False):
+        reached = group[group["target_reached"].fillna(False).astype(bool)]
+        medians[key] = _median(reached["time_to_target_s"]) if len(reached) else math.nan
+    order = {p: i for i, p in enumerate(_precision_order(list(dict.fromkeys(ok["precision"]))))}
+    for key, group in sorted(ok.groupby(keys, sort=False), key=lambda kv: (kv[0][:4], order.get(kv[0][4], 99))):
+        workload, framework, kind, devices, precision = key
+        reached = group[group["target_reached"].fillna(False).astype(bool)]
+        target = _first(group["target_accuracy"])
+        if len(reached):
+            time = _fmt(medians[key], "{:.3g} s")
+            steps = _fmt(_median(reached["steps_to_target"]), "{:,.0f}")
+            epochs = _fmt(_median(reached["epochs_to_target"]), "{:.2f}")
+            state = f"{len(reached)} of {len(group)} repeats"
+        else:
+            time, steps, epochs = "not reached", "–", "–"
+            state = f"not reached: best {_median(group['best_val_accuracy']) * 100:.2f}%" \
+                if _known(_median(group["best_val_accuracy"])) else "not reached"
+        base = medians.get((workload, framework, kind, devices, BASELINE), math.nan)
+        ratio = medians[key] / base if precision != BASELINE and _known(base) and base > 0 else math.nan
+        rows.append({"workload": table_text(workload), "framework": table_text(framework),
+                     "device": table_text(device_label(kind, list(group["device"]))),
+                     "precision": table_text(precision), "target": f"{target * 100:.2f}%",
+                     "time to target": time, "steps": steps, "epochs": epochs, "reached": table_text(state),
+                     "ratio to fp32": _fmt(ratio, "{:.2f}x"),
+                     "evaluation time": _fmt(_median(group["eval_time_s"]), "{:.3g} s")})
+    return pd.DataFrame(rows)
+
+
+def ceiling_lines(environment: dict[str, Any], cells: pd.DataFrame) -> list[str]:
+    """The measured peaks the report compares with, and datasheet peaks of known GPUs."""
+    calibration = environment.get("calibration")
+    if not calibration:
+        return ["No calibration of this machine: run `amp-suite calibrate`, then `amp-suite report DIR`, "
+                "to see each speed-up beside its ceiling and each TFLOP/s as a fraction of the peak.", ""]
+    lines = ["Peak TFLOP/s measured by `amp-suite calibrate` (the larger of a square matmul and a 3x3 "
+             "convolution, 2 FLOPs per multiply-add), per framework and device:", ""]
+    for framework, devices in sorted((calibration.get("frameworks") or {}).items()):
+        for kind, entry in sorted(devices.items()):
+            peaks = []
+            for dtype in ("fp32", "tf32", "fp16", "bf16"):
+                values = [v for v in ((entry.get(op) or {}).get(dtype) for op in ("matmul", "conv")) if v]
+                if values:
+                    peaks.append(f"{dtype} {max(values):.3g}")
+            lines.append(f"- {framework} {entry.get('version', '')} on {kind} ({entry.get('device', '')}): "
+                         + ", ".join(peaks))
+    for gpu in environment.get("gpus") or []:
+        sheet = datasheet_peaks(gpu.get("name", ""))
+        if sheet:
+            lines.append(f"- datasheet of {gpu['name']} (dense): "
+                         + ", ".join(f"{k} {v:g}" for k, v in sheet.items()))
+    return lines + [""]
+
+
+def _gpu_text(gpu: dict[str, Any]) -> str:
+    """One GPU of the host record: name, driver, memory, compute capability, max clocks, power limit."""
+    parts = [f"driver {gpu.get('driver') or '?'}", gpu.get("memory") or "",
+             f"sm {gpu['compute_capability']}" if gpu.get("compute_capability") else ""]
+    if gpu.get("sm_clock_max_mhz") is not None:
+        parts.append(f"max clocks {gpu['sm_clock_max_mhz']:g} MHz sm"
+                     + (f" / {gpu['memory_clock_max_mhz']:g} MHz memory"
+                        if gpu.get("memory_clock_max_mhz") is not None else ""))
+    if gpu.get("power_limit_w") is not None:
+        parts.append(f"power limit {gpu['power_limit_w']:g} W")
+    return f"{gpu.get('name', '?')} ({', '.join(p for p in parts if p)})"
+
+
+def runtime_lines(results: list[CellResult]) -> list[str]:
+    """CUDA runtime and cuDNN each framework ran with, from the workers' records."""
+    seen: dict[str, set[str]] = {}
+    for r in results:
+        env = r.environment or {}
+        if env.get("cuda_runtime_version") or env.get("cudnn_version"):
+            seen.setdefault(r.framework, set()).add(
+                f"CUDA {env.get('cuda_runtime_version') or '?'}, cuDNN {env.get('cudnn_version') or '?'}")
+    loaded: dict[str, set[str]] = {}
+    for r in results:
+        libraries = (r.environment or {}).get("loaded_libraries") or {}
+        names = [f"{name} {libraries[name]}" for name in ("cudart", "cudnn", "cublas", "cublasLt", "nccl")
+                 if libraries.get(name)]
+        if names:
+            loaded.setdefault(r.framework, set()).add(", ".join(names))
+    if not seen:
+        return ["- CUDA runtime / cuDNN: none used (no run reached a CUDA device)"]
+    lines = ["- CUDA runtime / cuDNN: " + "; ".join(f"{f} {' / '.join(sorted(v))}" for f, v in seen.items())]
+    if loaded:
+        lines.append("- CUDA libraries as loaded by the workers (from /proc/self/maps): "
+                     + "; ".join(f"{f}: {' / '.join(sorted(v))}" for f, v in loaded.items()))
+    return lines
+
+
+def environment_lines(environment: dict[str, Any]) -> list[str]:
+    packages = environment.get("packages", {})
+    gpus = environment.get("gpus") or []
+    lines = [
+        f"- amp-suite {environment.get('amp_suite_version', '?')}"
+        + (f", commit {environment['git_commit']}" if environment.get("git_commit") else ""),
+        f"- date: {environment.get('date', '?')}",
+        f"- Python {environment.get('python', '?')} on {environment.get('platform', '?')}",
+        f"- CPU: {environment.get('cpu_model', '?')}, {environment.get('cpu_count', '?')} logical cores;"
+        f" flags: {', '.join(environment.get('cpu_flags', [])) or 'none of interest'}",
+        "- GPU: " + ("; ".join(_gpu_text(g) for g in gpus) if gpus else "none"),
+        "- packages: " + ", ".join(f"{k} {v}" for k, v in packages.items()),
+    ]
+    settings = environment.get("settings")
+    if settings:
+        lines.append(
+            f"- sweep: {settings.get('steps')} steps per epoch at most, {settings.get('epochs')} epoch(s), "
+            f"warm-up {settings.get('warmup')} steps, batch size "
+            f"{settings.get('batch_size') or 'per workload'}, {settings.get('repeats')} repeat(s), "
+            f"seed {settings.get('seed')}, device {settings.get('device')}"
+            + (f", config {environment['config_file']}" if environment.get("config_file") else "")
+        )
+    preset = environment.get("preset")
+    if isinstance(preset, dict) and preset.get("name"):
+        lines.append(f"- preset: {preset['name']} ({preset.get('source', '?')}); flags given on the command line: "
+                     + (", ".join(preset.get("command_line") or {}) or "none"))
+    return lines
+
+
+# Columns of the per-run table and how each is printed.
+DETAIL_FORMATS = {
+    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "repeat": "{:d}",
+    "status": "{}", "devices": "{:d}",
+    "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
+    "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "timed_steps": "{:d}", "peak_memory_mib": "{:,.0f}",
+    "rss_growth_mib": "{:,.0f}", "compiled_step_mib": "{:,.1f}", "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
+    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "peak_fraction": "{:.3f}",
+    "compilation": "{}",
+    "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
+}
+
+
+def _detail_table(cells: pd.DataFrame) -> str:
+    if cells.empty:
+        return "_no results_"
+    rows = []
+    for record in cells[list(DETAIL_FORMATS)].to_dict("records"):
+        row = {}
+        for column, pattern in DETAIL_FORMATS.items():
+            value = record[column]
+            missing = value is None or (isinstance(value, float) and math.isnan(value))
+            if not missing and pattern.endswith("d}") and isinstance(value, float) and value.is_integer():
+                value = int(value)
+            try:
+                row[column] = "" if missing else table_text(pattern.format(value))
+            except (TypeError, ValueError):  # a stored figure of an unexpected type
+                row[column] = table_text(value)
+        rows.append(row)
+    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+
+
+def render_markdown(results: list[CellResult], environment: dict[str, Any],
+                    sections: list[tuple[str, str]] | tuple = ()) -> str:
+    """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
+    summary = summary_frame(results, environment)
+    cells = results_frame(results, environment)
+    from amp_suite.report.variants import VARIANT_NOTE, variant_table
+    from amp_suite.report.variants import environment_lines as variant_environment_lines
+
+    out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment),
+           *runtime_lines(results), *variant_environment_lines(cells), ""]
+    if not cells.empty:
+        devices = sorted({device_label(k, [n])
+                          for k, n in zip(cells["device_kind"], cells["device"], strict=True) if k})
+        datasets = sorted({d for d in cells["dataset"] if d})
+        out += [f"- devices used: {', '.join(devices) or 'none reached'}",
+                f"- dataset: {', '.join(datasets)}", ""]
+        notes = sorted({(r.metrics or {}).get("dataset_note", "") for r in results} - {""})
+        out += [f"- data: {n}" for n in notes] + ([""] if notes else [])
+        if any((r.metrics or {}).get("dataset_substituted") for r in results):
+            out += ["> **Data substitution:** synthetic data stood in for a dataset that could not be had "
+                    "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
+        if any(is_synthetic(r) for r in results if r.status == "ok"):
+            out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
+    out += busy_lines(cells)
+    out += [
+        "Throughput is steady-state training images per second (warm-up steps excluded). "
+        "Peak memory on a GPU is the training step's device memory without the staged input batches "
+        "(PyTorch and Keras: the allocator's peak after warm-up, less the bytes of the largest window's "
+        "batches; JAX, whose peak cannot be reset: XLA's memory analysis of the compiled step, less its "
+        "batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
+        "step times) is single steps each waited for on the host, in every framework. Energy, where a "
+        "table shows it, is the GPU's energy counter (NVML) or the CPU package's (RAPL) over the timed "
+        "windows, divided by the images trained in them. Figures are medians over ok repeats; every ratio "
+        "compares with the same framework's fp32 run of the same workload. Training FLOPs per "
+        "image are three times the forward pass's convolution and dense multiply-adds (2 FLOPs "
+        "each); achieved TFLOP/s is throughput times that.",
+        "",
+    ]
+    cost = environment.get("cost") or {}
+    if cost:
+        out += [f"Cost at {cost['price_per_hour']:g} {cost.get('currency', '')} per hour, from steady-state "
+                "throughput (warm-up excluded): per epoch = images per epoch / images/s x price / 3600; per "
+                "million training images = 10^6 / images/s x price / 3600.", ""]
+    out += ["## Hardware ceiling", "", *ceiling_lines(environment, cells),
+            "Beside each speed-up, its ceiling is the measured peak of the AMP dtype over the fp32 peak "
+            "(the speed-up a compute-bound model could reach); beside each achieved TFLOP/s, the fraction of "
+            "its dtype's peak.", ""]
+    for title, table in comparison_tables(summary, environment).items():
+        out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+        if title.startswith("Throughput"):
+            out += interval_lines(summary, environment)
+    from amp_suite.report.cross_pool import CROSS_POOL_NOTE, cross_pool_table, pool_lines
+
+    pooled = cross_pool_table(summary, cells, environment)
+    if not pooled.empty:
+        out += ["## Across pools (images/s, speed-up over fp32 on the same pool; ceiling; cost)", "",
+                CROSS_POOL_NOTE, "", pooled.to_markdown(index=False, disable_numparse=True), "",
+                *pool_lines(environment), ""]
+    variants = variant_table(summary, cells)
+    if not variants.empty:
+        out += ["## Framework variants (each against the first of its framework)", "", VARIANT_NOTE, "",
+                variants.to_markdown(index=False, disable_numparse=True), ""]
+    target = time_to_target_table(summary, cells)
+    if not target.empty:
+        out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
+                target.to_markdown(index=False, disable_numparse=True), ""]
+    flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
+    if not flagged.empty:
+        out += ["## Measurement flags", "",
+                "⚑ in the throughput table: a cell whose timing is not to be trusted as it stands, for the "
+                "reasons below (docs/measurement.md).", ""]
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "")
+                          + f" / repeat {r.repeat}: {r.measurement_flags}") for r in flagged.itertuples()]
+        out.append("")
+    published = published_section(summary, cells, environment,
+                                  substituted=any((r.metrics or {}).get("dataset_substituted") for r in results))
+    if published is not None:
+        out += [f"## {flat_text(published[0])}", "", published[1], ""]
+    for title, body in sections:
+        out += [f"## {flat_text(title)}", "", body, ""]
+    scaling = scaling_table(summary)
+    if not scaling.empty:
+        out += ["## Scaling over devices, images/s (speed-up over 1 device, efficiency)", "",
+                "Data parallel: the workload's batch is the global batch, split evenly over the devices. "
+                "Throughput is global samples over the slowest process's window time; efficiency is "
+                "throughput(N) / (N x throughput(1)) for the same workload, framework, device kind and "
+                "precision. Devices that share a machine's cores (logical CPU devices, one process per core) "
+                "compete for them: read the efficiency as measured, not as a property of the framework.", "",
+                scaling.to_markdown(index=False, disable_numparse=True), ""]
+    out += ["## Every run", "", _detail_table(cells), ""]
+    failed = cells[~cells["status"].isin(["ok"])]
+    if not failed.empty:
+        out += ["## Runs without figures", ""]
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "") + f" / repeat {r.repeat}: **{r.status}**"
+                          f" — {r.error or 'no message'}") for r in failed.itertuples()]
+        out.append("")
+    return "\n".join(out)

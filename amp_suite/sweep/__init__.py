@@ -1,0 +1,1 @@
+"""A sweep from request to stored results: the request checked, cells planned and run (each in a fresh worker, or through an executor), results appended to the store under the output directory's lock, and a stored sweep read back."""

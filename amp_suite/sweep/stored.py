@@ -1,0 +1,86 @@
+"""A sweep read back from its output directory: its latest results and its ``environment.json``.
+
+What ``amp-suite report``, ``amp-suite compare`` and :func:`amp_suite.load`
+read.  Nothing here runs a cell; values read from disk are checked
+(:mod:`amp_suite.stored_values`) before anything uses them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from amp_suite.errors import UsageError
+from amp_suite.records import CellResult
+from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
+
+
+def warn_skipped_lines(store, contents=None) -> None:
+    """One warning naming the lines of ``results.jsonl`` that hold no result."""
+    contents = store.read() if contents is None else contents
+    if contents.skipped:
+        print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
+              f"result: {contents.describe_skipped()}", file=sys.stderr)
+
+
+def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
+    """A sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
+    from amp_suite.machine.environment import host_environment
+
+    path = Path(directory) / ENVIRONMENT_FILE
+    problem = "is missing"
+    if path.exists():
+        try:
+            from amp_suite.safe_files import read_regular
+
+            environment = json.loads(read_regular(path).decode("utf-8"))  # no link followed, no FIFO waited on
+            if isinstance(environment, dict):
+                _drop_unusable_fields(path, environment, warn)
+                return environment
+            problem = "is not a JSON object"
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            problem = "is unreadable or truncated"
+    if warn:
+        print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
+    return host_environment()
+
+
+def _drop_unusable_fields(path: Path, environment: dict[str, Any], warn: bool) -> None:
+    from amp_suite.stored_values import clean_environment
+
+    dropped = clean_environment(environment)
+    if dropped and warn:
+        print(f"amp-suite: warning: {path}: ignoring {'; '.join(dropped)}", file=sys.stderr)
+
+
+def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any]]:
+    """The latest result of every cell in ``DIR/results.jsonl`` and the sweep's environment.
+
+    The environment gains this machine's calibration when the sweep's has none
+    (``amp-suite calibrate`` after the sweep).  Raises :class:`UsageError`
+    when ``DIR`` holds no readable ``results.jsonl``.
+    """
+    from amp_suite.calibration.ceiling import attach_calibration
+    from amp_suite.sweep.store import RESULTS_FILE, ResultStore
+
+    directory = Path(directory)
+    store = ResultStore(directory)
+    try:
+        is_file, exists = store.path.is_file(), store.path.exists()
+    except (OSError, ValueError) as exc:  # an over-long name, a NUL, an unreadable parent
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot look at {str(store.path)[:200]!r}: {reason}") from None
+    if not is_file:
+        what = "is not a file" if exists else "does not exist"
+        raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
+    try:
+        contents = store.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
+    warn_skipped_lines(store, contents)
+    environment = stored_environment(directory)
+    attach_calibration(environment)
+    latest = {result.key: result for result in contents.results}
+    return list(latest.values()), environment

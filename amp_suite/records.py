@@ -366,6 +366,11 @@ class Batch:
         return Batch(self.images[start:stop], self.labels[start:stop],
                      {name: mask[start:stop] for name, mask in self.masks.items()})
 
+    def astype(self, dtype: Any) -> Batch:
+        """Images and masks in ``dtype`` (float64 under ``fp64``), labels as they are; no copy where already so."""
+        return Batch(np.asarray(self.images, dtype), self.labels,
+                     {name: np.asarray(mask, dtype) for name, mask in self.masks.items()})
+
 
 @dataclass
 class EpochResult:

@@ -18,6 +18,7 @@ from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError, DatasetFile
 from amp_suite.datasets.preprocess import resize_bilinear, to_unit_float
 from amp_suite.datasets.splits import parse_split
 from amp_suite.errors import UsageError
+from amp_suite.records import Batch
 from amp_suite.workloads.workload import workload_from_config
 from suite_cli import REPO, run_cli
 
@@ -390,3 +391,15 @@ def test_batch_order_is_seeded_reshuffled_per_epoch_and_drops_partial_batches():
     assert all(np.array_equal(b.images[:, 0, 0, 0], b.labels) for b in e0)
     assert len(epoch_batches(images, labels, batch_size=8, steps=2, seed=3, epoch=0)) == 2
 
+
+def test_a_batch_in_float64_keeps_its_labels_and_a_float32_one_is_not_copied() -> None:
+    images = np.arange(2 * 3 * 3 * 1, dtype=np.float32).reshape(2, 3, 3, 1) / 7
+    labels = np.array([3, 1], dtype=np.int32)
+    mask = np.array([0.0, 2.0], dtype=np.float32)
+    batch = Batch(images, labels, {"drop": mask})
+    wide = batch.astype("float64")
+    assert wide.images.dtype == np.float64 and wide.masks["drop"].dtype == np.float64
+    assert wide.labels is labels and wide.labels.dtype == np.int32
+    assert np.array_equal(wide.images, images.astype(np.float64)) and list(wide.masks["drop"]) == [0.0, 2.0]
+    same = batch.astype("float32")
+    assert same.images is images and same.masks["drop"] is mask

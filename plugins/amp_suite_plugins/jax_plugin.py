@@ -484,7 +484,7 @@ def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[t
     """
     import jax
 
-    batches = [_stored(b, model.stored_dtype) for b in batches]
+    batches = [b.astype(model.stored_dtype) for b in batches]
     if model.mesh is not None:
         staged = [_shard_batch(jax, run, model, b) for b in batches]
     else:
@@ -494,12 +494,6 @@ def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[t
         model.batch_shapes = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
     return staged
-
-
-def _stored(batch: Batch, dtype: str) -> Batch:
-    """``batch`` with images and masks in ``dtype`` (no copy when they are already)."""
-    return Batch(np.asarray(batch.images, dtype), batch.labels,
-                 {name: np.asarray(mask, dtype) for name, mask in batch.masks.items()})
 
 
 def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any, Any]:

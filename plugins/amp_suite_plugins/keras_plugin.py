@@ -429,11 +429,8 @@ def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple
             return tf.identity(tf.constant(array[first:first + size]))
         return model.strategy.experimental_distribute_values_from_function(value)
 
-    def stored(array: np.ndarray) -> np.ndarray:
-        return np.asarray(array, model.stored_dtype)
-
-    return (shard(stored(batch.images)), shard(batch.labels),
-            {name: shard(stored(mask)) for name, mask in batch.masks.items()})
+    batch = batch.astype(model.stored_dtype)
+    return shard(batch.images), shard(batch.labels), {name: shard(mask) for name, mask in batch.masks.items()}
 
 
 @hookimpl
@@ -442,11 +439,11 @@ def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list
 
     if model.strategy is not None:
         return [_distribute(tf, run, model, b) for b in batches]
-    dtype = model.stored_dtype  # images and masks: float64 under fp64, else float32 as the host made them
+    stored = [b.astype(model.stored_dtype) for b in batches]  # float64 under fp64, else float32 as the host made them
     with tf.device(model.device_name):
-        return [(tf.identity(tf.constant(np.asarray(b.images, dtype))), tf.identity(tf.constant(b.labels)),
-                 {name: tf.identity(tf.constant(np.asarray(mask, dtype))) for name, mask in b.masks.items()})
-                for b in batches]
+        return [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels)),
+                 {name: tf.identity(tf.constant(mask)) for name, mask in b.masks.items()})
+                for b in stored]
 
 
 def _scale(model: KerasModel) -> float | None:

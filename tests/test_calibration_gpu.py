@@ -123,7 +123,7 @@ def test_the_torch_probe_refuses_gpu_without_one():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    from amp_suite_plugins import torch_calibration
+    from amp_suite_plugins.torch import calibration as torch_calibration
 
     with pytest.raises(RuntimeError, match="cannot use a GPU here"):
         torch_calibration.probe("gpu", 0.01)
@@ -134,7 +134,7 @@ GPU = detect_nvidia().present
 
 @pytest.mark.skipif(not (GPU and TORCH), reason="needs an NVIDIA GPU and torch")
 def test_torch_calibration_on_the_gpu_stays_under_the_datasheet():
-    from amp_suite_plugins import torch_plugin
+    from amp_suite_plugins.torch import plugin as torch_plugin
 
     figures = calibration._run_probe(torch_plugin.framework_info(), "gpu", 0.3)
     assert figures["kind"] == "gpu" and figures["calls_per_sync"] == calibration_kit.GPU_CALLS_PER_SYNC

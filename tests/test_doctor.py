@@ -36,11 +36,11 @@ GPU_REPORT = {
     "preallocation": {"preallocate_env": "false", "bytes_reserved": 200 * 2**20, "bytes_limit": 40 * 2**30},
 }
 TORCH = FrameworkInfo(name="torch", display_name="PyTorch", modules=("torch",), extra="torch",
-                      precisions={"cpu": ("fp32",), "gpu": ("fp32",)}, doctor_probe="amp_suite_plugins.torch_doctor")
+                      precisions={"cpu": ("fp32",), "gpu": ("fp32",)}, doctor_probe="amp_suite_plugins.torch.doctor")
 KERAS = FrameworkInfo(name="keras", display_name="Keras", modules=("tensorflow",), extra="tf",
                       precisions={"cpu": ("fp32",), "gpu": ("fp32",)},
                       env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
-                      doctor_probe="amp_suite_plugins.keras_doctor")
+                      doctor_probe="amp_suite_plugins.keras.doctor")
 
 
 # --- the pure verdicts, on the numbers a GPU gives ------------------------------------

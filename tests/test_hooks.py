@@ -18,7 +18,7 @@ CPU = DeviceInfo(kind="cpu", platform="cpu", name="cpu")
 
 def test_builtin_plugins_come_from_the_entry_point_group():
     eps = {ep.name: ep.value for ep in importlib.metadata.entry_points(group="amp_suite")}
-    assert eps["torch"] == "amp_suite_plugins.torch_plugin"
+    assert eps["torch"] == "amp_suite_plugins.torch.plugin"
     assert {"keras", "jax", "reporters"} <= set(eps)
     host = PluginHost()
     assert set(host.frameworks()) >= {"torch", "keras", "jax"}

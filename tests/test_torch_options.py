@@ -10,7 +10,7 @@ from amp_suite.config.catalog import framework_option_fields  # noqa: E402
 from amp_suite.errors import UnsupportedError  # noqa: E402
 from amp_suite.records import RunSpec  # noqa: E402
 from amp_suite.workloads.workload import init_variables, workload_from_config  # noqa: E402
-from amp_suite_plugins import torch_plugin  # noqa: E402
+from amp_suite_plugins.torch import plugin as torch_plugin  # noqa: E402
 
 # Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ Everything amp-suite needs from a framework backend, written from
   ``jnp.pad``, ``relu6``/``swish``/``sigmoid`` the ``jax.nn`` functions in the
   compute dtype, ``multiply`` the squeeze-and-excitation product ``x * body(x)``;
 * the optimizer is amp-suite's optax translation of ``workload.optimizer``
-  (``amp_suite_plugins.optax_optimizer``, shared with the haiku plugin, so
+  (``amp_suite_plugins.jax.optax_optimizer``, shared with the haiku plugin, so
   both keep docs/workloads.md's arithmetic);
 * dropout masks come from the host (``Batch.masks``): ``stage_batches`` stages
   them with the batch, the jitted train step takes them as inputs and
@@ -85,7 +85,7 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.workloads.layers import walk
-from amp_suite_plugins.optax_optimizer import optax_optimizer
+from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
 
 NAME = "flax"
 # Canonical leaf name -> the nnx attribute holding it, per layer kind.

@@ -107,8 +107,8 @@ def framework_info() -> FrameworkInfo:
         distributions=("torch",),
         launcher="torchrun",
         options=OPTIONS,
-        doctor_probe="amp_suite_plugins.torch_doctor",
-        calibration_probe="amp_suite_plugins.torch_calibration",
+        doctor_probe="amp_suite_plugins.torch.doctor",
+        calibration_probe="amp_suite_plugins.torch.calibration",
     )
 
 
@@ -701,7 +701,7 @@ def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:
 
 
 if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)
-    import amp_suite_plugins.torch_plugin as _this_module
+    import amp_suite_plugins.torch.plugin as _this_module
     from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
 
     _checked: FrameworkPlugin[TorchModel, list[tuple[Any, Any, Any]]] = _this_module

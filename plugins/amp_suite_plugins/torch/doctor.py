@@ -1,4 +1,4 @@
-"""The doctor's PyTorch probe: ``python -m amp_suite_plugins.torch_doctor cpu|auto``.
+"""The doctor's PyTorch probe: ``python -m amp_suite_plugins.torch.doctor cpu|auto``.
 
 Uses PyTorch's own APIs (``torch.autocast``, ``torch.amp.GradScaler``, the
 TF32 switches, CUDA events, ``torch.cuda`` memory statistics) the way the

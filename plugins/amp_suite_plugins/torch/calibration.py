@@ -1,4 +1,4 @@
-"""PyTorch's calibration probe: ``python -m amp_suite_plugins.torch_calibration DEVICE BUDGET``.
+"""PyTorch's calibration probe: ``python -m amp_suite_plugins.torch.calibration DEVICE BUDGET``.
 
 Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
 :mod:`amp_suite.calibration.kit`).  On a GPU a timed call dispatches

@@ -1,4 +1,4 @@
-"""The doctor's Keras probe: ``python -m amp_suite_plugins.keras_doctor cpu|auto``.
+"""The doctor's Keras probe: ``python -m amp_suite_plugins.keras.doctor cpu|auto``.
 
 Uses TensorFlow's and Keras's own APIs (the TF32 switch, mixed-precision
 dtype policies, ``LossScaleOptimizer``, ``tf.config.experimental`` memory

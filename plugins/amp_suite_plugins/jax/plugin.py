@@ -71,7 +71,7 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.workloads.layers import iter_layers
-from amp_suite_plugins.optax_optimizer import optax_optimizer
+from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
 
 NAME = "jax"
 MODULE_NAME = "sequential_cnn"
@@ -88,8 +88,8 @@ def framework_info() -> FrameworkInfo:
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("jax",),
         launcher="process",  # one worker per node drives every device of the node
-        doctor_probe="amp_suite_plugins.jax_doctor",
-        calibration_probe="amp_suite_plugins.jax_calibration",
+        doctor_probe="amp_suite_plugins.jax.doctor",
+        calibration_probe="amp_suite_plugins.jax.calibration",
     )
 
 
@@ -664,7 +664,7 @@ def cuda_versions() -> dict[str, str]:
 
 
 if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)
-    import amp_suite_plugins.jax_plugin as _this_module
+    import amp_suite_plugins.jax.plugin as _this_module
     from amp_suite.plugins.framework_plugin import FrameworkPlugin
 
     _checked: FrameworkPlugin[JaxModel, list[tuple[Any, Any, Any]]] = _this_module

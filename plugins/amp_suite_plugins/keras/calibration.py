@@ -1,4 +1,4 @@
-"""Keras's (TensorFlow's) calibration probe: ``python -m amp_suite_plugins.keras_calibration DEVICE BUDGET``.
+"""Keras's (TensorFlow's) calibration probe: ``python -m amp_suite_plugins.keras.calibration DEVICE BUDGET``.
 
 Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
 :mod:`amp_suite.calibration.kit`), each operation a ``tf.function`` whose

@@ -1,4 +1,4 @@
-"""JAX's calibration probe: ``python -m amp_suite_plugins.jax_calibration DEVICE BUDGET``.
+"""JAX's calibration probe: ``python -m amp_suite_plugins.jax.calibration DEVICE BUDGET``.
 
 Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
 :mod:`amp_suite.calibration.kit`), each operation jitted with the matmul

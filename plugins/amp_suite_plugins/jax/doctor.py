@@ -1,4 +1,4 @@
-"""The doctor's JAX probe: ``python -m amp_suite_plugins.jax_doctor cpu|auto``.
+"""The doctor's JAX probe: ``python -m amp_suite_plugins.jax.doctor cpu|auto``.
 
 Uses JAX's, haiku's and jmp's own APIs (matmul precision, ``jmp.Policy`` on a
 haiku module, ``jmp.DynamicLossScale``, ``block_until_ready``,
@@ -46,7 +46,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 from amp_suite.doctor import probe_kit as kit  # noqa: E402
-from amp_suite_plugins.jax_plugin import cuda_versions  # noqa: E402
+from amp_suite_plugins.jax.plugin import cuda_versions  # noqa: E402
 
 
 def _choose(requested: str) -> Any:

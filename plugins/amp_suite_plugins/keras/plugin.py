@@ -13,7 +13,7 @@ learning rate are float64), float64 model inputs for images and masks, and
 float64 logits and loss.
 
 Dropout: a model with ``dropout`` layers takes ``[images, *masks]``, one
-optional input per dropout layer (``keras_parts.HostDropout``); the train
+optional input per dropout layer (``parts.HostDropout``); the train
 step's ``tf.function`` takes the staged masks as a dict input (traced once),
 and evaluation and ``predict`` pass ``None`` (no dropout).
 
@@ -88,8 +88,8 @@ def framework_info() -> FrameworkInfo:
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
         launcher="process",  # one worker per node drives every device of the node
         options=OPTIONS,
-        doctor_probe="amp_suite_plugins.keras_doctor",
-        calibration_probe="amp_suite_plugins.keras_calibration",
+        doctor_probe="amp_suite_plugins.keras.doctor",
+        calibration_probe="amp_suite_plugins.keras.calibration",
     )
 
 
@@ -210,7 +210,7 @@ def _mask_input(keras: Any, item: Any, dtype: str) -> Any:
 def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False,
            masks: dict[str, Any] | None = None) -> Any:
     """Translate the layer vocabulary into Keras functional calls on ``x``; ``masks``: dropout name -> mask input."""
-    from amp_suite_plugins.keras_parts import HostDropout, UnbiasedBatchNormalization
+    from amp_suite_plugins.keras.parts import HostDropout, UnbiasedBatchNormalization
 
     layers = keras.layers
     masks = masks or {}
@@ -295,7 +295,7 @@ def build_model(
     import keras
     import tensorflow as tf
 
-    from amp_suite_plugins.keras_parts import make_optimizer
+    from amp_suite_plugins.keras.parts import make_optimizer
 
     if run.distributed:
         return _build_mirrored(run, workload, {**initial_weights, **initial_state}, applied, device)
@@ -361,7 +361,7 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     import keras
     import tensorflow as tf
 
-    from amp_suite_plugins.keras_parts import make_optimizer
+    from amp_suite_plugins.keras.parts import make_optimizer
 
     strategy = _strategy(tf, run, device)
     global_batch = run.batch_size
@@ -548,7 +548,7 @@ def runtime_versions(run: RunSpec) -> dict[str, str]:
 
 
 if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)
-    import amp_suite_plugins.keras_plugin as _this_module
+    import amp_suite_plugins.keras.plugin as _this_module
     from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
 
     _checked: FrameworkPlugin[KerasModel, list[tuple[Any, Any, Any]]] = _this_module

@@ -1,0 +1,1 @@
+"""The JAX (haiku + jmp) backend: the plugin (``plugin``) and its optax chain (``optax_optimizer``, shared with the Flax example), its doctor probe (``doctor``) and its calibration probe (``calibration``)."""

@@ -189,8 +189,8 @@ def test_the_built_in_plugins_name_their_own_probes():
     frameworks = PluginHost().frameworks()
     for name in ("torch", "keras", "jax"):
         info = frameworks[name]
-        assert info.doctor_probe == f"amp_suite_plugins.{name}_doctor"
-        assert info.calibration_probe == f"amp_suite_plugins.{name}_calibration"
+        assert info.doctor_probe == f"amp_suite_plugins.{name}.doctor"
+        assert info.calibration_probe == f"amp_suite_plugins.{name}.calibration"
         for module in (info.doctor_probe, info.calibration_probe):
             assert importlib.util.find_spec(module) is not None, module
 

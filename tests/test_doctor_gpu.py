@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(not INVENTORY.present, reason="needs an NVIDIA G
 
 
 def _info(name: str):
-    module = importlib.import_module(f"amp_suite_plugins.{name}_plugin")
+    module = importlib.import_module(f"amp_suite_plugins.{name}.plugin")
     return module.framework_info()
 
 

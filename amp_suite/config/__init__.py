@@ -1,1 +1,1 @@
-"""The sweep's settings: each declared once (settings), the packaged catalog and ``benchmarks.toml`` read and checked (catalog), presets, the starter file, and the ``[environments]``, ``[executors]``/``[pools]`` and cost tables."""
+"""The sweep's settings: each declared once (settings), the packaged catalog and ``benchmarks.toml`` read and checked (catalog), presets, the starter file, and the ``[environments]``, ``[executor]``/``[pools]`` and cost tables."""

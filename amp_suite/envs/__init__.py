@@ -4,7 +4,8 @@ Every cell already runs in a fresh worker process; an environment chooses
 that process's interpreter, so each framework can bring its own CUDA and
 cuDNN wheels and two versions of one framework are one sweep.
 
-* :mod:`.spec` reads ``[environments."NAME"]`` tables;
+* :mod:`amp_suite.config.environments` reads ``[environments."NAME"]`` tables (config reads
+  them with the rest of ``benchmarks.toml``);
 * :mod:`.build` builds (uv, else venv + pip), inspects and removes them;
 * :mod:`.placement` decides which interpreter runs each requested framework.
 

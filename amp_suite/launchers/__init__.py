@@ -17,7 +17,9 @@ never tests which one it got: the launcher gives the command, says whether its
 processes can inherit the runner's pipes, and explains its own exit codes.
 
 Nothing here imports a framework.  Inside a worker, :func:`this_process`
-says which process of the cell it is, as a :class:`DistributedSpec`.
+says which process of the cell it is, as a :class:`DistributedSpec`.  :mod:`.child_process` starts a
+plugin's doctor or calibration probe the same way: a fresh interpreter with
+the worker's import path, ending with the host.
 """
 
 from __future__ import annotations

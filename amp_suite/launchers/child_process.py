@@ -14,7 +14,7 @@ import signal
 import sys
 
 from amp_suite.host_watch import HOST_PID_ENV
-from amp_suite.launchers.single import OWN_PATH, path_setter
+from amp_suite.launchers.single import OWN_PATH, path_setter, worker_import_path
 
 # Runs module ``sys.argv[1]`` as ``__main__`` after isolating the path and tying the process to its host.
 ISOLATED_BOOTSTRAP = (
@@ -37,8 +37,6 @@ def isolated_env(base: dict[str, str] | None = None, *, own_path: bool = False) 
     ``own_path``: the child keeps its own interpreter's path (an environment's), and no
     ``PYTHONPATH``/``PYTHONHOME`` of the host's reaches it.
     """
-    from amp_suite.launchers.single import worker_import_path
-
     env = dict(os.environ if base is None else base)
     if own_path:
         env.pop("PYTHONPATH", None)

@@ -35,7 +35,7 @@ TORCHRUN_BOOTSTRAP = (path_setter(".get")
                       + "from amp_suite.launchers.torchrun import main; sys.exit(main(sys.argv[1:]))")
 
 
-def torchrun_arguments(run: RunSpec) -> list[str]:
+def rendezvous_arguments(run: RunSpec) -> list[str]:
     """torchrun's options for ``run``: processes per node and the rendezvous."""
     args = ["--nproc-per-node", str(run.devices // run.nnodes), "--max-restarts", "0"]
     if run.nnodes == 1:
@@ -47,7 +47,7 @@ def torchrun_arguments(run: RunSpec) -> list[str]:
 
 def command(run: RunSpec, result_path: str) -> list[str]:
     """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
-    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, *torchrun_arguments(run),
+    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, *rendezvous_arguments(run),
             "--no-python", *worker_command("--result-file", result_path, python=run.python)]
 
 

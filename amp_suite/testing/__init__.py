@@ -195,12 +195,12 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
         return load_probe(request, folder)
     command = ["-m", "amp_suite.testing.probe", str(folder / "request.json"), str(folder)]
     if request.devices > 1 and _launcher(request) == "torchrun":  # one process per device, PyTorch's launcher
-        from amp_suite.launchers.torchrun import torchrun_arguments
+        from amp_suite.launchers.torchrun import rendezvous_arguments
         from amp_suite.records import RunSpec
 
         one_node = RunSpec(framework=request.framework, workload=request.workload, precision=request.precision,
                            devices=request.devices, launcher="torchrun")
-        command = ["-m", "torch.distributed.run", *torchrun_arguments(one_node), *command]
+        command = ["-m", "torch.distributed.run", *rendezvous_arguments(one_node), *command]
     done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout, cwd=folder)
     if done.returncode != 0:
         raise AssertionError(f"probe of {request.framework} {request.precision} failed "

@@ -38,6 +38,7 @@ def import_root(module_name: str) -> str | None:
         path = path.parent
     return str(path.parents[len(module_name.split(".")) - 1])
 
+
 def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
     """The worker's ``sys.path``: the host's, without the current directory.
 

@@ -9,7 +9,8 @@ with dropout and stochastic depth active, and the change of every parameter
 and BatchNorm statistic over those steps agree with PyTorch's.  Under amp_fp16
 and amp_bf16 the new layers compute in the reduced dtype, BatchNorm keeps
 float32, and the SE sigmoid computes where ``applied.notes`` and
-``docs/workloads.md`` say.
+``docs/workloads.md`` say: checked on EfficientNet-B0's stem, first three
+blocks, top and head, which hold every new kind and nesting of it.
 
 The float32 test's tolerances are the float32 arithmetic's own, measured: PyTorch in float32
 against PyTorch in float64 on the same batches, masks and steps (first).
@@ -83,6 +84,8 @@ TABLES: dict[str, dict[str, Any]] = {
                         "input_normalization": "imagenet"},
 }
 STEPS = 3
+# The dtype checks' network: EfficientNet-B0 cut to three blocks (registered by a module the probe loads).
+FEW_BLOCKS_TABLE = {**TABLES["efficientnet_b0"], "model": "few_blocks_efficientnet"}
 
 
 @dataclass(frozen=True)
@@ -332,8 +335,17 @@ def test_fp64_logits_and_every_variable_after_three_adam_steps_agree_with_pytorc
 @pytest.mark.parametrize("framework", [_installed(f) for f in FRAMEWORKS])
 def test_new_layers_compute_in_the_reduced_dtype_batch_norm_in_float32(probe: Any, framework: str,
                                                                        precision: str) -> None:
+    from amp_suite.workloads.backbones import efficientnet_b0
+    from amp_suite.workloads.layers import iter_layers
+    from few_blocks_efficientnet import few_blocks_efficientnet
+
+    kinds = {spec.kind for spec in iter_layers(few_blocks_efficientnet(10, 32))}
+    assert kinds == {spec.kind for spec in iter_layers(efficientnet_b0(10, 32))}, kinds
     compute = {"amp_fp16": "float16", "amp_bf16": "bfloat16"}[precision]
-    result = probe(framework, "efficientnet_b0", precision, steps=1, inspect=f"layer_dtypes:of_{framework}")
+    # EfficientNet-B0's stem, first three blocks, top and head (tests/helpers/few_blocks_efficientnet.py): every
+    # new kind and nesting of the whole network, from the same builders, without its minute-long compile.
+    result = probe(framework, "few_blocks_efficientnet", precision, table=FEW_BLOCKS_TABLE, steps=1,
+                   inspect=f"layer_dtypes:of_{framework}", plugin_modules=("few_blocks_efficientnet",))
     dtypes = result.dtypes
     for kind in ("conv_output", "depthwise_output", "dense_output"):
         assert dtypes[kind] == [compute], f"{framework} {precision}: {kind} {dtypes[kind]}, expected {compute}"

@@ -19,7 +19,9 @@ import pytest
 from amp_suite.config.catalog import load_config
 from suite_cli import HELPERS, REPO, TINY_CONFIG
 
-pytestmark = pytest.mark.slow
+# Slow; and in one xdist lane with the other cluster modules, so no two local Ray or Slurm clusters start
+# side by side on this machine (their ports and daemons would race).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 
 POOLS = """
 [pools.a]

@@ -27,7 +27,9 @@ from ray_cluster import (
     ray_problem,
 )
 
-pytestmark = pytest.mark.slow
+# Slow; and in one xdist lane with the other cluster modules, so no two local Ray or Slurm clusters start
+# side by side on this machine (their ports and daemons would race).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 
 # Runs on node 0 (pool_a) and node 1 (pool_b), says where it ran.
 WHERE_CLIENT = textwrap.dedent("""

@@ -19,7 +19,9 @@ import pytest
 from processes import alive
 from slurm_cluster import SlurmCluster, slurm_cluster, slurm_problem
 
-pytestmark = pytest.mark.slow
+# Slow; and in one xdist lane with the other cluster modules, so no two local Ray or Slurm clusters start
+# side by side on this machine (their ports and daemons would race).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
 
 # The client runs inside the namespace with the test's own Python: submitit's jobs run
 # `sys.executable -m submitit.core._submit`, so the node (this machine) imports the same submitit.

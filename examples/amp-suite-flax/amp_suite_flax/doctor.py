@@ -9,16 +9,24 @@ with ``kit.emit``); the measurements follow this backend's recipe: the
 default matmul precision for fp32/tf32, ``nnx.Conv``/``nnx.Linear`` with
 ``param_dtype=float32`` and ``dtype=<compute dtype>`` for the AMP precisions,
 ``jmp.DynamicLossScale`` for fp16 and ``block_until_ready`` before a clock is
-read.
+read.  The loss-scale, timing, memory and preallocation sections hold for any
+JAX backend: they are the built-in JAX backend's
+(``amp_suite_plugins.jax.xla_checks``), run as they are.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import Any
 
 from amp_suite.doctor import probe_kit as kit
+from amp_suite_plugins.jax.xla_checks import (
+    found_gpu,
+    loss_scale_section,
+    memory_section,
+    preallocation_section,
+    timing_section,
+)
 
 # Why the GPU backend is not usable, as JAX said it.
 GPU_ERRORS: list[str] = []
@@ -35,20 +43,16 @@ def _choose(jax: Any, requested: str) -> Any:
     return jax.devices("cpu")[0]
 
 
-def _on_gpu(dev: Any) -> bool:
-    return dev.platform in ("gpu", "cuda")
-
-
 def device_section(jax: Any, dev: Any) -> dict[str, Any]:
     import importlib.util
 
     plugins = [name for name in ("jax_cuda13_plugin", "jax_cuda12_plugin") if importlib.util.find_spec(name)]
-    found: dict[str, Any] = {"kind": "gpu" if _on_gpu(dev) else "cpu", "cuda_build": bool(plugins)}
+    found: dict[str, Any] = {"kind": "gpu" if found_gpu(dev) else "cpu", "cuda_build": bool(plugins)}
     if plugins:  # the plugin's name says the CUDA major it was built for
         found["cuda_build_version"] = plugins[0].removeprefix("jax_cuda").removesuffix("_plugin")
     if GPU_ERRORS:
         found["gpu_error"] = " | ".join(dict.fromkeys(" ".join(e.split()) for e in GPU_ERRORS))[:1000]
-    if _on_gpu(dev):
+    if found_gpu(dev):
         from amp_suite_flax.plugin import cuda_versions
 
         found.update(cuda_versions())
@@ -70,7 +74,7 @@ def precision_section(jax: Any, dev: Any) -> dict[str, Any]:
     image = jax.device_put(jnp.ones((1, hw, hw, kit.CONV_PROBE_IN)) * 1.0001, dev)
     kernel = jax.device_put(jnp.ones((1, 1, kit.CONV_PROBE_IN, kit.CONV_PROBE_OUT)), dev)
     found: dict[str, Any] = {}
-    modes = [("fp32", "highest"), ("tf32", "tensorfloat32")] if _on_gpu(dev) else [("fp32", "highest")]
+    modes = [("fp32", "highest"), ("tf32", "tensorfloat32")] if found_gpu(dev) else [("fp32", "highest")]
     for name, precision in modes:
         jax.config.update("jax_default_matmul_precision", precision)  # as set_precision does
         matmul = jax.jit(lambda x, y: x @ y)
@@ -116,93 +120,6 @@ def amp_section(jax: Any, dev: Any, compute: Any) -> dict[str, Any]:
     return seen
 
 
-def _scaled_steps(jax: Any, dev: Any, initial: float, steps: int) -> tuple[float, bool]:
-    import jmp
-
-    jnp = jax.numpy
-    w = jax.device_put(jax.random.uniform(jax.random.PRNGKey(0), (16, 4)), dev)
-    x = jax.device_put(jax.random.uniform(jax.random.PRNGKey(1), (8, 16)), dev)
-
-    def loss_fn(params: Any, scale: Any) -> Any:
-        out = (x.astype(jnp.float16) @ params.astype(jnp.float16)).astype(jnp.float32)
-        return scale.scale(jnp.mean(jnp.square(out)))
-
-    @jax.jit
-    def step(params: Any, scale: Any) -> tuple[Any, Any]:
-        grads = scale.unscale(jax.grad(loss_fn)(params, scale))
-        finite = jmp.all_finite(grads)
-        return jmp.select_tree(finite, params - 0.1 * grads, params), scale.adjust(finite)
-
-    scale = jmp.DynamicLossScale(jnp.asarray(initial, jnp.float32), period=kit.GROWTH_INTERVAL)
-    params = w
-    for _ in range(steps):
-        params, scale = step(params, scale)
-    return float(scale.loss_scale), not bool(jnp.array_equal(params, w))
-
-
-def loss_scale_section(jax: Any, dev: Any) -> dict[str, Any]:
-    after_overflow, overflow_changed = _scaled_steps(jax, dev, kit.OVERFLOW_SCALE, 1)
-    grown, finite_changed = _scaled_steps(jax, dev, kit.GROWTH_SCALE, kit.GROWTH_INTERVAL)
-    return {"initial": kit.OVERFLOW_SCALE, "after_overflow": after_overflow,
-            "overflow_params_unchanged": not overflow_changed, "growth_initial": kit.GROWTH_SCALE,
-            "growth_interval": kit.GROWTH_INTERVAL, "finite_steps": kit.GROWTH_INTERVAL,
-            "after_finite_steps": grown, "finite_params_changed": finite_changed}
-
-
-def timing_section(jax: Any, dev: Any) -> dict[str, Any]:
-    import optax
-
-    batches, width, hidden = kit.timing_shape(_on_gpu(dev))
-
-    def build(batch: int) -> kit.StepKit:
-        keys = jax.random.split(jax.random.PRNGKey(0), hidden + 3)
-        params = jax.device_put({f"w{i}": jax.random.normal(keys[i], (width, width)) * 0.02 for i in range(hidden)}
-                                | {"out": jax.random.normal(keys[hidden], (width, 10)) * 0.02}, dev)
-        x = jax.device_put(jax.random.uniform(keys[hidden + 1], (batch, width)), dev)
-        y = jax.device_put(jax.random.randint(keys[hidden + 2], (batch,), 0, 10), dev)
-
-        def loss_fn(p: Any) -> Any:
-            h = x
-            for i in range(hidden):
-                h = jax.nn.relu(h @ p[f"w{i}"])
-            return optax.softmax_cross_entropy_with_integer_labels(h @ p["out"], y).mean()
-
-        @jax.jit
-        def train(p: Any) -> tuple[Any, Any]:
-            loss, grads = jax.value_and_grad(loss_fn)(p)
-            return jax.tree_util.tree_map(lambda a, g: a - 0.01 * g, p, grads), loss
-
-        state: list[Any] = [params, None]
-
-        def step() -> None:
-            state[0], state[1] = train(state[0])
-
-        def wait() -> None:
-            jax.block_until_ready(state)
-
-        return step, wait, None
-
-    found = kit.time_sized(build, batches, method="host clock after block_until_ready")
-    return {**found, "width": width, "hidden_layers": hidden}
-
-
-def memory_section(jax: Any, dev: Any) -> dict[str, Any]:
-    if not _on_gpu(dev):
-        return {"api": None}
-    block = jax.device_put(jax.numpy.zeros((kit.MEMORY_PROBE_BYTES // 4,), jax.numpy.float32), dev)
-    jax.block_until_ready(block)
-    stats = dev.memory_stats() or {}
-    return {"api": "Device.memory_stats()['peak_bytes_in_use']", "peak_bytes": stats.get("peak_bytes_in_use"),
-            "allocated_bytes": kit.MEMORY_PROBE_BYTES}
-
-
-def preallocation_section(dev: Any) -> dict[str, Any]:
-    stats = (dev.memory_stats() or {}) if _on_gpu(dev) else {}
-    return {"preallocate_env": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
-            "bytes_reserved": stats.get("pool_bytes", stats.get("bytes_reserved")),
-            "bytes_limit": stats.get("bytes_limit")}
-
-
 def main(argv: list[str]) -> None:
     import jax
 
@@ -214,9 +131,9 @@ def main(argv: list[str]) -> None:
         ("precision", lambda: precision_section(jax, dev)),
         ("amp_fp16", lambda: amp_section(jax, dev, jnp.float16)),
         ("amp_bf16", lambda: amp_section(jax, dev, jnp.bfloat16)),
-        ("loss_scale", lambda: loss_scale_section(jax, dev)),
-        ("timing", lambda: timing_section(jax, dev)),
-        ("memory", lambda: memory_section(jax, dev)),
+        ("loss_scale", lambda: loss_scale_section(dev)),
+        ("timing", lambda: timing_section(dev)),
+        ("memory", lambda: memory_section(dev)),
     ])
 
 

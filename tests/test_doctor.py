@@ -93,6 +93,24 @@ def test_loss_scale_must_halve_on_overflow_and_double_after_finite_steps():
     assert "not halved" in detail and "changed the parameters" in detail and "not doubled" in detail
 
 
+def test_the_kits_loss_scale_section_runs_an_overflow_then_finite_steps_and_the_judge_reads_it():
+    from amp_suite.doctor import probe_kit as kit
+
+    calls = []
+
+    def scaled_steps(initial, steps):  # a scaler that works: halves on overflow, doubles after finite steps
+        calls.append((initial, steps))
+        return (initial / 2, False) if initial == kit.OVERFLOW_SCALE else (initial * 2, True)
+
+    section = kit.loss_scale_section(scaled_steps)
+    assert calls == [(kit.OVERFLOW_SCALE, 1), (kit.GROWTH_SCALE, kit.GROWTH_INTERVAL)]
+    assert checks.judge_loss_scale("any", section).status == PASSED
+    # a scaler that never moves, and applies the overflowing step
+    stuck = kit.loss_scale_section(lambda initial, steps: (initial, True))
+    detail = checks.judge_loss_scale("any", stuck).detail
+    assert "not halved" in detail and "changed the parameters" in detail and "not doubled" in detail
+
+
 @pytest.mark.parametrize("total,wall,status,hint", [(0.102, 0.100, PASSED, "+2.0%"),
                                                     (0.010, 0.100, FAILED, "before the device finished"),
                                                     (0.120, 0.100, FAILED, "per-step wait costs")])

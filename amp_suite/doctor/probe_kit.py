@@ -66,7 +66,7 @@ AGREEMENT = 0.02
 
 __all__ = ["CONV_PROBE_HW", "CONV_PROBE_IN", "CONV_PROBE_OUT", "GROWTH_INTERVAL", "GROWTH_SCALE",
            "MEMORY_PROBE_BYTES", "OVERFLOW_SCALE", "PROBE_K", "TIMING_BATCH", "TIMING_STEPS", "TIMING_WIDTH",
-           "emit", "loaded_libraries", "run_sections", "section", "time_sized", "time_steps", "timing_shape"]
+           "emit", "loaded_libraries", "loss_scale_section", "run_sections", "section", "time_sized", "time_steps", "timing_shape"]
 
 # (step, wait, timed_step or None) of an MLP step at one batch size.
 StepKit = tuple[Callable[[], None], Callable[[], None], "Callable[[], float] | None"]
@@ -121,6 +121,24 @@ def time_steps(step: Callable[[], None], wait: Callable[[], None], *,
             break
     return {"steps": TIMING_STEPS, "per_step_sum_s": sums[middle], "wall_s": walls[middle], "ratio": ratio,
             "trials": len(sums), "method": method, "load_per_core": _load_per_core()}
+
+
+def loss_scale_section(scaled_steps: Callable[[float, int], tuple[float, bool]]) -> dict[str, Any]:
+    """The ``loss_scale`` section from ``scaled_steps(initial_scale, steps)``.
+
+    ``scaled_steps`` runs ``steps`` float16 training steps under the
+    framework's dynamic loss scale starting at ``initial_scale`` and returns the
+    scale after them and whether the parameters changed: one step from
+    :data:`OVERFLOW_SCALE` (the gradients overflow, so the step is skipped and
+    the scale halves), then :data:`GROWTH_INTERVAL` steps from
+    :data:`GROWTH_SCALE` (finite, so they apply and the scale doubles).
+    """
+    after_overflow, overflow_changed = scaled_steps(OVERFLOW_SCALE, 1)
+    grown, finite_changed = scaled_steps(GROWTH_SCALE, GROWTH_INTERVAL)
+    return {"initial": OVERFLOW_SCALE, "after_overflow": after_overflow,
+            "overflow_params_unchanged": not overflow_changed, "growth_initial": GROWTH_SCALE,
+            "growth_interval": GROWTH_INTERVAL, "finite_steps": GROWTH_INTERVAL,
+            "after_finite_steps": grown, "finite_params_changed": finite_changed}
 
 
 def timing_shape(on_gpu: bool) -> tuple[tuple[int, ...], int, int]:

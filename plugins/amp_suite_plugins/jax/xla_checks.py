@@ -58,12 +58,7 @@ def _scaled_steps(dev: Any, initial: float, steps: int) -> tuple[float, bool]:
 
 
 def loss_scale_section(dev: Any) -> dict[str, Any]:
-    after_overflow, overflow_changed = _scaled_steps(dev, kit.OVERFLOW_SCALE, 1)
-    grown, finite_changed = _scaled_steps(dev, kit.GROWTH_SCALE, kit.GROWTH_INTERVAL)
-    return {"initial": kit.OVERFLOW_SCALE, "after_overflow": after_overflow,
-            "overflow_params_unchanged": not overflow_changed, "growth_initial": kit.GROWTH_SCALE,
-            "growth_interval": kit.GROWTH_INTERVAL, "finite_steps": kit.GROWTH_INTERVAL,
-            "after_finite_steps": grown, "finite_params_changed": finite_changed}
+    return kit.loss_scale_section(lambda initial, steps: _scaled_steps(dev, initial, steps))
 
 
 def timing_section(dev: Any) -> dict[str, Any]:

@@ -301,10 +301,16 @@ def efficientnet(variant: str, num_classes: int, input_size: int | None = None) 
     """
     scaling = EFFICIENTNET_SCALING[variant]
     side = input_size or scaling.resolution
-    layers: list[LayerSpec] = [zero_pad(*same_pads(side, 3, 2)),
+    return efficientnet_of_blocks(scaling, efficientnet_blocks(scaling, strided_side(side, 2)), num_classes, side)
+
+
+def efficientnet_of_blocks(scaling: EfficientNetScaling, blocks: list[MBConv], num_classes: int,
+                           input_size: int) -> Layers:
+    """The stem, ``blocks``, the top convolution and the head: a whole network given all of its blocks."""
+    layers: list[LayerSpec] = [zero_pad(*same_pads(input_size, 3, 2)),
                                conv2d("stem_conv", scaling.filters(32), 3, stride=2, use_bias=False),
                                keras_bn("stem_bn"), swish()]
-    for block in efficientnet_blocks(scaling, strided_side(side, 2)):
+    for block in blocks:
         layers += mbconv(block)
     layers += [conv2d("top_conv", scaling.filters(1280), 1, use_bias=False), keras_bn("top_bn"), swish()]
     return (*layers, *article_head(num_classes))

@@ -5,7 +5,7 @@ in ``amp_suite.workloads.architectures.ARCHITECTURES``; a probe loads it as a
 plugin module (``ProbeRequest.plugin_modules``: a module without hooks is a
 harmless plugin), found through the tests' ``PYTHONPATH``.
 
-It is made by the same builders as ``efficientnet_b0``: its stem (``zero_pad``,
+It is made by the same builder as ``efficientnet_b0`` (``efficientnet_of_blocks``): its stem (``zero_pad``,
 stride-2 convolution, BatchNorm, swish), block1a (no expansion), block2a
 (expansion, ``zero_pad`` before a stride-2 depthwise convolution, no skip) and
 block2b (a residual whose body ends in stochastic depth), each with its
@@ -20,14 +20,11 @@ from __future__ import annotations
 from amp_suite.workloads.architectures import ARCHITECTURES
 from amp_suite.workloads.backbones import (
     EFFICIENTNET_SCALING,
-    article_head,
     efficientnet_blocks,
-    keras_bn,
-    mbconv,
-    same_pads,
+    efficientnet_of_blocks,
     strided_side,
 )
-from amp_suite.workloads.layers import LayerSpec, conv2d, swish, zero_pad
+from amp_suite.workloads.layers import LayerSpec
 
 NAME = "few_blocks_efficientnet"
 # block1a, block2a and block2b of EfficientNet-B0, named and sized as there.
@@ -36,14 +33,8 @@ BLOCKS = ("block1a_", "block2a_", "block2b_")
 
 def few_blocks_efficientnet(num_classes: int, input_size: int = 32) -> tuple[LayerSpec, ...]:
     scaling = EFFICIENTNET_SCALING["b0"]
-    layers: list[LayerSpec] = [zero_pad(*same_pads(input_size, 3, 2)),
-                               conv2d("stem_conv", scaling.filters(32), 3, stride=2, use_bias=False),
-                               keras_bn("stem_bn"), swish()]
-    for block in efficientnet_blocks(scaling, strided_side(input_size, 2)):
-        if block.name in BLOCKS:
-            layers += mbconv(block)
-    layers += [conv2d("top_conv", scaling.filters(1280), 1, use_bias=False), keras_bn("top_bn"), swish()]
-    return (*layers, *article_head(num_classes))
+    blocks = [block for block in efficientnet_blocks(scaling, strided_side(input_size, 2)) if block.name in BLOCKS]
+    return efficientnet_of_blocks(scaling, blocks, num_classes, input_size)
 
 
 ARCHITECTURES.setdefault(NAME, few_blocks_efficientnet)

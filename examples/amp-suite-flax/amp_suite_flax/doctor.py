@@ -19,6 +19,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from amp_suite.doctor import probe_kit as kit
 from amp_suite_plugins.jax.xla_checks import (
     found_gpu,
@@ -32,7 +35,7 @@ from amp_suite_plugins.jax.xla_checks import (
 GPU_ERRORS: list[str] = []
 
 
-def _choose(jax: Any, requested: str) -> Any:
+def _choose(requested: str) -> Any:
     if requested == "cpu":
         jax.config.update("jax_platforms", "cpu")  # before any backend starts
     else:
@@ -43,7 +46,7 @@ def _choose(jax: Any, requested: str) -> Any:
     return jax.devices("cpu")[0]
 
 
-def device_section(jax: Any, dev: Any) -> dict[str, Any]:
+def device_section(dev: Any) -> dict[str, Any]:
     import importlib.util
 
     plugins = [name for name in ("jax_cuda13_plugin", "jax_cuda12_plugin") if importlib.util.find_spec(name)]
@@ -59,15 +62,14 @@ def device_section(jax: Any, dev: Any) -> dict[str, Any]:
         found.update(name=dev.device_kind, compute_capability=str(getattr(dev, "compute_capability", "")),
                      driver=str(getattr(dev.client, "platform_version", "")))
         conv = jax.jit(lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME"))
-        jax.block_until_ready(conv(jax.numpy.ones((1, 8, 8, 8)), jax.numpy.ones((8, 8, 3, 3))))
+        jax.block_until_ready(conv(jnp.ones((1, 8, 8, 8)), jnp.ones((8, 8, 3, 3))))
         found["cudnn_libraries"] = kit.loaded_libraries("libcudnn")  # cuDNN loads with the first convolution
     return found
 
 
-def precision_section(jax: Any, dev: Any) -> dict[str, Any]:
+def precision_section(dev: Any) -> dict[str, Any]:
     import numpy as np
 
-    jnp = jax.numpy
     k, hw = kit.PROBE_K, kit.CONV_PROBE_HW
     a = jax.device_put(jnp.ones((k, k)) * 1.0001, dev)
     b = jax.device_put(jnp.ones((k, k)), dev)
@@ -86,11 +88,10 @@ def precision_section(jax: Any, dev: Any) -> dict[str, Any]:
     return found
 
 
-def amp_section(jax: Any, dev: Any, compute: Any) -> dict[str, Any]:
+def amp_section(dev: Any, compute: Any) -> dict[str, Any]:
     import optax
     from flax import nnx
 
-    jnp = jax.numpy
     seen: dict[str, Any] = {}
 
     class Probe(nnx.Module):
@@ -121,16 +122,13 @@ def amp_section(jax: Any, dev: Any, compute: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    import jax
-
-    dev = _choose(jax, argv[0] if argv else "auto")
-    jnp = jax.numpy
+    dev = _choose(argv[0] if argv else "auto")
     kit.run_sections([
-        ("device", lambda: device_section(jax, dev)),
+        ("device", lambda: device_section(dev)),
         ("preallocation", lambda: preallocation_section(dev)),
-        ("precision", lambda: precision_section(jax, dev)),
-        ("amp_fp16", lambda: amp_section(jax, dev, jnp.float16)),
-        ("amp_bf16", lambda: amp_section(jax, dev, jnp.bfloat16)),
+        ("precision", lambda: precision_section(dev)),
+        ("amp_fp16", lambda: amp_section(dev, jnp.float16)),
+        ("amp_bf16", lambda: amp_section(dev, jnp.bfloat16)),
         ("loss_scale", lambda: loss_scale_section(dev)),
         ("timing", lambda: timing_section(dev)),
         ("memory", lambda: memory_section(dev)),

@@ -7,6 +7,8 @@ the repository root, the tiny config, the CLI runner).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,24 @@ import pytest
 from suite_cli import TINY_CONFIG
 
 HELPERS = Path(__file__).parent / "helpers"
-_PYTHONPATH_BEFORE = pytest.StashKey[str | None]()
+# The environment variables this session set, with the values they had before (None: unset).
+_ENVIRONMENT_BEFORE = pytest.StashKey[dict[str, str | None]]()
+# The compilation cache folder this process made (the controller's), removed when the session ends.
+_XLA_CACHE_MADE = pytest.StashKey[str]()
+
+
+def _lane_threads() -> int | None:
+    """OpenMP threads for the framework processes of one xdist lane: the cores shared by the lanes, or None
+    outside xdist, with one lane, or where the caller chose OMP_NUM_THREADS."""
+    lanes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if lanes <= 1 or "OMP_NUM_THREADS" in os.environ:
+        return None
+    return max(1, len(os.sched_getaffinity(0)) // lanes)
+
+
+def _set_for_session(config: pytest.Config, name: str, value: str) -> None:
+    config.stash.setdefault(_ENVIRONMENT_BEFORE, {}).setdefault(name, os.environ.get(name))
+    os.environ[name] = value
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -24,8 +43,24 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "cores); -m 'not slow' leaves them out")
     # Worker processes import the test plugins (fakefw, ghostfw) by module name: for this session they
     # find them through PYTHONPATH, which pytest_unconfigure gives back as it was.
-    config.stash[_PYTHONPATH_BEFORE] = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p)
+    _set_for_session(config, "PYTHONPATH",
+                     os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p))
+    # Each xdist lane's PyTorch (and oneDNN) processes get their share of the cores, not all of them: with two
+    # lanes on two cores, two OpenMP pools of two threads each spin against each other (the real time-to-target
+    # test took 180 s beside another lane, 35 s alone, 51 s with one thread).  No assertion depends on the count;
+    # set OMP_NUM_THREADS, or run with -n 0, to choose otherwise.
+    threads = _lane_threads()
+    if threads is not None:
+        _set_for_session(config, "OMP_NUM_THREADS", str(threads))
+    # One XLA compilation cache for the session's JAX processes (both lanes and their probes, cells and the Flax
+    # example's own suite inherit it): many probes compile the very same step (one model, precision and batch size,
+    # asked for different steps or counters), and each is a fresh process that would compile it again.  A cache
+    # hit replaces XLA's compile only: tracing still runs, so the checks that count traces count the same.  The
+    # controller makes the folder; xdist's workers inherit it.  Set JAX_COMPILATION_CACHE_DIR to choose another.
+    if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        folder = tempfile.mkdtemp(prefix="amp-suite-tests-xla-cache-")
+        config.stash[_XLA_CACHE_MADE] = folder
+        _set_for_session(config, "JAX_COMPILATION_CACHE_DIR", folder)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -35,11 +70,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    before = config.stash.get(_PYTHONPATH_BEFORE, None)
-    if before is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = before
+    for name, before in config.stash.get(_ENVIRONMENT_BEFORE, {}).items():
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+    made = config.stash.get(_XLA_CACHE_MADE, None)
+    if made is not None:
+        shutil.rmtree(made, ignore_errors=True)
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ import pytest
 from suite_cli import TINY_CONFIG
 
 HELPERS = Path(__file__).parent / "helpers"
-# The environment variables this session set, with the values they had before (None: unset).
-_ENVIRONMENT_BEFORE = pytest.StashKey[dict[str, str | None]]()
+# The environment variables this session sets, undone when it ends.
+_SESSION_ENVIRONMENT = pytest.StashKey[pytest.MonkeyPatch]()
 # The compilation cache folder this process made (the controller's), removed when the session ends.
 _XLA_CACHE_MADE = pytest.StashKey[str]()
 
@@ -33,25 +33,21 @@ def _lane_threads() -> int | None:
     return max(1, len(os.sched_getaffinity(0)) // lanes)
 
 
-def _set_for_session(config: pytest.Config, name: str, value: str) -> None:
-    config.stash.setdefault(_ENVIRONMENT_BEFORE, {}).setdefault(name, os.environ.get(name))
-    os.environ[name] = value
-
-
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: a test that starts a real framework (seconds to minutes on 2 "
                                        "cores); -m 'not slow' leaves them out")
     # Worker processes import the test plugins (fakefw, ghostfw) by module name: for this session they
     # find them through PYTHONPATH, which pytest_unconfigure gives back as it was.
-    _set_for_session(config, "PYTHONPATH",
-                     os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", "")) if p))
+    environment = config.stash[_SESSION_ENVIRONMENT] = pytest.MonkeyPatch()
+    environment.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(HELPERS), os.environ.get("PYTHONPATH", ""))
+                                                     if p))
     # Each xdist lane's PyTorch (and oneDNN) processes get their share of the cores, not all of them: with two
     # lanes on two cores, two OpenMP pools of two threads each spin against each other (the real time-to-target
     # test took 180 s beside another lane, 35 s alone, 51 s with one thread).  No assertion depends on the count;
     # set OMP_NUM_THREADS, or run with -n 0, to choose otherwise.
     threads = _lane_threads()
     if threads is not None:
-        _set_for_session(config, "OMP_NUM_THREADS", str(threads))
+        environment.setenv("OMP_NUM_THREADS", str(threads))
     # One XLA compilation cache for the session's JAX processes (both lanes and their probes, cells and the Flax
     # example's own suite inherit it): many probes compile the very same step (one model, precision and batch size,
     # asked for different steps or counters), and each is a fresh process that would compile it again.  A cache
@@ -60,7 +56,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         folder = tempfile.mkdtemp(prefix="amp-suite-tests-xla-cache-")
         config.stash[_XLA_CACHE_MADE] = folder
-        _set_for_session(config, "JAX_COMPILATION_CACHE_DIR", folder)
+        environment.setenv("JAX_COMPILATION_CACHE_DIR", folder)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -70,11 +66,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    for name, before in config.stash.get(_ENVIRONMENT_BEFORE, {}).items():
-        if before is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = before
+    environment = config.stash.get(_SESSION_ENVIRONMENT, None)
+    if environment is not None:
+        environment.undo()
     made = config.stash.get(_XLA_CACHE_MADE, None)
     if made is not None:
         shutil.rmtree(made, ignore_errors=True)

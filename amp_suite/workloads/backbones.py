@@ -306,7 +306,8 @@ def efficientnet(variant: str, num_classes: int, input_size: int | None = None) 
 
 def efficientnet_of_blocks(scaling: EfficientNetScaling, blocks: list[MBConv], num_classes: int,
                            input_size: int) -> Layers:
-    """The stem, ``blocks``, the top convolution and the head: a whole network given all of its blocks."""
+    """The stem, ``blocks``, the top convolution and the head: the whole network given all of a variant's
+    blocks, a cut of it given some."""
     layers: list[LayerSpec] = [zero_pad(*same_pads(input_size, 3, 2)),
                                conv2d("stem_conv", scaling.filters(32), 3, stride=2, use_bias=False),
                                keras_bn("stem_bn"), swish()]

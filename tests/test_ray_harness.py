@@ -20,6 +20,7 @@ import pytest
 from processes import alive
 from ray_cluster import (
     RayCluster,
+    describe,
     namespace_exists,
     namespace_problem,
     processes_in_netns,
@@ -145,7 +146,8 @@ def test_teardown_leaves_no_process_and_no_namespace(tmp_path: Path) -> None:
     # The client still waiting on its task went with the cluster.
     assert client.wait(timeout=10) is not None
     assert not namespace_exists(cluster.namespace)
-    assert processes_in_netns(cluster.netns_inode) == []
+    in_netns = processes_in_netns(cluster.netns_inode)
+    assert in_netns == [], describe(in_netns)
     left = [pid for pid, proc in ours.items() if proc.is_running() and alive(pid)]
     assert left == []
     # Whatever Ray processes appeared meanwhile belong to someone else: none in our namespace or dirs.

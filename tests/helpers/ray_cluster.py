@@ -113,6 +113,18 @@ def processes_in_netns(inode: int) -> list[int]:
     return pids
 
 
+def describe(pids: Sequence[int]) -> str:
+    """``pid: status, command line`` of each pid, for a failure message."""
+    lines = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            lines.append(f"{pid}: {proc.status()}, {' '.join(proc.cmdline()) or proc.name()}")
+        except psutil.Error as e:
+            lines.append(f"{pid}: {type(e).__name__}")
+    return "; ".join(lines)
+
+
 def listening(inode: int) -> set[tuple[str, int]]:
     """The (address, port) of every TCP socket listening in the network namespace with this inode.
 
@@ -304,12 +316,18 @@ def _teardown(namespace: str, inode: int, base: Path) -> None:
     processes, so they are init's children and stay zombies until init gets round to them (~1 s here).
     """
     killed: list[psutil.Process] = []
-    for _ in range(5):  # a raylet may spawn a worker while the others die: go round until none is left
+    # A raylet may spawn a worker while the others die: go round until two scans a moment apart find none (one
+    # empty scan let a process through once, seen in the namespace after teardown), for 30 s at most.
+    empty_scans, deadline = 0, time.monotonic() + 30
+    while empty_scans < 2 and time.monotonic() < deadline:
         procs = [p for p in map(_process, processes_in_netns(inode)) if p is not None]
         procs += [p for p in psutil.process_iter() if p not in procs and any(str(base) in a for a in _cmdline(p))]
         procs = [p for p in procs if _running(p)]
         if not procs:
-            break
+            empty_scans += 1
+            time.sleep(0.2)
+            continue
+        empty_scans = 0
         killed += procs
         _kill_all(procs)
     subprocess.run(["ip", "netns", "delete", namespace], capture_output=True, timeout=30)

@@ -402,16 +402,27 @@ def _from_flax_layout(kind: str, value: np.ndarray) -> np.ndarray:
         else value
 
 
+def _canonical_name(kinds: dict[str, str], path: str) -> str:
+    """``layer/attribute[/value]`` of an nnx parameter as its canonical name ``layer/leaf`` (``conv1/bias``:
+    ``conv1/b``)."""
+    layer, attribute = path.removesuffix("/value").split("/")[:2]
+    return f"{layer}/{next(leaf for leaf, name in LEAVES[kinds[layer]].items() if name == attribute)}"
+
+
 def load_canonical(net: Any, layers: tuple[LayerSpec, ...], weights: dict[str, np.ndarray],
                    state: dict[str, np.ndarray]) -> Stats:
-    """Overwrite ``net``'s initial parameters by the canonical ones.
+    """Give ``net``'s parameters the canonical values.
 
+    ``net`` may be abstract (:func:`flax.nnx.eval_shape` of :func:`build_net`):
+    every parameter must then get a value here, or this raises ``ValueError``.
     The layouts are the same (HWIO, (in, out), NHWC) but a depthwise kernel's:
     canonical ``(k, k, c, 1)``, nnx's ``(k, k, 1, c)`` (:func:`_to_flax_layout`).
 
     Returns the BatchNorm statistics of ``state`` as ``{layer: {"mean", "var"}}``.
     """
+    import jax
     import jax.numpy as jnp
+    from flax import nnx
 
     kinds = _owners(layers)
     for key, value in weights.items():
@@ -420,7 +431,13 @@ def load_canonical(net: Any, layers: tuple[LayerSpec, ...], weights: dict[str, n
         value = _to_flax_layout(kinds[layer], value)
         if tuple(variable.shape) != value.shape:
             raise ValueError(f"{key}: canonical shape {value.shape} != flax {tuple(variable.shape)}")
-        variable[...] = jnp.asarray(value, jnp.float32)
+        variable.set_value(jnp.asarray(value, jnp.float32))
+    # A parameter the canonical weights do not name would keep its traced placeholder, and fail far from here.
+    unset = [_canonical_name(kinds, jax.tree_util.keystr(path, simple=True, separator="/"))
+             for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(net, nnx.Param))
+             if not isinstance(leaf, jax.Array)]
+    if unset:
+        raise ValueError(f"no canonical value for {', '.join(sorted(unset))}")
     stats: Stats = {}
     for key, value in state.items():
         layer, _, leaf = key.rpartition("/")
@@ -455,7 +472,9 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     where = placement(run, device)
     compute = applied.compute_dtype
     layers = workload.layers
-    net = build_net(workload, compute, run.seed)
+    # Traced, not run: every value is replaced by the canonical one, and nnx's initializers run eagerly would
+    # compile one small XLA program each (2 to 3 s for a small CNN, in every process that builds one).
+    net = nnx.eval_shape(lambda: build_net(workload, compute, run.seed))
     stats = load_canonical(net, layers, initial_weights, initial_state)
     graphdef, params = nnx.split(net, nnx.Param)
     params, stats = jax.device_put((params, stats), where.state)
@@ -467,7 +486,8 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     loss_scale = ((jnp.asarray(applied.initial_loss_scale, jnp.float32), jnp.zeros((), jnp.int32))
                   if dynamic else ())
     # Committed where the step's outputs will be from the start: else the second call retraces.
-    opt_state, loss_scale = jax.device_put((optimizer.init(params), loss_scale), where.state)
+    # optax's init as one compiled program: run eagerly, each of its zeros compiles a program of its own.
+    opt_state, loss_scale = jax.device_put((jax.jit(optimizer.init)(params), loss_scale), where.state)
     trace_count = [0]
 
     def apply(p: Any, s: Stats, images: Any, training: bool, sync_axis: str | None = None,

@@ -240,3 +240,54 @@ def test_calibrate_measures_flax_through_its_own_probe(tmp_path):
     assert figures["kind"] == "cpu" and figures["version"] == version
     assert figures["matmul"]["fp32"] > 0 and figures["conv"]["fp32"] > 0
 
+
+
+_COUNT_BUILD_COMPILES = """
+import json, jax
+from amp_suite.plugins.host import PluginHost
+from amp_suite.records import RunSpec
+from amp_suite.workloads.workload import init_variables, workload_from_config
+
+workload = workload_from_config("resnet8", {"model": "resnet8"})
+host = PluginHost(framework="flax", extra_modules=("amp_suite_flax.plugin",))
+run = RunSpec(framework="flax", workload="resnet8", precision="fp32", steps=1, epochs=1, warmup=0, batch_size=8)
+weights, state = init_variables(workload, 0)
+device = host.select_device(run)
+applied = host.set_precision(run, device)
+compiles = []
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, seconds, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration"
+    else None)
+model = host.build_model(run, workload, weights, state, applied, device)
+print(json.dumps({"compiles": len(compiles), "parameters": len(weights)}))
+"""
+
+
+def test_build_model_traces_the_initializers_instead_of_compiling_each():
+    """nnx's initializers and optax's init, run eagerly, compile one small program each (resnet8: 39, 3 s)."""
+    # no compilation cache: a program another test compiled would be read, not compiled, and go uncounted
+    env = {name: value for name, value in os.environ.items() if name != "JAX_COMPILATION_CACHE_DIR"}
+    done = subprocess.run([sys.executable, "-c", _COUNT_BUILD_COMPILES], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    built = json.loads(done.stdout.splitlines()[-1])
+    assert built["parameters"] > 20  # resnet8's kernels, biases and BatchNorm parameters
+    assert built["compiles"] <= 3, f"{built['compiles']} XLA programs compiled to build the model"
+
+
+def test_a_parameter_without_a_canonical_value_is_an_error_not_a_placeholder():
+    import jax
+    from flax import nnx
+
+    from amp_suite.workloads.workload import init_variables, workload_from_config
+    from amp_suite_flax.plugin import build_net, load_canonical
+
+    workload = workload_from_config("mnist_cnn", dict(WORKLOADS["mnist_cnn"]))
+    weights, state = init_variables(workload, 0)
+    net = nnx.eval_shape(lambda: build_net(workload, "float32", 0))
+    missing = sorted(weights)[0]
+    with pytest.raises(ValueError, match=f"no canonical value for {missing}$"):
+        load_canonical(net, workload.layers, {k: v for k, v in weights.items() if k != missing}, state)
+    stats = load_canonical(net, workload.layers, weights, state)  # every one named: concrete arrays throughout
+    assert all(isinstance(leaf, jax.Array) for leaf in jax.tree.leaves(nnx.state(net, nnx.Param)))
+    assert set(stats) == {key.rpartition("/")[0] for key in state}

@@ -25,6 +25,10 @@ def test_run_returns_a_frame_with_one_row_per_cell(tiny_config, tmp_path, clean_
     assert set(zip(df.precision, df.repeat, strict=True)) == {(p, r) for p in ("fp32", "amp_bf16") for r in (0, 1)}
     assert (df.status == "ok").all() and (df.throughput > 0).all()
     assert (df.currency == "USD").all() and (df.cost_per_million_images > 0).all()
+    # an epoch is the sweep's 4 steps of the cell's batch: its cost, the steady-state time of those images
+    batch = json.loads((out / "results.jsonl").read_text().splitlines()[0])["config"]["batch_size"]
+    assert (df.images_per_epoch == 4 * batch).all()
+    assert list(df.cost_per_epoch) == pytest.approx(list(1.5 / 3600 * 4 * batch / df.throughput))
     assert df.attrs["exit_code"] == 0 and df.attrs["out_dir"] == str(out)
     assert (out / "results.csv").exists() and (out / "report.md").exists()
     csv = pd.read_csv(out / "results.csv")

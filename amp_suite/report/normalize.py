@@ -109,11 +109,11 @@ def is_synthetic(result: CellResult) -> bool:
     return (result.config or {}).get("dataset") == "synthetic" or bool((result.metrics or {}).get("dataset_substituted"))
 
 
-def _images_per_epoch(metrics: dict[str, Any], batch_size: Any) -> float | None:
-    """Steps of one epoch x batch size (the last epoch's steps, as recorded)."""
-    steps = metrics.get("step_times_s")
-    if isinstance(steps, list) and steps and isinstance(steps[-1], list) and isinstance(batch_size, int):
-        return float(len(steps[-1]) * batch_size)
+def _images_per_epoch(config: dict[str, Any]) -> float | None:
+    """The steps of one epoch x the (global) batch size, as the cell ran them (its ``config``)."""
+    steps, batch_size = config.get("steps"), config.get("batch_size")
+    if isinstance(steps, int) and isinstance(batch_size, int) and steps > 0 and batch_size > 0:
+        return float(steps * batch_size)
     return None
 
 
@@ -136,7 +136,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
         achieved = _num(m.get("achieved_tflops"))
         plugin = (r.config or {}).get("framework") or r.framework  # a variant's (torch@2.12) plugin: torch
         peak = peak_tflops(calibration, plugin, kind, r.precision) if r.status == "ok" else None
-        images = _images_per_epoch(m, (r.config or {}).get("batch_size"))
+        images = _images_per_epoch(r.config or {})
         per_epoch, per_million = (cell_cost(throughput, images, cost["price_per_hour"])
                                   if cost.get("price_per_hour") is not None and r.status == "ok" else (None, None))
         pool = (r.config or {}).get("pool") or ""

@@ -223,10 +223,12 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from amp_suite.comparison import compare, regressions
+    from amp_suite.comparison import compare, regressions, unjudged
 
     if args.fail_above is not None and not 0 <= args.fail_above < 100:
         raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
+    if args.out and not Path(args.out).parent.is_dir():
+        raise UsageError(f"cannot write {args.out}: the folder {Path(args.out).parent} does not exist")
     frame = compare(args.base, args.new)
     print(frame.attrs["markdown"])
     if args.out:
@@ -243,6 +245,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"amp-suite: regression: {row.workload} / {row.framework} / {row.precision}: {row.metric} "
               f"{row.ratio:.3f}x of BASE ({row.low:.3f}–{row.high:.3f}), beyond -{args.fail_above:g}%",
               file=sys.stderr)
+    blind = unjudged(frame)
+    if len(blind):
+        print(f"amp-suite: --fail-above could not judge {len(blind)} throughput and speed-up "
+              f"row{'s' if len(blind) != 1 else ''} (no spread on one side or both: a single repeat of a single "
+              "timed window); run both sweeps with --repeats 2 or more", file=sys.stderr)
     return EXIT_FAILED if len(worse) else EXIT_OK
 
 

@@ -14,8 +14,9 @@ means.  Each side's spread comes from its repeats (two or more fresh
 processes); a side with one repeat falls back on the spread of its process's
 timed windows, which misses the process-to-process variation and is said so.
 A speed-up's repeats are the paired per-repeat ratios of that sweep.  A ratio
-whose interval contains 1.0 is "no measurable difference"; one without any
-spread to judge by gets no verdict.
+whose interval contains 1.0 is "no measurable difference"; where either
+side has no spread to judge by (one repeat of one timed window), the ratio
+gets no verdict.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import pandas as pd
 from amp_suite.config.settings import COMPARED_SETTINGS
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
-from amp_suite.report.intervals import Interval, LogEstimate, paired_ratios
+from amp_suite.report.intervals import Interval, LogEstimate, log_interval, paired_ratios
 
 MIB = 1024 * 1024
 # Metrics compared, in order: (key, title, which way is better, verdict words for higher / lower).
@@ -108,7 +109,11 @@ def _median(values: dict[int, float]) -> float:
 
 
 def _estimate(side: Side, metric: str, sides: dict[tuple, Side], key: tuple) -> tuple[float, LogEstimate | None]:
-    """The side's figure (median over repeats) and its log estimate (None: no spread to judge by)."""
+    """The side's figure and its log estimate (None: no spread to judge by).
+
+    A figure is the median over repeats; a speed-up, the geometric mean of the
+    paired per-repeat ratios, the figure the report shows for the same sweep.
+    """
     if metric == "speedup":
         base = sides.get((*key[:2], BASELINE, *key[3:]))
         if base is None or key[2] == BASELINE:
@@ -116,7 +121,7 @@ def _estimate(side: Side, metric: str, sides: dict[tuple, Side], key: tuple) -> 
         ratios = paired_ratios(side.figures.get("throughput", {}), base.figures.get("throughput", {}))
         if not ratios:
             return math.nan, None
-        value = float(pd.Series(ratios).median())
+        value = log_interval(ratios).value
         if len(ratios) >= 2:
             return value, LogEstimate.of(ratios, "repeats")
         mine, theirs = _window_estimate(side), _window_estimate(base)
@@ -173,6 +178,13 @@ def compare_results(base: list[CellResult], new: list[CellResult]) -> pd.DataFra
                          "low": interval.low, "high": interval.high, "basis": basis,
                          "verdict": _verdict(interval, better, words, exact=b_value == n_value)})
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def unjudged(frame: pd.DataFrame) -> pd.DataFrame:
+    """Throughput and speed-up rows without a verdict: ``--fail-above`` cannot judge them."""
+    if frame.empty:
+        return frame
+    return frame[frame["metric"].isin(GUARDED) & (frame["verdict"] == NO_VERDICT)]
 
 
 def regressions(frame: pd.DataFrame, percent: float) -> pd.DataFrame:

@@ -102,6 +102,33 @@ def test_a_single_repeat_judges_by_its_windows_and_says_so():
     assert _row(blind, "throughput", "fp32").verdict.startswith("no verdict")
 
 
+def test_a_guard_that_cannot_judge_says_so(tmp_path):
+    # one repeat, one timed window on each side: a 36% slow-down has no verdict, and --fail-above says it saw nothing
+    base = _write(tmp_path / "base", [_cell("fake", "fp32", 0, 1000.0), _cell("fake", "amp_bf16", 0, 1500.0)], ENV)
+    new = _write(tmp_path / "new", [_cell("fake", "fp32", 0, 640.0), _cell("fake", "amp_bf16", 0, 1400.0)], ENV)
+    done = run_cli("compare", str(base), str(new), "--fail-above", "10")
+    assert done.returncode == 0, done.stderr
+    assert "--fail-above could not judge 3 throughput and speed-up rows" in done.stderr  # 2 throughputs, 1 speed-up
+    assert "--repeats 2 or more" in done.stderr
+    nowhere = tmp_path / "no-such-folder" / "cmp.md"
+    refused = run_cli("compare", str(base), str(new), "--out", str(nowhere))
+    assert refused.returncode == 2 and refused.stdout == ""  # refused before anything is printed
+    assert f"cannot write {nowhere}: the folder {nowhere.parent} does not exist" in refused.stderr
+
+
+def test_compare_shows_the_speedup_the_report_shows():
+    # two paired repeats whose ratios are 0.733 and 0.079: the report's geometric mean, 0.24, not their median 0.41
+    base = [_cell("fake", "fp32", 0, 597.4), _cell("fake", "fp32", 1, 5595.0),
+            _cell("fake", "amp_bf16", 0, 437.6), _cell("fake", "amp_bf16", 1, 442.3)]
+    from amp_suite.report.intervals import log_interval, paired_ratios
+
+    frame = compare_results(base, base)
+    row = _row(frame, "speedup", "amp_bf16")
+    expected = log_interval(paired_ratios({0: 437.6, 1: 442.3}, {0: 597.4, 1: 5595.0})).value
+    assert row.base == pytest.approx(expected) and row.base == pytest.approx((437.6 / 597.4 * 442.3 / 5595.0) ** 0.5)
+    assert row.new == row.base
+
+
 def test_a_sweep_of_the_fake_framework_compared_with_itself_has_no_difference(tiny_config, tmp_path, clean_fake_env):
     out = tmp_path / "same"
     amp_suite.run(frameworks="fake", precisions="fp32,amp_bf16", config=tiny_config, plugins=["fakefw"],

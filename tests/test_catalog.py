@@ -104,11 +104,22 @@ def test_init_writes_a_starter_that_loads_and_refuses_to_overwrite(tmp_path):
     # Uncommenting the [defaults] block gives exactly the packaged defaults.
     block = text.split("# [defaults]\n", 1)[1].split("\n\n", 1)[0]
     path.write_text("[defaults]\n" + "\n".join(line[2:] for line in block.splitlines()) + "\n")
-    assert load_config(path).settings == packaged.settings
+    uncommented = load_config(path)
+    assert uncommented.settings == packaged.settings
+    assert uncommented.device_defaults == packaged.device_defaults and set(packaged.device_defaults) == {"cpu", "gpu"}
     again = run_cli("init", cwd=tmp_path)
     assert again.returncode == 2
     assert again.stderr.strip() == f"amp-suite: error: {path} already exists; pass --force to overwrite it"
     assert run_cli("init", "--force", cwd=tmp_path).returncode == 0 and path.read_text() == text
+
+
+def test_the_repositorys_benchmarks_toml_is_the_starter():
+    # docs/usage.md says so, and a newcomer reads the packaged values in it
+    from amp_suite.config.starter import starter_text
+    from suite_cli import REPO
+
+    assert (REPO / "benchmarks.toml").read_text() == starter_text(), \
+        "benchmarks.toml is stale: rewrite it with `amp-suite init --force`"
 
 
 def test_list_shows_the_presets_and_where_each_workload_and_preset_comes_from(tmp_path):

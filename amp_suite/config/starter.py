@@ -1,7 +1,8 @@
 """The commented starter ``benchmarks.toml`` that ``amp-suite init`` writes.
 
 Every line of it is a comment, so it loads to the packaged catalog unchanged.
-Its ``[defaults]`` block is copied from the catalog's own ``defaults.toml``
+Its ``[defaults]`` block (with ``[defaults.on_cpu]`` and ``[defaults.on_gpu]``) is copied from the catalog's
+own ``defaults.toml``
 (the values are declared once, there), so uncommenting the block starts from
 exactly what the catalog holds.
 """
@@ -23,8 +24,9 @@ HEADER = """\
 
 DEFAULTS_INTRO = """
 # [defaults] here replaces the packaged [defaults] as one table: a key left out takes
-# amp-suite's built-in value, not the packaged one.  These are the packaged values;
-# uncomment the whole block to start from them.
+# amp-suite's built-in value, not the packaged one, and its sub-tables go with it: what
+# [defaults.on_cpu] and [defaults.on_gpu] change on that kind of device.  These are the
+# packaged values; uncomment the whole block to start from them.
 #
 """
 
@@ -64,13 +66,19 @@ REST = """
 
 
 def _packaged_defaults() -> list[str]:
-    """The ``[defaults]`` table of the catalog's ``defaults.toml``: its header and key lines."""
+    """The ``[defaults]`` table of the catalog's ``defaults.toml`` and its device-kind tables
+    (``[defaults.on_cpu]``, ``[defaults.on_gpu]``): their headers and key lines.
+
+    The device-kind tables belong to the block: a ``[defaults]`` of a file replaces the packaged
+    one with its sub-tables, so a block without them would add tf32 cells on a CPU and time a GPU
+    with the CPU's 20 steps.
+    """
     lines: list[str] = []
     inside = False
     for line in (CATALOG_DIR / "defaults.toml").read_text(encoding="utf-8").splitlines():
         stripped = line.strip()
         if stripped.startswith("["):
-            inside = stripped == "[defaults]"
+            inside = stripped == "[defaults]" or stripped.startswith("[defaults.")
             if inside:
                 lines.append(stripped)
             continue

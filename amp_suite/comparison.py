@@ -269,7 +269,7 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
     for name, results in (("BASE", base[0]), ("NEW", new[0])):
         busy = _busy(results)
         if busy:
-            out += [f"> **{name} ran on a busy machine:** {busy} of its cells were flagged (other processes "
+            out += [f"> **{name} ran on a busy machine:** {busy} of its cells {'was' if busy == 1 else 'were'} flagged (other processes "
                     "competed for the CPU); their figures are likely low and noisy.", ""]
     out += ["NEW/BASE is the ratio with its 95% interval: Welch's t-interval on log figures, each side's spread "
             "from its repeats or, for a side with a single repeat, from its process's timed windows (which miss "

@@ -197,3 +197,17 @@ def test_results_stored_before_the_devices_axis_still_resume():
     for name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher"):
         old.pop(name)
     assert plain_config(old) == plain_config(asdict(RunSpec(framework="torch", workload="w", precision="fp32")))
+
+
+def test_resume_with_other_flags_than_the_stored_sweep_says_which(tiny_config, tmp_path, clean_fake_env):
+    first = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32")
+    assert first.returncode == 0, first.stderr
+    same = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--resume")
+    assert same.returncode == 0 and "--resume plans" not in same.stderr, same.stderr
+    other = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32,amp_bf16",
+                    "--steps", "5", "--resume")
+    assert other.returncode == 0, other.stderr
+    warning = [line for line in other.stderr.splitlines() if "--resume plans" in line]
+    assert len(warning) == 1, other.stderr
+    assert "precisions fp32 -> fp32,amp_bf16" in warning[0] and "; steps " in warning[0], warning[0]
+    assert "give the first run's flags again" in warning[0]

@@ -204,7 +204,7 @@ def test_a_slurm_sweep_runs_its_cells_as_jobs_and_a_cancelled_job_fails_its_cell
         assert [r["status"] for k, r in rows.items() if k != cancelled["key"]] == ["ok"] * 3
         resumed = cluster.run([*sweep, "--resume"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "1 cells queued on slurm" in resumed.stderr
+    assert "1 cell queued on slurm" in resumed.stderr
     after = _rows(tmp_path)
     assert all(row["status"] == "ok" for row in after.values()) and len(after) == 4
     assert "## Across pools" in (tmp_path / "out" / "report.md").read_text()

@@ -38,7 +38,7 @@ from amp_suite.envs.placement import Placement, place_frameworks
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
-from amp_suite.sweep.stored import warn_skipped_lines
+from amp_suite.sweep.stored import warn_about_other_settings, warn_skipped_lines
 
 if TYPE_CHECKING:  # pandas is imported only when a frame is built
     pass
@@ -366,6 +366,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     store = ResultStore(out_dir)
     if request.resume:
         warn_skipped_lines(store)
+        warn_about_other_settings(out_dir, asdict(settings))
     environment = host_environment(host.distributions())
     environment["config_file"] = str(config.path) if config.path is not None else "none (the packaged catalog)"
     environment["settings"] = asdict(settings)
@@ -379,7 +380,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     except OSError as exc:
         raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
-    print(f"amp-suite: {len(cells)} cells -> {out_dir}/", file=sys.stderr)
+    print(f"amp-suite: {len(cells)} cell{'' if len(cells) == 1 else 's'} -> {out_dir}/", file=sys.stderr)
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
@@ -393,7 +394,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     except KeyboardInterrupt as exc:
         outcome.stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
         print(f"amp-suite: interrupted by {signal.Signals(outcome.stopped_by).name}; finished cells are kept in "
-              "results.jsonl (--resume runs the rest)", file=sys.stderr)
+              "results.jsonl (the same command with --resume runs the rest)", file=sys.stderr)
     except StorageError as exc:
         outcome.storage_failed = True
         print(f"amp-suite: error: {one_line(exc)}; the sweep stops, {len(outcome.results)} finished cells are "
@@ -406,7 +407,8 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
                   file=sys.stderr)
     report = host.write_report(outcome.results, out_dir, environment)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
-    print(f"amp-suite: {len(outcome.results)} cells in {time.perf_counter() - started:.0f} s; wrote "
+    print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "
+          f"{time.perf_counter() - started:.0f} s; wrote "
           + (", ".join(str(p) for p in report.written) or "no report"), file=sys.stderr)
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)

@@ -25,6 +25,31 @@ def warn_skipped_lines(store, contents=None) -> None:
               f"result: {contents.describe_skipped()}", file=sys.stderr)
 
 
+def warn_about_other_settings(directory: Path, settings: dict[str, Any]) -> None:
+    """``--resume`` plans from this command's flags and config, not from the stored sweep: one warning line
+    naming every setting that differs from the one ``environment.json`` recorded (nothing when there is none)."""
+    from amp_suite.safe_files import read_regular
+
+    path = Path(directory) / ENVIRONMENT_FILE
+    try:
+        stored = json.loads(read_regular(path).decode("utf-8")).get("settings")  # no link followed, no FIFO waited on
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError, AttributeError):
+        return
+    if not isinstance(stored, dict):
+        return
+    now = json.loads(json.dumps(settings, default=str))  # tuples as the stored lists
+    changed = [f"{name} {_shown_setting(stored[name])} -> {_shown_setting(value)}" for name, value in now.items()
+               if name != "out" and name in stored and stored[name] != value]
+    if changed:
+        print(f"amp-suite: warning: --resume plans this command's sweep, which differs from the one stored in "
+              f"{directory} ({'; '.join(changed)}); give the first run's flags again to finish that one",
+              file=sys.stderr)
+
+
+def _shown_setting(value: Any) -> str:
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
+
+
 def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
     """A sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
     from amp_suite.machine.environment import host_environment

@@ -118,7 +118,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
                 if progress:
                     progress(count, total, cell, result)
                 yield result
-        _say(f"{len(inflight)} cells queued on {scheduler.name}")
+        _say(f"{len(inflight)} cell{'' if len(inflight) == 1 else 's'} queued on {scheduler.name}")
         last_status = time.monotonic()
         while inflight:
             for handle in scheduler.finished(list(inflight), timeout_s=2.0):

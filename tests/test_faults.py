@@ -65,8 +65,18 @@ def test_sigterm_and_sighup_stop_like_ctrl_c(tiny_config, tmp_path, clean_fake_e
     assert sweep.returncode == 128 + getattr(signal, signame), err
     assert f"interrupted by {signame}" in err and "Traceback" not in err
     assert [(r["precision"], r["status"]) for r in _rows(tmp_path / "out")] == [("fp32", "ok")]
-    assert "| tiny" in (tmp_path / "out" / "report.md").read_text()
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| tiny" in report
+    # the report says it is not the whole sweep, and which cells are missing
+    assert (f"> **Incomplete sweep:** interrupted by {signame}; 2 of 3 planned cells did not run: "
+            "fake/tiny/amp_fp16/r0, fake/tiny/amp_bf16/r0.") in report
     _wait(lambda: not _alive(worker), 30, "the worker's end")
+    rendered = run_cli("report", str(tmp_path / "out"), "-p", "fakefw")  # from environment.json, later
+    assert rendered.returncode == 0, rendered.stderr
+    assert (tmp_path / "out" / "report.md").read_text() == report
+    resumed = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--resume")
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Incomplete sweep" not in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_sigkill_of_the_host_leaves_no_worker_and_resume_finishes(tiny_config, tmp_path, clean_fake_env):

@@ -537,6 +537,26 @@ def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = N
     return [line for text in lines for line in (text, "")]
 
 
+def incomplete_lines(environment: dict[str, Any]) -> list[str]:
+    """A warning for the report's header when the sweep stopped before every planned cell ran
+    (``environment["incomplete"]``, written by the sweep that stopped; a later ``--resume`` drops it)."""
+    info = environment.get("incomplete")
+    if not isinstance(info, dict):
+        return []
+    keys = info.get("not_run")
+    missing = [flat_text(key) for key in (keys if isinstance(keys, list) else []) if isinstance(key, str)]
+    planned = info.get("planned")
+    of = f" of {planned}" if isinstance(planned, int) and not isinstance(planned, bool) else ""
+    reason = flat_text(info.get("reason") or "stopped")
+    if not missing:
+        return [f"> **Incomplete sweep:** {reason} after every planned cell ran; repeats that `--repeats auto` "
+                "would have added did not run.", ""]
+    shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+    return [f"> **Incomplete sweep:** {reason}; {len(missing)}{of} planned "
+            f"cell{'' if len(missing) == 1 else 's'} did not run{': ' + shown if shown else ''}. The tables hold "
+            "only the cells that ran; the same command with `--resume` runs the rest.", ""]
+
+
 def busy_lines(cells: pd.DataFrame) -> list[str]:
     """A warning for the report's header when cells ran on a busy machine."""
     if cells.empty or "machine_busy" not in cells:
@@ -825,7 +845,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                     "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
         if any(is_synthetic(r) for r in results if r.status == "ok"):
             out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
-    out += busy_lines(cells)
+    out += incomplete_lines(environment) + busy_lines(cells)
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory on a GPU is the training step's device memory without the staged input batches "

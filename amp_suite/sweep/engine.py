@@ -399,7 +399,14 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
         outcome.storage_failed = True
         print(f"amp-suite: error: {one_line(exc)}; the sweep stops, {len(outcome.results)} finished cells are "
               "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
-    if "pools" in environment:  # what the cluster's nodes of each pool are, learnt while the cells ran
+    if outcome.stopped_by is not None or outcome.storage_failed:  # the report says what did not run
+        finished = {result.key for result in outcome.results}
+        environment["incomplete"] = {
+            "reason": (f"interrupted by {signal.Signals(outcome.stopped_by).name}" if outcome.stopped_by is not None
+                       else "stopped: a result could not be stored"),
+            "planned": len(cells), "not_run": [cell.run.key for cell in cells if cell.run.key not in finished]}
+    # what the cluster's nodes of each pool are, learnt while the cells ran; or what did not run
+    if "pools" in environment or "incomplete" in environment:
         try:
             write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
         except OSError as exc:

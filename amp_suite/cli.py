@@ -277,10 +277,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         state = f"installed {version or ''}".strip() if not missing else f"not installed ({info.install_hint()})"
         precisions = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in info.precisions.items())
         print(f"  {name:<8} {info.display_name:<12} {state}  [{precisions}]")
+    config_error = None
     try:
         config = load_config(find_config(getattr(args, "config", None)))
     except UsageError as exc:
-        print(f"workloads and presets: unavailable ({_one_line_text(exc)})")
+        # the frameworks and precisions are still listed; the exit status is a bad config's, as for run
+        config_error = _one_line_text(exc)
+        print(f"workloads and presets: unavailable ({config_error})")
     else:
         extended = f", extended by {config.path}" if config.path is not None else ""
         print(f"workloads (the packaged catalog{extended}; [source] after each):")
@@ -301,6 +304,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     from amp_suite.datasets import DATASETS
 
     print("datasets:\n  " + ", ".join(DATASETS))
+    if config_error is not None:
+        print(f"amp-suite: error: {config_error}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 

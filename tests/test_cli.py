@@ -37,6 +37,17 @@ def test_list_shows_frameworks_workloads_and_precisions():
     assert "mnist_cnn_128" in out.stdout and "amp_bf16" in out.stdout
 
 
+def test_list_with_a_bad_config_still_lists_the_frameworks_and_exits_2(tmp_path):
+    missing = tmp_path / "nofile.toml"
+    broken = tmp_path / "broken.toml"
+    broken.write_text("[defaults]\nsteps = \n")
+    for config, says in ((missing, f"config file '{missing}' does not exist"), (broken, "malformed TOML")):
+        out = run_cli("list", "--config", str(config))
+        assert out.returncode == 2, (config, out.stderr)
+        assert "torch" in out.stdout and "amp_bf16" in out.stdout  # what needs no config is still listed
+        assert out.stderr.startswith("amp-suite: error: ") and says in out.stderr and out.stderr.count("\n") == 1
+
+
 def test_plugins_lists_hooks_and_reports_a_broken_plugin():
     out = run_cli("plugins", "-p", "no_such_plugin_module")
     assert out.returncode == 0

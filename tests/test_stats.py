@@ -104,7 +104,12 @@ def test_a_short_timed_region_is_flagged_with_the_steps_it_needs():
     figures = {"timed_steps": 96, "window_time_s": 0.027, "warmup_steps": 50}
     flags = timing_flags(figures, min_timed_steps=300, min_timed_seconds=1.0, settle_asked=True, settled=True,
                          steps_per_epoch=200, epochs=2, latency_steps=10)
-    assert len(flags) == 1 and "96 steps in 0.027 s" in flags[0]
+    assert len(flags) == 1 and "96 steps in 0.027 s, under the 300 steps and 1 s a trusted" in flags[0]
+    # only the bound that was missed: 3 steps over 0.07 s are too few steps, not too short a time
+    few = timing_flags({"timed_steps": 3, "window_time_s": 0.0697}, min_timed_steps=8, min_timed_seconds=0.02,
+                       settle_asked=False, settled=False, steps_per_epoch=10, epochs=1, latency_steps=5)
+    assert "3 steps in 0.0697 s, under the 8 steps a trusted figure needs here (at least 8 steps and 0.02 s)" \
+        in few[0], few
     # 0.28 ms a step: a second is 3,556 steps, 1,778 per epoch, + 10 latency + 50 warm-up
     assert flags[0].endswith("use --steps 1838 or more")
     assert timing_flags({"timed_steps": 400, "window_time_s": 2.0}, min_timed_steps=300, min_timed_seconds=1.0,

@@ -164,9 +164,11 @@ def timing_flags(figures: dict[str, Any], *, min_timed_steps: int, min_timed_sec
         latency = min(latency_steps, per_epoch)
         need = per_epoch + latency + int(figures.get("warmup_steps") or 0)
         need = max(need, steps_per_epoch + 1)
+        missed = [bound for bound, short in ((f"{min_timed_steps} steps", timed_steps < min_timed_steps),
+                                             (f"{min_timed_seconds:g} s", timed_s < min_timed_seconds)) if short]
         flags.append(f"timed region too short: {timed_steps} steps in {timed_s:.3g} s, under the "
-                     f"{min_timed_steps} steps and {min_timed_seconds:g} s a trusted figure needs here; "
-                     f"use --steps {need} or more")
+                     f"{' and '.join(missed)} a trusted figure needs here (at least {min_timed_steps} steps and "
+                     f"{min_timed_seconds:g} s); use --steps {need} or more")
     if settle_asked and not settled:
         flags.append(f"step time had not settled after {figures.get('warmup_steps', 0)} warm-up steps "
                      f"(the last {SETTLE_RUN} within ±{SETTLE_TOLERANCE:.0%} of their median); "

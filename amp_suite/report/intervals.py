@@ -269,10 +269,16 @@ class LogEstimate:
 
 
 def format_ratio(interval: Interval, pattern: str = "{:.2f}") -> str:
-    """``1.69x (1.55–1.80)``; without an interval just ``1.69x``."""
+    """``1.69x (1.55–1.80)``; without an interval just ``1.69x``.  A figure the pattern would show as
+    ``0.00`` shows two significant digits instead (``0.0031``)."""
     if math.isnan(interval.value):
         return "–"
-    text = pattern.format(interval.value) + "x"
+
+    def shown(value: float) -> str:
+        text = pattern.format(value)
+        return f"{value:.2g}" if value > 0 and float(text) == 0 else text
+
+    text = shown(interval.value) + "x"
     if interval.known:
-        text += f" ({pattern.format(interval.low)}–{pattern.format(interval.high)})"
+        text += f" ({shown(interval.low)}–{shown(interval.high)})"
     return text

@@ -500,9 +500,21 @@ NO_DIFFERENCE_MARK = "≈"
 NOISIER_MARK = "≁"
 
 
+# Marks a ratio whose 95% interval contains 1.0 and spans more than TOO_WIDE times: too noisy to tell anything,
+# where "no measurable difference" would read as "AMP changes nothing" (0.02x (0.00030–1.5) from two repeats).
+TOO_WIDE_MARK = "?"
+TOO_WIDE = 10.0
+
+
+def _too_wide(interval: Interval) -> bool:
+    return interval.known and interval.contains(1.0) and interval.low > 0 and interval.high / interval.low > TOO_WIDE
+
+
 def _ratio_text(interval: Interval) -> str:
-    """``1.69x (1.55–1.80)``, with :data:`NO_DIFFERENCE_MARK` first when the interval contains 1.0."""
-    return (f"{NO_DIFFERENCE_MARK} " if interval.contains(1.0) else "") + format_ratio(interval)
+    """``1.69x (1.55–1.80)``, with :data:`NO_DIFFERENCE_MARK` first when the interval contains 1.0, or
+    :data:`TOO_WIDE_MARK` when it also spans more than :data:`TOO_WIDE` times."""
+    mark = (TOO_WIDE_MARK if _too_wide(interval) else NO_DIFFERENCE_MARK) if interval.contains(1.0) else ""
+    return (f"{mark} " if mark else "") + format_ratio(interval)
 
 
 def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> list[str]:
@@ -521,6 +533,13 @@ def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = N
                      "as it is the machine's (docs/measurement.md). "
                      f"{NO_DIFFERENCE_MARK} marks a speed-up "
                      "whose interval contains 1.0: **no measurable difference** from fp32 on this machine.")
+        wide = [row for _, row in amp.iterrows() if _too_wide(speedup_interval(row))]
+        if wide:
+            names = ", ".join(f"{table_text(r['workload'])} / {table_text(r['framework'])} / "
+                              f"{table_text(r['precision'])}" for r in wide)
+            lines.append(f"{TOO_WIDE_MARK} marks a speed-up whose interval contains 1.0 but spans more than "
+                         f"{TOO_WIDE:g} times ({names}): the repeats disagree too much to tell anything, a "
+                         "difference or its absence; run it again on a quiet machine or with more repeats.")
     noisier = amp[amp["speedup_noisier"].fillna(False).astype(bool)] if "speedup_noisier" in amp else amp[:0]
     if not noisier.empty:
         names = ", ".join(f"{r.workload} / {r.framework} / {r.precision}" for r in noisier.itertuples())

@@ -189,3 +189,26 @@ def test_the_readme_holds_exactly_two_commands_and_ci_runs_the_test_one():
     assert test_command in ci_lines, f".ci/run does not run the README's test command {test_command!r}"
     after = ci_lines[ci_lines.index(test_command) + 1:]
     assert after == [".venv/bin/ruff check", ".venv/bin/mypy"], f"lint and type checks after the tests: {after}"
+
+
+def test_the_command_synopsis_in_usage_holds_every_flag_of_every_command():
+    """docs/usage.md's ## Commands block names each flag the parser takes (a --no-X through its --X, a long
+    option with a short form through either), so a new flag cannot go undocumented there."""
+    import argparse
+    import re
+
+    from amp_suite.cli import build_parser
+
+    text = (REPO / "docs" / "usage.md").read_text()
+    block = text.split("## Commands", 1)[1].split("```sh", 1)[1].split("```", 1)[0]
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    missing = []
+    for name, command in commands.items():
+        assert f"amp-suite {name}" in block, f"amp-suite {name} is not in the synopsis"
+        for action in command._actions:
+            names = [o for o in action.option_strings if o not in ("-h", "--help")]
+            names += [o.replace("--no-", "--", 1) for o in names if o.startswith("--no-")]
+            if names and not any(re.search(re.escape(o) + r"(?![\w-])", block) for o in names):
+                missing.append(f"{name} {'/'.join(action.option_strings)}")
+    assert not missing, f"flags missing from the synopsis of docs/usage.md: {', '.join(missing)}"

@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("directory", help="a sweep's output directory")
     report.add_argument("--price-per-hour", type=float, help="price of the machine per hour: cost columns")
     report.add_argument("--currency", help="currency of --price-per-hour (default USD)")
-    report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+    report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                        help="load an extra plugin module (repeatable)")
 
     cmp = sub.add_parser("compare", help="compare two sweeps' results cell by cell, with intervals and verdicts",
                          description="Match the cells of two sweep directories and print one markdown table per "
@@ -104,17 +105,20 @@ def build_parser() -> argparse.ArgumentParser:
     cal = sub.add_parser("calibrate", help="measure this machine's peak matmul and convolution TFLOP/s "
                                            "per framework and dtype (cached per machine)")
     cal.add_argument("--frameworks", help="comma-separated (default: every installed framework)")
-    cal.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"))
+    cal.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
+                     help="the device to measure: auto (a GPU when there is one), cpu or gpu (default auto)")
     cal.add_argument("--budget", type=float, default=1.0,
                      help="seconds of timing per measurement (default 1)")
     cal.add_argument("--force", action="store_true", help="measure again even if cached")
-    cal.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+    cal.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                     help="load an extra plugin module (repeatable)")
 
     lst = sub.add_parser("list", help="frameworks (installed or not), workloads, presets and precisions, "
                                       "with where each workload and preset comes from")
     lst.add_argument("--config", help="configuration extending the packaged catalog (default: ./benchmarks.toml "
                                       "when there is one)")
-    lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+    lst.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                     help="load an extra plugin module (repeatable)")
 
     init = sub.add_parser("init", help="write a commented starter benchmarks.toml into the current directory",
                           description="Write ./benchmarks.toml: every line commented, so it loads to the packaged "
@@ -138,13 +142,15 @@ def build_parser() -> argparse.ArgumentParser:
                              "with its reason each check this machine cannot run; docs/gpu.md")
     doctor.add_argument("--report", metavar="PATH",
                         help="with --acceptance: where the markdown report goes (default ./amp-suite-acceptance.md)")
-    doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+    doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                        help="load an extra plugin module (repeatable)")
 
     from amp_suite.envs.command import add_env_parser
 
     add_env_parser(sub)
     plugins = sub.add_parser("plugins", help="loaded plugins with their versions and hooks")
-    plugins.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE")
+    plugins.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                         help="load an extra plugin module (repeatable)")
     return parser
 
 

@@ -142,3 +142,13 @@ def test_growing_sizes_stop_at_a_measurable_call():
 
     figure = calibration_kit.grow((1, 2, 4, 8, 16), make, lambda size: 1e9 * size, 0.05)
     assert figure["size"] == sizes_seen[-1] and figure["tflops"] > 0
+
+
+def test_calibrate_names_the_device_once():
+    from amp_suite.calibration.ceiling import _describe
+
+    cpu = _describe("torch", "cpu", {"version": "2.13.0", "device": "cpu", "matmul": {"fp32": 0.2}}, cached=True)
+    assert cpu.startswith("torch 2.13.0 on cpu (cached"), cpu
+    gpu = _describe("jax", "gpu", {"version": "0.10.2", "device": "NVIDIA H100", "matmul": {"fp32": 50.0}},
+                    cached=True)
+    assert gpu.startswith("jax 0.10.2 on gpu NVIDIA H100 (cached"), gpu

@@ -222,3 +222,14 @@ def test_resume_with_other_flags_than_the_stored_sweep_says_which(tiny_config, t
     assert len(warning) == 1, other.stderr
     assert "precisions fp32 -> fp32,amp_bf16" in warning[0] and "; steps " in warning[0], warning[0]
     assert "give the first run's flags again" in warning[0]
+
+
+def test_every_flag_of_every_command_has_help_text():
+    import argparse
+
+    from amp_suite.cli import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    bare = [f"{name} {'/'.join(action.option_strings)}" for name, command in commands.items()
+            for action in command._actions if action.option_strings and not action.help]
+    assert not bare, f"flags without help text: {', '.join(bare)}"

@@ -318,7 +318,9 @@ def _describe(name: str, kind: str, figures: dict[str, Any], *, cached: bool) ->
         ratio = f", {peak / base:.2f}x fp32" if base else ""
         rows.append(f"{dtype} matmul {_tf(cells[0])} conv {_tf(cells[1])}{ratio}")
     when = " (cached; --force measures again)" if cached else f" ({figures.get('seconds', '?')} s)"
-    return f"{name} {figures.get('version', '')} on {kind} {figures.get('device', '')}{when}:\n  " + "\n  ".join(rows)
+    device = str(figures.get("device", ""))
+    where = kind if device in ("", kind) else f"{kind} {device}"  # "on cpu", "on gpu NVIDIA H100 80GB HBM3"
+    return f"{name} {figures.get('version', '')} on {where}{when}:\n  " + "\n  ".join(rows)
 
 
 def _tf(value: float | None) -> str:

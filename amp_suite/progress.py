@@ -217,7 +217,8 @@ class SweepProgress:
                 self.durations.setdefault((run.workload, run.label, run.precision), []).append(
                     result.wall_time_s)
                 self.ran.append(result.wall_time_s)
-            self._print(_result_text(label, result) + self._eta(index, total, cell))
+            kept = " (kept from the last run: --resume)" if resumed else ""
+            self._print(_result_text(label, result) + kept + self._eta(index, total, cell))
 
     def _eta(self, index: int, total: int, cell) -> str:
         remaining = total - index

@@ -57,8 +57,10 @@ def test_not_a_tty_prints_a_line_at_most_every_few_seconds(monkeypatch):
                         wall_time_s=20.0)
     show(1, 3, _cell(), result)
     assert stream.getvalue().splitlines()[-1].endswith("sweep ETA ~40 s (2 cells left)")
-    show(2, 3, _cell(), result)
-    assert stream.getvalue().splitlines()[-1].endswith("sweep ETA ~20 s (1 cell left)")
+    assert "kept from the last run" not in stream.getvalue()
+    show(2, 3, _cell(), result)  # no start announced: a result --resume kept, said so, and not in the ETA
+    assert stream.getvalue().splitlines()[-1].endswith(
+        "(kept from the last run: --resume); sweep ETA ~20 s (1 cell left)")
 
 
 def test_rate_and_time_left():

@@ -79,27 +79,6 @@ def test_jax_reports_the_compiled_steps_own_memory_with_donated_state_reused(tmp
 
 
 # Counts the XLA programs the jax plugin compiles to build EfficientNet-B0 (32x32, fp64: the backbone checks' case).
-_COUNT_BUILD_COMPILES = """
-import json, jax
-from amp_suite.plugins.host import PluginHost
-from amp_suite.records import RunSpec
-from amp_suite.workloads.workload import init_variables, workload_from_config
-
-table = {"model": "efficientnet_b0", "input_size": 32, "channels": 3, "num_classes": 10, "batch_size": 8}
-workload = workload_from_config("efficientnet_b0", table)
-host = PluginHost(framework="jax")
-run = RunSpec(framework="jax", workload="efficientnet_b0", precision="fp64", steps=1, epochs=1, warmup=0,
-              batch_size=8)
-weights, state = init_variables(workload, 0)
-device = host.select_device(run)
-applied = host.set_precision(run, device)
-compiles = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, seconds, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration"
-    else None)
-model = host.build_model(run, workload, weights, state, applied, device)
-print(json.dumps({"compiles": len(compiles), "parameters": int(sum(v.size for v in weights.values()))}))
-"""
 
 
 @pytest.mark.skipif(not framework_installed("jax"), reason="jax is not installed")
@@ -109,19 +88,14 @@ def test_jax_builds_a_model_without_compiling_each_initializer():
     Run eagerly, both compiled op by op: 450 XLA programs to build this EfficientNet-B0 in fp64, and a probe of its
     3 steps took 43 s instead of 23 s.
     """
-    import json
-    import os
-    import subprocess
-    import sys
+    from amp_suite.testing import jax_compiles_to_build
+    from amp_suite.workloads.workload import init_variables, workload_from_config
 
-    # no compilation cache: a program another test compiled would be read, not compiled, and go uncounted
-    env = {name: value for name, value in os.environ.items() if name != "JAX_COMPILATION_CACHE_DIR"}
-    done = subprocess.run([sys.executable, "-c", _COUNT_BUILD_COMPILES], capture_output=True, text=True, timeout=600,
-                          env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    built = json.loads(done.stdout.splitlines()[-1])
-    assert built["parameters"] > 3_000_000  # the whole backbone: 213 parameters, 4.0 million values
-    assert built["compiles"] <= 5, f"{built['compiles']} XLA programs compiled to build the model"
+    table = {"model": "efficientnet_b0", "input_size": 32, "channels": 3, "num_classes": 10, "batch_size": 8}
+    weights, _ = init_variables(workload_from_config("efficientnet_b0", table), 0)
+    assert sum(v.size for v in weights.values()) > 3_000_000  # the whole backbone: 213 parameters, 4.0 million values
+    compiles = jax_compiles_to_build("jax", "efficientnet_b0", table, precision="fp64")
+    assert compiles <= 5, f"{compiles} XLA programs compiled to build the model"
 
 
 @pytest.mark.skipif(not framework_installed("torch"), reason="torch is not installed")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import subprocess
 import sys
@@ -270,6 +271,30 @@ def reference_framework(exclude: str = "", candidates: tuple[str, ...] = REFEREN
         if name != exclude and framework_installed(name):
             return name
     return None
+
+
+def jax_compiles_to_build(framework: str, workload: str, table: dict[str, Any], *, precision: str = "fp32",
+                          plugin_modules: tuple[str, ...] = (), timeout: float = PROBE_TIMEOUT_S) -> int:
+    """How many XLA programs a JAX-based backend compiles in ``build_model``, for ``workload`` built from its
+    ``[workloads]`` ``table``: counted in a fresh process without a compilation cache (a program read from a
+    cache would go uncounted).
+
+    Run eagerly, every initializer and each of the optimizer's ``zeros`` compiles a program of its own (450
+    for an EfficientNet-B0); traced for shapes (``jax.eval_shape``, ``nnx.eval_shape``) with the optimizer's
+    init jitted, a build compiles a few.
+    """
+    request = {"framework": framework, "workload": workload, "table": table, "precision": precision,
+               "plugin_modules": list(plugin_modules)}
+    env = {name: value for name, value in os.environ.items() if name != "JAX_COMPILATION_CACHE_DIR"}
+    with tempfile.TemporaryDirectory(prefix="amp-suite-build-compiles-") as folder:
+        path = Path(folder) / "request.json"
+        path.write_text(json.dumps(request))
+        done = subprocess.run([sys.executable, "-m", "amp_suite_plugins.jax.build_compiles", str(path)],
+                              capture_output=True, text=True, timeout=timeout, env=env)
+    if done.returncode != 0:
+        raise AssertionError(f"building {workload} in {framework} failed (exit {done.returncode}):\n"
+                             f"{done.stderr[-3000:]}")
+    return int(json.loads(done.stdout.splitlines()[-1])["compiles"])
 
 
 # --- checks -----------------------------------------------------------------

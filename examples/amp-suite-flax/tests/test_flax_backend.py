@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amp_suite.testing import WORKLOADS, ProbeRequest, framework_installed, run_probe
+from amp_suite.testing import WORKLOADS, ProbeRequest, framework_installed, jax_compiles_to_build, run_probe
 from amp_suite.testing.conformance import BackendConformance
 
 pytest.importorskip("flax", reason="flax is not installed (pip install -e examples/amp-suite-flax)")
@@ -242,37 +242,12 @@ def test_calibrate_measures_flax_through_its_own_probe(tmp_path):
 
 
 
-_COUNT_BUILD_COMPILES = """
-import json, jax
-from amp_suite.plugins.host import PluginHost
-from amp_suite.records import RunSpec
-from amp_suite.workloads.workload import init_variables, workload_from_config
-
-workload = workload_from_config("resnet8", {"model": "resnet8"})
-host = PluginHost(framework="flax", extra_modules=("amp_suite_flax.plugin",))
-run = RunSpec(framework="flax", workload="resnet8", precision="fp32", steps=1, epochs=1, warmup=0, batch_size=8)
-weights, state = init_variables(workload, 0)
-device = host.select_device(run)
-applied = host.set_precision(run, device)
-compiles = []
-jax.monitoring.register_event_duration_secs_listener(
-    lambda event, seconds, **kw: compiles.append(event) if event == "/jax/core/compile/backend_compile_duration"
-    else None)
-model = host.build_model(run, workload, weights, state, applied, device)
-print(json.dumps({"compiles": len(compiles), "parameters": len(weights)}))
-"""
 
 
 def test_build_model_traces_the_initializers_instead_of_compiling_each():
-    """nnx's initializers and optax's init, run eagerly, compile one small program each (resnet8: 39, 3 s)."""
-    # no compilation cache: a program another test compiled would be read, not compiled, and go uncounted
-    env = {name: value for name, value in os.environ.items() if name != "JAX_COMPILATION_CACHE_DIR"}
-    done = subprocess.run([sys.executable, "-c", _COUNT_BUILD_COMPILES], capture_output=True, text=True, timeout=600,
-                          env=env)
-    assert done.returncode == 0, done.stderr[-3000:]
-    built = json.loads(done.stdout.splitlines()[-1])
-    assert built["parameters"] > 20  # resnet8's kernels, biases and BatchNorm parameters
-    assert built["compiles"] <= 3, f"{built['compiles']} XLA programs compiled to build the model"
+    """nnx's initializers and optax's init, run eagerly, compile one small program each (resnet8: 40, 3 s)."""
+    compiles = jax_compiles_to_build("flax", "resnet8", {"model": "resnet8"}, plugin_modules=PLUGIN)
+    assert compiles <= 3, f"{compiles} XLA programs compiled to build the model"
 
 
 def test_a_parameter_without_a_canonical_value_is_an_error_not_a_placeholder():

@@ -101,12 +101,25 @@ def _check_number(name: str, value: Any, field: Field) -> int | float:
         if not math.isfinite(value):
             raise UsageError(f"{name} must be a finite number, got {value}")
     if field.minimum is not None and value < field.minimum:
-        raise UsageError(f"{name} must be >= {_bound(field.minimum)}, got {value}")
+        raise UsageError(f"{name} must be >= {_bound(field.minimum)}, got {value}{_allowed(field)}")
     if field.above is not None and value <= field.above:
-        raise UsageError(f"{name} must be > {_bound(field.above)}, got {value}")
+        raise UsageError(f"{name} must be > {_bound(field.above)}, got {value}{_allowed(field)}")
     if field.maximum is not None and value > field.maximum:
-        raise UsageError(f"{name} must be <= {_bound(field.maximum)}, got {value}")
+        raise UsageError(f"{name} must be <= {_bound(field.maximum)}, got {value}{_allowed(field)}")
     return value
+
+
+def _allowed(field: Field) -> str:
+    """`` (allowed: 1 to 1000000)``: the whole range, where a value has a bound on each side."""
+    if field.maximum is None:
+        return ""
+    if field.minimum is not None:
+        low = _bound(field.minimum)
+    elif field.above is not None:
+        low = f"above {_bound(field.above)}"
+    else:
+        return ""
+    return f" (allowed: {low} to {_bound(field.maximum)})"
 
 
 def _check_text(name: str, value: Any, field: Field) -> str:

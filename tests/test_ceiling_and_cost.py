@@ -152,3 +152,11 @@ def test_calibrate_names_the_device_once():
     gpu = _describe("jax", "gpu", {"version": "0.10.2", "device": "NVIDIA H100", "matmul": {"fp32": 50.0}},
                     cached=True)
     assert gpu.startswith("jax 0.10.2 on gpu NVIDIA H100 (cached"), gpu
+
+
+def test_a_bad_price_from_a_flag_is_not_blamed_on_the_cost_table():
+    with pytest.raises(UsageError) as raised:
+        cost_settings({"price_per_hour": 1.0}, price_per_hour=-1.0)
+    assert str(raised.value) == "price_per_hour must be >= 0, got -1.0 (allowed: 0 to 1000000)"
+    with pytest.raises(UsageError, match=r"^\[cost\] price_per_hour must be >= 0"):
+        cost_settings({"price_per_hour": -1.0})

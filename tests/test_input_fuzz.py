@@ -52,7 +52,8 @@ CLI_CASES = [
     (["--timeout", "1e9"], "timeout must be <= 604800"),
     (["--seed", "-1"], "seed must be >= 0, got -1"),
     (["--seed", str(2**40)], "seed must be <= 4294967295"),
-    (["--steps", "0"], "steps must be >= 1, got 0"),
+    (["--steps", "0"], "steps must be >= 1, got 0 (allowed: 1 to 1000000)"),  # the whole range, not one bound
+    (["--timeout", "-1"], "timeout must be > 0, got -1.0 (allowed: above 0 to 604800)"),
     (["--steps", str(10**12)], "steps must be <= 1000000"),
     (["--epochs", "0"], "epochs must be >= 1"),
     (["--repeats", "0"], "repeats must be >= 1"),

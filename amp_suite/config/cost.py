@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from amp_suite.schema import Field, check_table
+from amp_suite.schema import Field, check_table, check_value
 
 DEFAULT_CURRENCY = "USD"
 # Keys of the [cost] table (and the --price-per-hour / --currency flags).
@@ -28,7 +28,11 @@ COST_FIELDS: dict[str, Field] = {
 
 def cost_settings(table: dict[str, Any] | None, **overrides: Any) -> dict[str, Any]:
     """The checked cost settings: ``[cost]`` with overrides applied; empty without a price."""
-    merged = {**(table or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    given = {k: v for k, v in overrides.items() if v is not None}
+    for key, value in given.items():  # a flag's (or keyword's) value named as the other settings are, not [cost]'s
+        if key in COST_FIELDS:
+            check_value(key, value, COST_FIELDS[key])
+    merged = {**(table or {}), **given}
     checked = check_table(merged, COST_FIELDS, "[cost]")
     if checked.get("price_per_hour") is None:
         return {}

@@ -19,9 +19,9 @@ import pytest
 from amp_suite.config.catalog import load_config
 from suite_cli import HELPERS, REPO, TINY_CONFIG
 
-# Slow; and in one xdist lane with the other cluster modules, so no two local Ray or Slurm clusters start
-# side by side on this machine (their ports and daemons would race).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
+# Slow (a real cluster). No two local clusters start side by side, whichever lane runs them: the harnesses
+# take one machine-wide lock (tests/helpers/local_clusters.py).
+pytestmark = pytest.mark.slow
 
 POOLS = """
 [pools.a]

@@ -19,9 +19,9 @@ import pytest
 from processes import alive
 from slurm_cluster import SlurmCluster, slurm_cluster, slurm_problem
 
-# Slow; and in one xdist lane with the other cluster modules, so no two local Ray or Slurm clusters start
-# side by side on this machine (their ports and daemons would race).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("clusters")]
+# Slow (a real cluster). No two local clusters start side by side, whichever lane runs them: the harnesses
+# take one machine-wide lock (tests/helpers/local_clusters.py).
+pytestmark = pytest.mark.slow
 
 # The client runs inside the namespace with the test's own Python: submitit's jobs run
 # `sys.executable -m submitit.core._submit`, so the node (this machine) imports the same submitit.

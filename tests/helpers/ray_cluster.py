@@ -38,6 +38,8 @@ from typing import Any
 
 import psutil
 
+from local_clusters import one_local_cluster_at_a_time
+
 NAMESPACE_PREFIX = "amp-ray-"
 GCS_PORT = 6379
 # Per node: the object store's size (Ray's floor is 75 MB; its default, 30% of memory).
@@ -349,6 +351,13 @@ def _save_logs(temp_dirs: Sequence[Path], log_dir: Path) -> None:
 @contextmanager
 def ray_cluster(tmp_path: Path, resources: Sequence[Mapping[str, float]] = ({"pool_a": 1}, {"pool_b": 1}),
                 cpus: int = 1) -> Iterator[RayCluster]:
+    """:func:`_ray_cluster` once no other local cluster runs (:mod:`local_clusters`)."""
+    with one_local_cluster_at_a_time(), _ray_cluster(tmp_path, resources, cpus) as cluster:
+        yield cluster
+
+
+@contextmanager
+def _ray_cluster(tmp_path: Path, resources: Sequence[Mapping[str, float]], cpus: int) -> Iterator[RayCluster]:
     """Start a Ray cluster of ``len(resources)`` nodes, node ``i`` offering ``resources[i]`` and ``cpus`` CPUs.
 
     All of it in a new network namespace ``amp-ray-<random>`` with only ``lo`` (up), bound to 127.0.0.1.

@@ -49,6 +49,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from local_clusters import one_local_cluster_at_a_time
+
 PROGRAMS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo", "scontrol")
 ACCOUNTING_PROGRAMS = ("slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db")
 INSTALL_HINT = "slurmctld, slurmd and munge are not installed: apt-get install slurmctld slurmd slurm-client munge"
@@ -298,6 +300,15 @@ def _clear_namespace(namespace: str, grace_s: float) -> None:
 @contextmanager
 def slurm_cluster(tmp_path: Path, *, accounting: bool = False, extra_conf: Sequence[str] = (),
                   ready_timeout_s: float = READY_TIMEOUT_S) -> Iterator[SlurmCluster]:
+    """:func:`_slurm_cluster` once no other local cluster runs (:mod:`local_clusters`)."""
+    with one_local_cluster_at_a_time(), _slurm_cluster(tmp_path, accounting=accounting, extra_conf=extra_conf,
+                                                       ready_timeout_s=ready_timeout_s) as cluster:
+        yield cluster
+
+
+@contextmanager
+def _slurm_cluster(tmp_path: Path, *, accounting: bool, extra_conf: Sequence[str],
+                   ready_timeout_s: float) -> Iterator[SlurmCluster]:
     """Start munged, slurmctld and slurmd under ``tmp_path`` in a new network namespace.
 
     With ``accounting``, also a private MariaDB server and slurmdbd, before slurmctld (``sacct``

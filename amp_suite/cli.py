@@ -141,7 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
                              "four-precision ResNet-18 sweep, the fused fp16 optimizer, data parallel), skipping "
                              "with its reason each check this machine cannot run; docs/gpu.md")
     doctor.add_argument("--report", metavar="PATH",
-                        help="with --acceptance: where the markdown report goes (default ./amp-suite-acceptance.md)")
+                        help="with --acceptance: where the markdown report goes (default ./amp-suite-acceptance.md; "
+                             "its state, for --resume, beside it as .json)")
+    doctor.add_argument("--checks", metavar="KEYS",
+                        help="with --acceptance: the checks to run, by key or number, comma-separated (devices, "
+                             "doctor, tf32, sweep-torch or sweep for every sweep, calibration, fused, data-parallel; "
+                             "default: all)")
+    doctor.add_argument("--budget", type=float, metavar="SECONDS",
+                        help="with --acceptance: the seconds this phase may take; checks that do not fit are "
+                             "skipped, to run with --resume")
+    doctor.add_argument("--resume", action="store_true",
+                        help="with --acceptance: continue the report --report names, keeping the checks it judged")
     doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
 
@@ -350,12 +360,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     environments = _doctor_environments(declared, known, asked, config_path)
     if args.acceptance:
         from amp_suite.doctor.acceptance import run_acceptance
+        from amp_suite.doctor.phases import parse_checks
 
+        if args.budget is not None and (not math.isfinite(args.budget) or args.budget <= 0):
+            raise UsageError(f"--budget must be a finite number of seconds above 0, got {args.budget:g}")
         return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
                               report=args.report, plugins=args.plugin, emit=lambda line: print(line, flush=True),
-                              progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
-    if args.report is not None:
-        raise UsageError("--report goes with --acceptance")
+                              progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True),
+                              checks=parse_checks(args.checks), budget_s=args.budget, resume=args.resume)
+    for flag, given in (("--report", args.report is not None), ("--checks", args.checks is not None),
+                        ("--budget", args.budget is not None), ("--resume", args.resume)):
+        if given:
+            raise UsageError(f"{flag} goes with --acceptance")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UsageError(f"--timeout must be a finite number of seconds above 0, got {args.timeout:g}")
     plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout,

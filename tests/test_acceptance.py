@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from amp_suite.doctor.acceptance import (
     judge_devices,
     judge_doctor,
     judge_fused,
+    judge_gpu_sweep,
     judge_sweep_command,
     judge_tf32,
     parse_calibration,
@@ -40,8 +42,12 @@ ONE_GPU = NvidiaInventory((H100,), "580.65.06", "fake nvidia-smi lists 1")
 TWO_GPUS = NvidiaInventory((H100, NvidiaGpu(1, H100.name, "580.65.06", 81559.0, "9.0")), "580.65.06", "fake")
 T4 = NvidiaInventory((NvidiaGpu(0, "Tesla T4", "580.65.06", 15360.0, "7.5"),), "580.65.06", "fake")
 NO_GPU = NvidiaInventory(reason="nvidia-smi not found, no /proc/driver/nvidia/version")
-ORDER = ["frameworks see the GPU", "doctor passes", "TF32 on/off through XLA", "calibration",
-         "four-precision ResNet-18 sweep", "fused-optimizer fp16 path", "data-parallel cell on 2 GPUs"]
+ORDER = ["frameworks see the GPU", "doctor passes", "TF32 on/off through XLA",
+         "four-precision ResNet-18 sweep (PyTorch)", "four-precision ResNet-18 sweep (Keras (TF))",
+         "four-precision ResNet-18 sweep (JAX)", "calibration", "fused-optimizer fp16 path",
+         "data-parallel cell on 2 GPUs"]
+KEYS = ["devices", "doctor", "tf32", "sweep-torch", "sweep-keras", "sweep-jax", "calibration", "fused",
+        "data-parallel"]
 
 
 def machine(inventory: NvidiaInventory, installed=FRAMEWORKS, missing=None) -> Machine:
@@ -50,6 +56,10 @@ def machine(inventory: NvidiaInventory, installed=FRAMEWORKS, missing=None) -> M
 
 def plan_for(inventory, tmp_path, installed=FRAMEWORKS, device="auto", frameworks=FRAMEWORKS, missing=None):
     return build_plan(machine(inventory, installed, missing), frameworks, tmp_path, device=device)
+
+
+def check(plan, key):
+    return next(c for c in plan.checks if c.key == key)
 
 
 def skips(plan) -> dict[str, str]:
@@ -62,18 +72,20 @@ def skips(plan) -> dict[str, str]:
 def test_one_gpu_runs_every_check_but_data_parallel(tmp_path):
     plan = plan_for(ONE_GPU, tmp_path)
     assert plan.mode == "gpu"
-    assert [c.name for c in plan.checks] == ORDER
+    assert [c.name for c in plan.checks] == ORDER and [c.key for c in plan.checks] == KEYS
     assert skips(plan) == {"data-parallel cell on 2 GPUs": skips(plan)["data-parallel cell on 2 GPUs"]}
     assert "needs 2 or more NVIDIA GPUs" in skips(plan)["data-parallel cell on 2 GPUs"]
     assert "has 1" in skips(plan)["data-parallel cell on 2 GPUs"]
     # the first three share one doctor run on the GPU
     doctor = {c.command for c in plan.checks[:3]}
     assert len(doctor) == 1 and doctor.pop().args[:3] == ("doctor", "--device", "gpu")
-    sweep = plan.checks[4].command.args
-    for words in (("--workloads", "cifar10_resnet18"), ("--precisions", "fp32,tf32,amp_fp16,amp_bf16"),
-                  ("--frameworks", "torch,keras,jax"), ("--device", "gpu")):
-        assert sweep[sweep.index(words[0]) + 1] == words[1]
-    assert "--synthetic-fallback" in sweep
+    for fw in FRAMEWORKS:  # one sweep per framework, so a phase can run some and --resume the others
+        sweep = check(plan, f"sweep-{fw}").command.args
+        for words in (("--workloads", "cifar10_resnet18"), ("--precisions", "fp32,tf32,amp_fp16,amp_bf16"),
+                      ("--frameworks", fw), ("--device", "gpu"), ("--out", str(tmp_path / f"sweep-{fw}"))):
+            assert sweep[sweep.index(words[0]) + 1] == words[1]
+        assert "--synthetic-fallback" in sweep
+    assert all(c.estimate_s > 0 for c in plan.checks)
     assert all(c.command.timeout_s > 0 for c in plan.checks)
     # the whole GPU plan's time limits add up to at most ~2 hours, its typical time far less
     assert sum({c.command.args: c.command.timeout_s for c in plan.checks}.values()) <= 2 * 3600
@@ -82,9 +94,9 @@ def test_one_gpu_runs_every_check_but_data_parallel(tmp_path):
 def test_two_gpus_run_everything_and_the_fused_cell_gets_its_config(tmp_path):
     plan = plan_for(TWO_GPUS, tmp_path)
     assert [c.name for c in plan.checks] == ORDER and skips(plan) == {}
-    dp = plan.checks[6].command.args
+    dp = check(plan, "data-parallel").command.args
     assert dp[dp.index("--devices") + 1] == "2"
-    fused = plan.checks[5].command
+    fused = check(plan, "fused").command
     config = dict(fused.files)[fused.args[fused.args.index("--config") + 1]]
     assert "[frameworks.torch]" in config and "fused = true" in config and "channels_last = true" in config
     assert fused.args[fused.args.index("--precisions") + 1] == "amp_fp16"
@@ -95,7 +107,7 @@ def test_a_cpu_machine_skips_every_gpu_check_with_its_reason(tmp_path):
     assert plan.mode == "cpu"
     names = [c.name for c in plan.checks]
     assert names[:3] == ["frameworks installed and see the CPU", "doctor passes", "TF32 on/off through XLA"]
-    assert names[4] == "CPU sweep (mnist_cnn, fp32)"
+    assert names[3] == "CPU sweep (mnist_cnn, fp32)" and check(plan, "sweep").name == names[3]
     reasons = skips(plan)
     assert set(reasons) == {"TF32 on/off through XLA", "calibration", "fused-optimizer fp16 path",
                             "data-parallel cell on 2 GPUs"}
@@ -104,7 +116,7 @@ def test_a_cpu_machine_skips_every_gpu_check_with_its_reason(tmp_path):
     assert reasons["data-parallel cell on 2 GPUs"].startswith("needs 2 or more NVIDIA GPUs")
     doctor = plan.checks[0].command.args
     assert doctor[:3] == ("doctor", "--device", "cpu")
-    sweep = plan.checks[4].command.args
+    sweep = check(plan, "sweep").command.args
     for words in (("--steps", "6"), ("--warmup", "2"), ("--precisions", "fp32"), ("--dataset", "mnist"),
                   ("--device", "cpu")):
         assert sweep[sweep.index(words[0]) + 1] == words[1]
@@ -124,11 +136,12 @@ def test_device_gpu_without_a_gpu_runs_the_gpu_checks_so_they_fail(tmp_path):
 def test_pre_ampere_and_missing_frameworks_skip_what_they_must(tmp_path):
     plan = plan_for(T4, tmp_path)
     assert "needs TF32: GPU 0 (Tesla T4) is sm 7.5" in skips(plan)["TF32 on/off through XLA"]
-    assert "tf32" not in plan.checks[3].expected
+    assert "tf32" not in check(plan, "calibration").expected
     no_torch = plan_for(ONE_GPU, tmp_path, installed=("keras", "jax"), missing={"torch": "pip install torch"})
     assert skips(no_torch)["fused-optimizer fp16 path"].startswith("needs PyTorch installed")
-    sweep = no_torch.checks[4].command.args
-    assert sweep[sweep.index("--frameworks") + 1] == "keras,jax"
+    assert skips(no_torch)["four-precision ResNet-18 sweep (PyTorch)"].startswith("needs PyTorch installed")
+    calibrate = check(no_torch, "calibration").command.args
+    assert calibrate[calibrate.index("--frameworks") + 1] == "keras,jax"
     torch_only = plan_for(ONE_GPU, tmp_path, installed=("torch",), frameworks=("torch",))
     assert skips(torch_only)["TF32 on/off through XLA"].startswith("needs Keras (TF) or JAX installed")
 
@@ -258,7 +271,7 @@ def test_calibration_needs_reduced_precision_above_fp32(tmp_path):
     figures = parse_calibration(CALIBRATION)
     assert figures["torch"].kind == "gpu" and figures["torch"].peaks == {
         "fp32": 51.0, "tf32": 370.0, "fp16": 700.0, "bf16": 690.0}
-    command = plan_for(ONE_GPU, tmp_path).checks[3].command
+    command = check(plan_for(ONE_GPU, tmp_path), "calibration").command
     torch_only = judge_calibration(ok(CALIBRATION), command, frameworks=("torch",))
     assert torch_only.status == PASS and "tf32 7.3x" in torch_only.observed
     verdict = judge_calibration(CommandResult(1, CALIBRATION, "jax: calibration failed: probe crashed", 9.0),
@@ -297,10 +310,9 @@ def write_rows(path: Path, rows) -> Path:
 
 
 def sweep_verdict(tmp_path, rows, result=None):
-    plan = plan_for(ONE_GPU, tmp_path)
-    command = plan.checks[4].command
+    command = check(plan_for(ONE_GPU, tmp_path), "sweep-torch").command
     write_rows(Path(command.out_dir), rows)
-    return judge_sweep_command(result or ok(), command, judge_rows=plan.checks[4].judge.keywords["judge_rows"])
+    return judge_sweep_command(result or ok(), command, judge_rows=partial(judge_gpu_sweep, frameworks=FRAMEWORKS))
 
 
 def test_a_good_gpu_sweep_passes(tmp_path):
@@ -337,18 +349,19 @@ def test_a_cell_rerun_later_counts_by_its_latest_row(tmp_path):
     rows = good_rows()
     rows.insert(0, row("torch", "fp32", 0, status="oom"))
     assert sweep_verdict(tmp_path, rows).status == PASS
-    assert len(read_results(Path(plan_for(ONE_GPU, tmp_path).checks[4].command.out_dir) / "results.jsonl")) == 12
+    out = Path(check(plan_for(ONE_GPU, tmp_path), "sweep-torch").command.out_dir)
+    assert len(read_results(out / "results.jsonl")) == 12
 
 
 def test_a_sweep_that_stored_nothing_or_timed_out_fails(tmp_path):
     plan = plan_for(ONE_GPU, tmp_path)
-    command = plan.checks[5].command
+    command = check(plan, "fused").command
     error = CommandResult(2, "", "amp-suite: error: fused.toml: [frameworks.torch]: unknown key 'fused'", 0.5)
     verdict = judge_sweep_command(error, command, judge_rows=judge_fused)
     assert verdict.status == FAIL and "unknown key 'fused'" in verdict.observed
     assert "results.jsonl" in verdict.observed
-    late = sweep_verdict(tmp_path, good_rows(), CommandResult(None, "", "", 1800.0))
-    assert late.status == FAIL and "timed out after 1800 s" in late.observed
+    late = sweep_verdict(tmp_path, good_rows(), CommandResult(None, "", "", 960.0))
+    assert late.status == FAIL and "timed out after 960 s" in late.observed
 
 
 def test_fused_optimizer_and_cpu_sweep_verdicts():
@@ -394,11 +407,11 @@ class FakeAmpSuite:
         out = Path(args[args.index("--out") + 1])
         if "--devices" in args:
             rows = [row(fw, "amp_bf16", 40000.0, devices=2) for fw in FRAMEWORKS]
-        elif args[args.index("--frameworks") + 1] == "torch":
+        elif "fused.toml" in args[args.index("--config") + 1]:
             rows = [row("torch", "amp_fp16", 30000.0,
                         optimizer_implementation="foreach" if self.break_fused else "fused")]
         else:
-            rows = good_rows()
+            rows = good_rows(tuple(args[args.index("--frameworks") + 1].split(",")))
         write_rows(out, rows)
         (out / "environment.json").write_text(json.dumps({
             "amp_suite_version": "9.9", "python": "3.11.7", "platform": "Linux", "cpu_model": "Xeon",
@@ -412,16 +425,17 @@ def test_the_runner_prints_each_check_and_writes_the_report(tmp_path):
     fake, lines = FakeAmpSuite(), []
     run = run_plan(plan, executor=fake, emit=lines.append)
     assert run.exit_code == 0
-    assert [c[0] for c in fake.calls] == ["doctor", "calibrate", "run", "run"]  # the doctor ran once
-    assert [line.split("]")[0] + "]" for line in lines] == ["[PASS]"] * 6 + ["[SKIP]"]
+    assert [c[0] for c in fake.calls] == ["doctor", "run", "run", "run", "calibrate", "run"]  # the doctor ran once
+    assert [line.split("]")[0] + "]" for line in lines] == ["[PASS]"] * 8 + ["[SKIP]"]
     assert lines[0].startswith("[PASS] frameworks see the GPU — expected torch, keras, jax installed")
     assert "; saw torch: GPU: NVIDIA H100" in lines[0]
     assert lines[-1].startswith("[SKIP] data-parallel cell on 2 GPUs — needs 2 or more NVIDIA GPUs")
     report = render_report(run)
     assert report.startswith("# amp-suite acceptance: PASSED")
     for fact in ("GPU 0: NVIDIA H100 80GB HBM3, driver 580.65.06, sm 9.0", "torch 2.13.0", "jax 0.10.2",
-                 "PyTorch ran with CUDA 13.0, cuDNN 9.20.0", "| 5 | four-precision ResNet-18 sweep | **PASS** |",
-                 str(tmp_path / "runs" / "sweep" / "report.md"), "| **SKIP** |"):
+                 "PyTorch ran with CUDA 13.0, cuDNN 9.20.0", "| 4 | sweep-torch | four-precision ResNet-18 sweep (PyTorch) | **PASS** |",
+                 str(tmp_path / "runs" / "sweep-jax" / "report.md"), "| **SKIP** |", "## GPU figures",
+                 "| JAX | amp_bf16 | 24,000 | 2.40x | 1.71x |"):
         assert fact in report, fact
     assert (tmp_path / "runs" / "logs" / "01-doctor.log").read_text().startswith("$ amp-suite doctor --device gpu")
 
@@ -439,10 +453,10 @@ def test_a_failed_check_makes_exit_code_1_and_the_report_says_which(monkeypatch,
     assert fused.startswith("[FAIL] fused-optimizer fp16 path — expected")
     assert "saw torch/cifar10_resnet18/amp_fp16: optimizer_implementation is 'foreach'" in fused
     assert next(line for line in lines if "data-parallel" in line).startswith("[PASS]")
-    assert lines[-1] == f"6 passed, 1 failed, 0 skipped; report: {report}"
+    assert lines[-1] == f"8 passed, 1 failed, 0 skipped; report: {report}"
     text = report.read_text()
     assert text.startswith("# amp-suite acceptance: FAILED")
-    assert "| 6 | fused-optimizer fp16 path | **FAIL** |" in text
+    assert "| 8 | fused | fused-optimizer fp16 path | **FAIL** |" in text
     assert "amp-suite doctor --acceptance --device auto --frameworks torch,keras,jax" in text
 
 

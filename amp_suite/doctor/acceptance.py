@@ -32,11 +32,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from amp_suite.doctor.phases import BUDGET_SPENT, choose, is_pending
 from amp_suite.machine.devices import NvidiaInventory, detect_nvidia
 
 PASS, FAIL, SKIP = "pass", "fail", "skipped"
@@ -84,10 +85,21 @@ PROBE_TIMEOUT_S = 300
 DOCTOR_TIMEOUT_S = 1000
 CALIBRATE_TIMEOUT_S = 900
 CALIBRATE_BUDGET_S = 0.5
-GPU_SWEEP_TIMEOUT_S = 1800
 FUSED_TIMEOUT_S = 420
 DP_TIMEOUT_S = 1200
 CPU_SWEEP_TIMEOUT_S = 900
+# Expected seconds of each command on one H100 (docs/gpu.md quotes the measured ones): what the
+# budget planner (amp_suite.doctor.phases) adds up.  Measured 2026-11-26: the doctor took 80 s for PyTorch
+# and JAX, the eight ResNet-18 cells of both 205 s (each JAX cell 35-44 s with its compilation).
+DOCTOR_BASE_S = 15.0
+DOCTOR_PER_FRAMEWORK_S = 35.0
+DOCTOR_PER_FRAMEWORK_CPU_S = 45.0
+GPU_SWEEP_ESTIMATE_S = {"torch": 80.0, "jax": 130.0, "keras": 160.0, "other": 160.0}
+CPU_SWEEP_ESTIMATE_S = 40.0
+CALIBRATE_BASE_S = 10.0
+CALIBRATE_PER_FRAMEWORK_S = 45.0
+FUSED_ESTIMATE_S = 40.0
+DP_PER_FRAMEWORK_S = 120.0
 # After the time limit a command gets SIGTERM (amp-suite run then writes its report), then SIGKILL.
 TERM_GRACE_S = 30
 
@@ -163,6 +175,8 @@ class AcceptanceCheck:
     judge: Judge = field(repr=False, compare=False)
     needs: tuple[str, ...] = ()
     skip_reason: str = ""
+    key: str = ""  # what --checks and --resume call it: devices, doctor, tf32, sweep-torch, ...
+    estimate_s: float = 0.0  # its command's expected seconds on an H100 (the budget planner's figure)
 
     @property
     def skipped(self) -> bool:
@@ -230,12 +244,17 @@ def detect_machine(frameworks: dict[str, Any], requested: Sequence[str], *, devi
 
 def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, device: str = "auto",
                plugins: Sequence[str] = ()) -> AcceptancePlan:
-    """The checks for ``machine``, in the order a maintainer walks them, each skipped with its reason
-    where the machine lacks what it needs.
+    """The checks for ``machine``, the most informative first, each skipped with its reason where the
+    machine lacks what it needs.
 
     GPU mode (``device`` gpu, or auto on a machine with an NVIDIA GPU) checks
     the GPU paths; CPU mode runs what a CPU can and skips the rest.  With
     ``--device gpu`` on a machine without a GPU, the GPU checks run and fail.
+    The order is the order of information: the doctor (does each framework see
+    the GPU at all), then one four-precision sweep per framework (the figures
+    the tool exists for), the calibration (the ceiling beside them), the fused
+    optimizer, data parallel.  Each GPU sweep is its own command, so a phase
+    with little time runs some frameworks and ``--resume`` the others.
     """
     if device not in ("auto", "cpu", "gpu"):
         raise ValueError(f"unknown device {device!r}; allowed: auto, cpu, gpu")
@@ -250,51 +269,50 @@ def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, de
     dev = "gpu" if mode == "gpu" else "cpu"
     doctor = Command(("doctor", "--device", dev, "--frameworks", ",".join(requested),
                       "--timeout", str(PROBE_TIMEOUT_S), *plugin_args), DOCTOR_TIMEOUT_S)
+    doctor_s = estimate_doctor_s(requested, mode)
     if mode == "gpu":
         checks.append(AcceptanceCheck(
             "frameworks see the GPU", doctor,
             f"{_names(requested)} installed, each with a row 'sees the expected device' that passes on the "
             "GPU and names the CUDA runtime and cuDNN it loaded, and (where the doctor has it) "
             f"'{CUDNN_ROW}' passes",
-            partial(judge_devices, frameworks=requested, missing=machine.missing, gpu=True)))
+            partial(judge_devices, frameworks=requested, missing=machine.missing, gpu=True),
+            key="devices", estimate_s=doctor_s))
     else:
         checks.append(AcceptanceCheck(
             "frameworks installed and see the CPU", doctor,
             "at least one of the requested frameworks installed, each installed one passing "
             "'sees the expected device' on the CPU",
-            partial(judge_devices, frameworks=requested, missing=machine.missing, gpu=False)))
+            partial(judge_devices, frameworks=requested, missing=machine.missing, gpu=False),
+            key="devices", estimate_s=doctor_s))
     checks.append(AcceptanceCheck(
         "doctor passes", doctor, f"`amp-suite doctor --device {dev}` exits 0 with no failed row",
-        judge_doctor))
+        judge_doctor, key="doctor", estimate_s=doctor_s))
     xla = tuple(f for f in XLA_FRAMEWORKS if f in requested)
     checks.append(AcceptanceCheck(
         "TF32 on/off through XLA", doctor,
         f"{_names(xla) or 'Keras and JAX'}: 'fp32 matmul/conv is fp32' (1024.1024, TF32 off) and "
         "'tf32 matmul/conv is TF32' (1024.0, TF32 on) rows pass",
         partial(judge_tf32, frameworks=xla),
-        needs=(NEED_TF32, " or ".join(need_framework(f) for f in XLA_FRAMEWORKS))))
-    calibrate = Command(("calibrate", "--device", "gpu", "--frameworks", ",".join(sweep or requested),
-                         "--force", "--budget", str(CALIBRATE_BUDGET_S), *plugin_args), CALIBRATE_TIMEOUT_S)
+        needs=(NEED_TF32, " or ".join(need_framework(f) for f in XLA_FRAMEWORKS)), key="tf32", estimate_s=doctor_s))
     tf32_ok = not machine.tf32_blocker
-    checks.append(AcceptanceCheck(
-        "calibration", calibrate,
-        f"every framework measured on the GPU, its {'tf32, fp16 and bf16' if tf32_ok else 'fp16 and bf16'} "
-        "peaks above its fp32 peak",
-        partial(judge_calibration, frameworks=sweep, tf32=tf32_ok), needs=(NEED_GPU, NEED_ANY_FRAMEWORK)))
 
     if mode == "gpu":
-        out = str(workdir / "sweep")
-        command = Command(("run", "--config", neutral, "--frameworks", ",".join(sweep), "--workloads", GPU_WORKLOAD,
-                           "--precisions", ",".join(GPU_PRECISIONS), "--device", "gpu", *GPU_DATA, *GPU_SWEEP_STEPS,
-                           "--timeout", str(CELL_TIMEOUT_S), "--out", out, "-q", *plugin_args),
-                          GPU_SWEEP_TIMEOUT_S, files=((neutral, NEUTRAL_CONFIG),), out_dir=out)
-        checks.append(AcceptanceCheck(
-            "four-precision ResNet-18 sweep", command,
-            f"{len(sweep) * len(GPU_PRECISIONS)} cells ({_names(sweep)} x {', '.join(GPU_PRECISIONS)}) ok on the GPU; "
-            "amp_fp16 and amp_bf16 faster than fp32 in every framework; every row with telemetry_source NVML..., "
-            "energy_per_image_j > 0 and no measurement_flags",
-            partial(judge_sweep_command, judge_rows=partial(judge_gpu_sweep, frameworks=sweep, tf32=tf32_ok)),
-            needs=(NEED_GPU, NEED_ANY_FRAMEWORK)))
+        for fw in requested:
+            out = str(workdir / f"sweep-{fw}")
+            command = Command(("run", "--config", neutral, "--frameworks", fw, "--workloads", GPU_WORKLOAD,
+                               "--precisions", ",".join(GPU_PRECISIONS), "--device", "gpu", *GPU_DATA,
+                               *GPU_SWEEP_STEPS, "--timeout", str(CELL_TIMEOUT_S), "--out", out, "-q",
+                               *plugin_args),
+                              CELL_TIMEOUT_S * len(GPU_PRECISIONS), files=((neutral, NEUTRAL_CONFIG),), out_dir=out)
+            checks.append(AcceptanceCheck(
+                f"four-precision ResNet-18 sweep ({DISPLAY.get(fw, fw)})", command,
+                f"{len(GPU_PRECISIONS)} {fw} cells ({', '.join(GPU_PRECISIONS)}) ok on the GPU; amp_fp16 and "
+                "amp_bf16 faster than fp32 (their speed-up over tf32, the GPU's busy time and the calibrated "
+                "ceiling are reported); every row with telemetry_source NVML..., energy_per_image_j > 0 and no "
+                "measurement_flags",
+                partial(judge_sweep_command, judge_rows=partial(judge_gpu_sweep, frameworks=(fw,), tf32=tf32_ok)),
+                needs=(NEED_GPU, need_framework(fw)), key=f"sweep-{fw}", estimate_s=estimate_sweep_s(fw)))
     else:
         out = str(workdir / "sweep")
         command = Command(("run", "--config", neutral, "--frameworks", ",".join(sweep), "--workloads", CPU_WORKLOAD,
@@ -306,7 +324,16 @@ def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, de
             f"{len(sweep)} cell(s) ({_names(sweep)}, fp32) ok on the CPU, each with telemetry_source "
             "'RAPL...' (then energy_per_image_j > 0) or 'none: reason'",
             partial(judge_sweep_command, judge_rows=partial(judge_cpu_sweep, frameworks=sweep)),
-            needs=(NEED_ANY_FRAMEWORK,)))
+            needs=(NEED_ANY_FRAMEWORK,), key="sweep", estimate_s=CPU_SWEEP_ESTIMATE_S * max(len(sweep), 1)))
+
+    calibrate = Command(("calibrate", "--device", "gpu", "--frameworks", ",".join(sweep or requested),
+                         "--force", "--budget", str(CALIBRATE_BUDGET_S), *plugin_args), CALIBRATE_TIMEOUT_S)
+    checks.append(AcceptanceCheck(
+        "calibration", calibrate,
+        f"every framework measured on the GPU, its {'tf32, fp16 and bf16' if tf32_ok else 'fp16 and bf16'} "
+        "peaks above its fp32 peak",
+        partial(judge_calibration, frameworks=sweep, tf32=tf32_ok), needs=(NEED_GPU, NEED_ANY_FRAMEWORK),
+        key="calibration", estimate_s=CALIBRATE_BASE_S + CALIBRATE_PER_FRAMEWORK_S * max(len(sweep), 1)))
 
     fused_config = str(workdir / "fused.toml")
     out = str(workdir / "fused")
@@ -318,7 +345,8 @@ def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, de
         "fused-optimizer fp16 path", command,
         f"the PyTorch amp_fp16 {GPU_WORKLOAD} cell with [frameworks.torch] fused = true is ok on the GPU and "
         "records optimizer_implementation = fused",
-        partial(judge_sweep_command, judge_rows=judge_fused), needs=(NEED_GPU, need_framework("torch"))))
+        partial(judge_sweep_command, judge_rows=judge_fused), needs=(NEED_GPU, need_framework("torch")),
+        key="fused", estimate_s=FUSED_ESTIMATE_S))
 
     out = str(workdir / "data-parallel")
     command = Command(("run", "--config", neutral, "--frameworks", ",".join(sweep), "--workloads", GPU_WORKLOAD,
@@ -329,17 +357,28 @@ def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, de
         "data-parallel cell on 2 GPUs", command,
         f"one {DP_PRECISION} {GPU_WORKLOAD} cell per framework ({_names(sweep)}) on 2 GPUs (--devices 2), each ok",
         partial(judge_sweep_command, judge_rows=partial(judge_data_parallel, frameworks=sweep)),
-        needs=(NEED_TWO_GPUS, NEED_ANY_FRAMEWORK)))
+        needs=(NEED_TWO_GPUS, NEED_ANY_FRAMEWORK), key="data-parallel",
+        estimate_s=DP_PER_FRAMEWORK_S * max(len(sweep), 1)))
 
     planned = tuple(_with_skip(c, machine, mode, device, sweep) for c in checks)
     return AcceptancePlan(mode, device, requested, machine, workdir, planned)
 
 
+def estimate_doctor_s(frameworks: Sequence[str], mode: str) -> float:
+    """The doctor's expected seconds: a fixed part and one probe per framework."""
+    per = DOCTOR_PER_FRAMEWORK_S if mode == "gpu" else DOCTOR_PER_FRAMEWORK_CPU_S
+    return DOCTOR_BASE_S + per * max(len(frameworks), 1)
+
+
+def estimate_sweep_s(framework: str) -> float:
+    """One framework's four-precision ResNet-18 sweep on an H100, compilation included."""
+    return GPU_SWEEP_ESTIMATE_S.get(framework, GPU_SWEEP_ESTIMATE_S["other"])
+
+
 def _with_skip(check: AcceptanceCheck, machine: Machine, mode: str, device: str,
                sweep: tuple[str, ...]) -> AcceptanceCheck:
     reason = skip_reason(check.needs, machine, mode, device, sweep)
-    return AcceptanceCheck(check.name, check.command, check.expected, check.judge, check.needs, reason) \
-        if reason else check
+    return replace(check, skip_reason=reason) if reason else check
 
 
 def skip_reason(needs: Sequence[str], machine: Machine, mode: str, device: str, sweep: Sequence[str]) -> str:
@@ -831,21 +870,45 @@ class CheckOutcome:
     status: str
     observed: str
     result: CommandResult | None = None
+    kept: str = ""  # when an earlier phase judged it: that phase's start (--resume)
 
     def line(self) -> str:
         if self.status == SKIP:
             return f"[SKIP] {self.check.name} — {self.observed}"
-        return f"[{LABELS[self.status]}] {self.check.name} — expected {self.check.expected}; saw {self.observed}"
+        kept = f" (kept from the phase of {self.kept})" if self.kept else ""
+        return (f"[{LABELS[self.status]}] {self.check.name} — expected {self.check.expected}; "
+                f"saw {self.observed}{kept}")
+
+    @property
+    def pending(self) -> bool:
+        """Not judged yet: not asked for, or over the budget; a later --resume runs it."""
+        return self.status == SKIP and is_pending(self.observed)
+
+
+@dataclass(frozen=True)
+class CommandRecord:
+    """One command a phase ran: what the report's command table shows, kept across --resume."""
+
+    display: str
+    outcome: str
+    seconds: float
+    log: str = ""
+    phase: str = ""
 
 
 @dataclass
 class AcceptanceRun:
-    """A finished plan: every check's outcome and every command's result, in order."""
+    """A plan's outcomes so far, in plan order, and the commands run (this phase's and earlier ones')."""
 
     plan: AcceptancePlan
     outcomes: list[CheckOutcome] = field(default_factory=list)
-    commands: list[tuple[Command, CommandResult, Path | None]] = field(default_factory=list)
+    commands: list[CommandRecord] = field(default_factory=list)
     started: str = ""
+    budget_s: float | None = None
+    running: str = ""  # the check whose command runs now (written into the report before it starts)
+    interrupted: str = ""  # why the phase stopped early (a signal), "" when it ran to its end
+    phases: list[str] = field(default_factory=list)  # one line per phase, the earliest first
+    calibration_output: str = ""  # an earlier phase's calibrate stdout (--resume)
 
     @property
     def failed(self) -> bool:
@@ -855,42 +918,107 @@ class AcceptanceRun:
     def exit_code(self) -> int:
         return 1 if self.failed else 0
 
+    @property
+    def pending(self) -> list[CheckOutcome]:
+        return [o for o in self.outcomes if o.pending]
+
 
 def run_plan(plan: AcceptancePlan, *, executor: Executor = subprocess_executor,
              emit: Callable[[str], None] = print,
-             progress: Callable[[str], None] | None = None) -> AcceptanceRun:
-    """Run each check of ``plan`` in order (a command shared by several checks runs once); ``emit``
-    each check's line as it is judged."""
-    run = AcceptanceRun(plan, started=_now())
+             progress: Callable[[str], None] | None = None,
+             asked: Sequence[str] = (), budget_s: float | None = None,
+             kept: dict[str, CheckOutcome] | None = None, run: AcceptanceRun | None = None,
+             on_change: Callable[[AcceptanceRun], None] | None = None,
+             clock: Callable[[], float] = time.monotonic) -> AcceptanceRun:
+    """Run the checks of ``plan`` this phase chose, in order (a command shared by several checks runs once);
+    ``emit`` each check's line as it is judged.
+
+    ``asked`` (keys) and ``budget_s`` choose what runs (:func:`amp_suite.doctor.phases.choose`);
+    ``kept`` holds the outcomes an earlier phase judged (``--resume``), shown as they were.  Before
+    each command the clock is read again: a command whose estimate no longer half fits what is left is
+    skipped as pending, and a command runs under the smaller of its own limit and what is left, so the
+    phase ends within its budget.  ``on_change`` is called before each command and after each check, so
+    a report written there always holds every finished check, even when this process is killed.
+    """
+    kept = dict(kept or {})
+    run = run or AcceptanceRun(plan, started=_now(), budget_s=budget_s)
+    choices = {c.key: c for c in choose(plan.checks, asked=set(asked), budget_s=budget_s, finished=set(kept))}
+    started = clock()
     done: dict[tuple[str, ...], CommandResult] = {}
     logs = plan.workdir / "logs"
     for check in plan.checks:
+        choice = choices[check.key]
         if check.skipped:
             outcome = CheckOutcome(check, SKIP, check.skip_reason)
+        elif not choice.run:
+            outcome = kept[check.key] if check.key in kept and not choice.reason else \
+                CheckOutcome(check, SKIP, choice.reason)
+            if check.key in kept and not choice.reason:
+                run.outcomes.append(outcome)
+                emit(outcome.line())
+                continue
         else:
             command = check.command
             result = done.get(command.args)
             if result is None:
+                left = None if budget_s is None else budget_s - (clock() - started)
+                if left is not None and left < 0.5 * check.estimate_s:
+                    outcome = CheckOutcome(check, SKIP, f"{BUDGET_SPENT}: about {check.estimate_s:.0f} s needed, "
+                                                        f"{max(left, 0):.0f} s left; --resume runs it")
+                    run.outcomes.append(outcome)
+                    emit(outcome.line())
+                    _changed(on_change, run)
+                    continue
+                limit = command.timeout_s if left is None else min(command.timeout_s, max(left, 1.0))
+                args = _resumable(command)
                 for path, text in command.files:
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
                     Path(path).write_text(text, encoding="utf-8")
                 if progress:
-                    progress(f"running {command.display()} (time limit {command.timeout_s:g} s)")
-                result = executor(list(command.args), command.timeout_s)
+                    progress(f"running {Command(args, limit).display()} (time limit {limit:g} s)")
+                run.running = check.name
+                _changed(on_change, run)
+                result = executor(list(args), limit)
+                run.running = ""
                 done[command.args] = result
-                run.commands.append((command, result, _save_log(logs, len(run.commands) + 1, command, result)))
-            try:
-                verdict = check.judge(result, command)
-            except Exception as exc:  # a judge's bug must not hide the other checks
-                verdict = Verdict(FAIL, f"could not judge the output: {type(exc).__name__}: {exc}")
-            outcome = CheckOutcome(check, verdict.status, verdict.observed, result)
+                log = _save_log(logs, len(run.commands) + 1, Command(args, limit), result)
+                run.commands.append(CommandRecord(Command(args, limit).display(), result.describe(),
+                                                  result.seconds, str(log) if log else "", run.started))
+            if result.timed_out and budget_s is not None and command.timeout_s > result.seconds + 1:
+                outcome = CheckOutcome(check, SKIP, f"{BUDGET_SPENT} while it ran (stopped after "
+                                                    f"{result.seconds:.0f} s); --resume runs it"
+                                                    + (", keeping the cells it finished" if command.out_dir else ""),
+                                       result)
+            else:
+                try:
+                    verdict = check.judge(result, command)
+                except Exception as exc:  # a judge's bug must not hide the other checks
+                    verdict = Verdict(FAIL, f"could not judge the output: {type(exc).__name__}: {exc}")
+                outcome = CheckOutcome(check, verdict.status, verdict.observed, result)
         run.outcomes.append(outcome)
         emit(outcome.line())
+        _changed(on_change, run)
     return run
+
+
+def _changed(on_change: Callable[[AcceptanceRun], None] | None, run: AcceptanceRun) -> None:
+    if on_change is not None:
+        on_change(run)
+
+
+def _resumable(command: Command) -> tuple[str, ...]:
+    """A sweep whose folder already holds results (an earlier phase stopped it) continues with --resume."""
+    if command.out_dir and command.args[0] == "run" and "--resume" not in command.args \
+            and (Path(command.out_dir) / "results.jsonl").is_file():
+        return (*command.args, "--resume")
+    return command.args
 
 
 def _save_log(logs: Path, number: int, command: Command, result: CommandResult) -> Path | None:
     path = logs / f"{number:02d}-{command.args[0]}.log"
+    while path.exists():  # an earlier phase's log keeps its name
+        number += 1
+        path = logs / f"{number:02d}-{command.args[0]}.log"
     try:
         logs.mkdir(parents=True, exist_ok=True)
         path.write_text(f"$ {command.display()}\n# {result.describe()} after {result.seconds:.1f} s\n"
@@ -945,14 +1073,26 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
     """The markdown report: verdict, machine facts, every check's expected vs observed, the commands."""
     plan = run.plan
     counts = {s: sum(o.status == s for o in run.outcomes) for s in (PASS, FAIL, SKIP)}
-    verdict = "FAILED" if run.failed else "PASSED"
+    pending = run.pending
+    unfinished = bool(pending or run.running or run.interrupted or len(run.outcomes) < len(plan.checks))
+    verdict = "FAILED" if run.failed else ("INCOMPLETE" if unfinished else "PASSED")
     environment, env_path = _environment(run)
     lines = [f"# amp-suite acceptance: {verdict}", "",
              f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped "
-             f"({plan.mode.upper()} mode; skipped checks are not failures).", "",
-             "## Machine", "",
-             f"- command: `{command_line}`",
-             f"- started: {run.started}"]
+             f"({plan.mode.upper()} mode; skipped checks are not failures).", ""]
+    if run.running:
+        lines += [f"**In progress**: `{_md(run.running)}` was running when this report was written; a report "
+                  "that still says so was left by a phase that was killed. `--resume` continues.", ""]
+    if run.interrupted:
+        lines += [f"**Interrupted** ({_md(run.interrupted)}): the checks below are those it finished; "
+                  "`--resume` continues.", ""]
+    if pending or len(run.outcomes) < len(plan.checks):
+        names = [o.check.name for o in pending] + [c.name for c in plan.checks[len(run.outcomes):]]
+        lines += [f"**Still to run** ({len(names)}): {_md('; '.join(names))}. Continue with "
+                  f"`{_md(command_line.split(' --resume')[0])} --resume`.", ""]
+    lines += ["## Machine", "", f"- command: `{command_line}`", f"- started: {run.started}"]
+    for phase in run.phases:
+        lines.append(f"- {phase}")
     version = environment.get("amp_suite_version")
     if version is None:
         from amp_suite import __version__ as version
@@ -985,19 +1125,94 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
         report = Path(check.command.out_dir) / "report.md" if check.command.out_dir else None
         if report is not None and report.is_file():
             lines.append(f"- {check.name}: report `{report}`")
-    lines += ["", "## Checks", "", "| # | check | result | expected | observed |", "| --- | --- | --- | --- | --- |"]
+    lines += ["", "## Checks", "", "| # | key | check | result | expected | observed |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for number, outcome in enumerate(run.outcomes, 1):
-        lines.append(f"| {number} | {_md(outcome.check.name)} | **{LABELS[outcome.status]}** | "
-                     f"{_md(outcome.check.expected)} | {_md(outcome.observed)} |")
+        kept = f" (kept from the phase of {outcome.kept})" if outcome.kept else ""
+        lines.append(f"| {number} | {outcome.check.key} | {_md(outcome.check.name)} | **{LABELS[outcome.status]}** | "
+                     f"{_md(outcome.check.expected)} | {_md(outcome.observed)}{_md(kept)} |")
+    figures = gpu_figures_section(run)
+    if figures:
+        lines += ["", *figures]
     lines += ["", "## Commands", "", "| command | outcome | seconds | log |", "| --- | --- | --- | --- |"]
-    for command, result, log in run.commands:
-        lines.append(f"| `{_md(command.display())}` | {result.describe()} | {result.seconds:.0f} | "
-                     f"{f'`{log}`' if log else '–'} |")
-    skipped = [o for o in run.outcomes if o.status == SKIP]
+    for record in run.commands:
+        lines.append(f"| `{_md(record.display)}` | {record.outcome} | {record.seconds:.0f} | "
+                     f"{f'`{record.log}`' if record.log else '–'} |")
+    skipped = [o for o in run.outcomes if o.status == SKIP and not o.pending]
     if skipped:
         lines += ["", "Skipped checks did not run; each needs what the machine lacks: "
                   + "; ".join(f"{o.check.name} ({', '.join(o.check.needs)})" for o in skipped) + "."]
     return "\n".join(lines) + "\n"
+
+
+LAUNCH_BOUND_PCT = 50.0  # a cell whose GPU was busy less of its timed windows than this is launch- or input-bound
+_CEILING_DTYPE = {"tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16"}
+
+
+def gpu_figures_section(run: AcceptanceRun) -> list[str]:
+    """The sweeps' figures judged further: each precision's speed-up over fp32 and over tf32, the calibrated
+    ceiling beside it (the matmul/conv peak ratio over fp32 that calibration measured), the GPU's busy time,
+    and a mark on launch-bound cells.  Empty when no GPU sweep stored a row."""
+    ceilings = {name: figures.peaks for name, figures in
+                parse_calibration(calibration_output(run)).items() if figures.kind == "gpu"}
+    table: list[str] = []
+    launch_bound: list[str] = []
+    for check in run.plan.checks:
+        if not check.key.startswith("sweep-") or not check.command.out_dir:
+            continue
+        rows = read_results(Path(check.command.out_dir) / "results.jsonl")
+        fw = check.key.removeprefix("sweep-")
+        throughput: dict[str, float] = {}
+        busy: dict[str, float] = {}
+        for precision in GPU_PRECISIONS:
+            row = _find(rows, fw, GPU_WORKLOAD, precision)
+            if row is None or row.get("status") != "ok" or (row.get("device") or {}).get("kind") != "gpu":
+                continue
+            metrics = row.get("metrics") or {}
+            if (value := _number(metrics.get("throughput"))) is not None:
+                throughput[precision] = value
+            if (pct := _number(metrics.get("gpu_utilization_pct_mean"))) is not None:
+                busy[precision] = pct
+        if not throughput:
+            continue
+        peaks = ceilings.get(fw, {})
+        for precision in GPU_PRECISIONS:
+            if precision not in throughput:
+                continue
+            value = throughput[precision]
+            over_fp32 = f"{value / throughput['fp32']:.2f}x" if throughput.get("fp32") else "–"
+            over_tf32 = f"{value / throughput['tf32']:.2f}x" if throughput.get("tf32") and precision != "tf32" \
+                else "–"
+            dtype = _CEILING_DTYPE.get(precision)
+            ceiling = f"{peaks[dtype] / peaks['fp32']:.1f}x" if dtype and peaks.get(dtype) and peaks.get("fp32") \
+                else "–"
+            pct = busy.get(precision)
+            mark = ""
+            if pct is not None and pct < LAUNCH_BOUND_PCT:
+                mark = " (launch- or input-bound)"
+                launch_bound.append(f"{fw}/{precision} {pct:.0f}%")
+            table.append(f"| {DISPLAY.get(fw, fw)} | {precision} | {value:,.0f} | {over_fp32} | {over_tf32} | "
+                         f"{ceiling} | {'–' if pct is None else f'{pct:.0f}%'}{mark} |")
+    if not table:
+        return []
+    lines = ["## GPU figures", "",
+             f"{GPU_WORKLOAD}, one run per cell. The ceiling is what calibration measured: the precision's "
+             "matmul/convolution peak over fp32's, the most a compute-bound step could gain; GPU busy is NVML's "
+             f"utilization over the timed windows, and a cell below {LAUNCH_BOUND_PCT:.0f}% is marked launch- or "
+             "input-bound (its speed-up says more about the loop than the arithmetic).", "",
+             "| framework | precision | images/s | over fp32 | over tf32 | ceiling | GPU busy |",
+             "| --- | --- | --- | --- | --- | --- | --- |", *table]
+    if launch_bound:
+        lines += ["", f"Launch- or input-bound: {', '.join(launch_bound)}."]
+    return lines
+
+
+def calibration_output(run: AcceptanceRun) -> str:
+    """The calibrate command's stdout, from this phase or an earlier one."""
+    for outcome in run.outcomes:
+        if outcome.check.key == "calibration" and outcome.result is not None:
+            return outcome.result.stdout
+    return run.calibration_output
 
 
 def _installed_versions() -> dict[str, str]:
@@ -1017,34 +1232,93 @@ def default_frameworks(known: Sequence[str]) -> tuple[str, ...]:
 def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict[str, Any],
                    report: str | None = None, plugins: Sequence[str] = (), executor: Executor = subprocess_executor,
                    emit: Callable[[str], None] = print, progress: Callable[[str], None] | None = None,
-                   workdir: Path | None = None, command_line: str | None = None) -> int:
-    """``amp-suite doctor --acceptance``: plan, run, print, write the report; the exit code (1 when a check failed)."""
+                   workdir: Path | None = None, command_line: str | None = None,
+                   checks: Sequence[str] = (), budget_s: float | None = None, resume: bool = False) -> int:
+    """``amp-suite doctor --acceptance``: plan, run, print, write the report; the exit code (1 when a check failed).
+
+    ``checks`` (keys or numbers) and ``budget_s`` make this run one phase; ``resume`` continues the phase
+    the report's state file recorded, keeping what it judged.  The report and its state are written
+    before each command and after each check, and once more when a signal stops the phase.
+    """
+    from amp_suite.doctor.acceptance_state import AcceptanceState, StoredOutcome, load_state, state_path
+    from amp_suite.doctor.phases import select
     from amp_suite.errors import UsageError
     from amp_suite.safe_files import write_file_atomically
 
-    requested = tuple(frameworks) if frameworks else default_frameworks(list(known))
     report_path = Path(report or DEFAULT_REPORT)
     if report_path.exists() and not report_path.is_file():
         raise UsageError(f"--report {report_path} exists and is not a regular file")
+    state_file = state_path(report_path)
+    previous = load_state(state_file) if resume else None
+    requested = tuple(frameworks) if frameworks else default_frameworks(list(known))
+    if previous is not None:
+        if frameworks and list(requested) != previous.frameworks:
+            raise UsageError(f"--resume: the report {report_path} checked --frameworks "
+                             f"{','.join(previous.frameworks)}, not {','.join(requested)}; give the same or none")
+        if device != "auto" and device != previous.device:
+            raise UsageError(f"--resume: the report {report_path} was made with --device {previous.device}, "
+                             f"not {device}")
+        requested, device = tuple(previous.frameworks), previous.device
+        workdir = Path(previous.workdir)
     if workdir is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         workdir = report_path.parent / f"{report_path.stem}-runs" / stamp
     machine = detect_machine(known, requested, device=device)
     plan = build_plan(machine, requested, Path(workdir).resolve(), device=device, plugins=plugins)
+    asked = select([c.key for c in plan.checks], checks) if checks else set()
+    by_key = {c.key: c for c in plan.checks}
+    kept: dict[str, CheckOutcome] = {}
+    run = AcceptanceRun(plan, started=_now(), budget_s=budget_s)
+    if previous is not None:
+        kept = {key: CheckOutcome(by_key[key], item.status, item.observed, kept=item.phase)
+                for key, item in previous.outcomes.items() if key in by_key}
+        run.commands = [CommandRecord(str(c.get("display", "")), str(c.get("outcome", "")),
+                                      float(c.get("seconds") or 0), str(c.get("log", "")), str(c.get("phase", "")))
+                        for c in previous.commands]
+        run.phases = list(previous.phases)
+        run.calibration_output = previous.calibration_output
+    words = ", ".join(sorted(asked, key=list(by_key).index)) if asked else "all checks"
+    run.phases.append(f"phase started {run.started}: {words}"
+                      + (f", budget {budget_s:g} s" if budget_s is not None else ", no budget")
+                      + (" (--resume)" if previous is not None else ""))
+    if command_line is None:
+        words_ = ["amp-suite", "doctor", "--acceptance", "--device", device, "--frameworks", ",".join(requested),
+                  *(a for p in plugins for a in ("-p", p)), *(("--report", report) if report else ())]
+        command_line = shlex.join(words_)
+
+    def save(current: AcceptanceRun) -> None:
+        state = AcceptanceState(plan.mode, device, list(requested), str(plan.workdir), list(current.phases))
+        for outcome in current.outcomes:
+            if outcome.status in (PASS, FAIL):
+                state.outcomes[outcome.check.key] = StoredOutcome(outcome.check.key, outcome.status,
+                                                                  outcome.observed, outcome.kept or current.started)
+        state.commands = [{"display": c.display, "outcome": c.outcome, "seconds": round(c.seconds, 1),
+                           "log": c.log, "phase": c.phase} for c in current.commands]
+        state.calibration_output = calibration_output(current)
+        try:
+            report_path.parent.mkdir(parents=True, exist_ok=True)
+            write_file_atomically(report_path, render_report(current, command_line=command_line))
+            write_file_atomically(state_file, state.to_json())
+        except OSError as exc:
+            raise UsageError(f"cannot write the report {report_path}: {exc.strerror or exc}") from None
+
     say = progress or (lambda text: None)
     say(f"{plan.mode.upper()} mode: {len(plan.checks)} checks, {sum(c.skipped for c in plan.checks)} skipped "
-        f"on this machine; files under {plan.workdir}")
-    run = run_plan(plan, executor=executor, emit=emit, progress=progress)
-    if command_line is None:
-        words = ["amp-suite", "doctor", "--acceptance", "--device", device, "--frameworks", ",".join(requested),
-                 *(a for p in plugins for a in ("-p", p)), *(("--report", report) if report else ())]
-        command_line = shlex.join(words)
-    text = render_report(run, command_line=command_line)
+        f"on this machine" + (f", {len(kept)} kept from earlier phases" if kept else "")
+        + (f", budget {budget_s:g} s" if budget_s is not None else "") + f"; files under {plan.workdir}")
     try:
-        report_path.parent.mkdir(parents=True, exist_ok=True)
-        write_file_atomically(report_path, text)
-    except OSError as exc:
-        raise UsageError(f"cannot write the report {report_path}: {exc.strerror or exc}") from None
+        run_plan(plan, executor=executor, emit=emit, progress=progress, asked=tuple(asked), budget_s=budget_s,
+                 kept=kept, run=run, on_change=save)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        run.interrupted = f"{signal.Signals(signum).name} while {run.running or 'between checks'}"
+        run.running = ""
+        save(run)
+        emit(f"interrupted; report of the finished checks: {report_path} (--resume continues)")
+        raise
+    save(run)
     counts = {s: sum(o.status == s for o in run.outcomes) for s in (PASS, FAIL, SKIP)}
-    emit(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped; report: {report_path}")
+    left = len(run.pending)
+    emit(f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped"
+         + (f" ({left} still to run: --resume)" if left else "") + f"; report: {report_path}")
     return run.exit_code

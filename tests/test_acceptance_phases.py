@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
-from test_acceptance import FRAMEWORKS, ONE_GPU, FakeAmpSuite, check, machine, plan_for
 
 from amp_suite.doctor import acceptance
-from amp_suite.doctor.acceptance import FAIL, PASS, SKIP, CommandResult, run_plan
+from amp_suite.doctor.acceptance import PASS, SKIP, CommandResult, run_plan
 from amp_suite.doctor.acceptance_state import load_state, state_path
 from amp_suite.doctor.phases import choose, parse_checks, select
 from amp_suite.errors import UsageError
+from test_acceptance import FRAMEWORKS, ONE_GPU, FakeAmpSuite, check, machine, plan_for
 
 
 def keys_run(choices):

@@ -169,3 +169,12 @@ def test_a_one_device_cell_sees_one_gpu():
     assert one_gpu_visible(one, {"CUDA_VISIBLE_DEVICES": ""}) == {}  # the user hid every GPU
     assert one_gpu_visible(RunSpec("jax", "w", "fp32", devices=2), {}) == {}
     assert one_gpu_visible(RunSpec("jax", "w", "fp32", device="cpu"), {}) == {}
+
+
+def test_a_gpu_cell_numbers_gpus_in_pci_order_as_nvml_does():
+    from amp_suite.records import RunSpec
+    from amp_suite.sweep.runner import gpu_numbering
+
+    assert gpu_numbering(RunSpec("jax", "w", "fp32")) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert gpu_numbering(RunSpec("jax", "w", "fp32", devices=2)) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    assert gpu_numbering(RunSpec("jax", "w", "fp32", device="cpu")) == {}

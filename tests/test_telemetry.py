@@ -107,15 +107,35 @@ def test_energy_per_image_and_throttle_and_other_process_flags() -> None:
     assert summary["temperature_c_max"] == 62
     assert summary["sampled_power_w_max"] == pytest.approx(300.0)
     assert summary["gpu_utilization_pct_mean"] == pytest.approx(90.0)
-    assert summary["clock_event_reasons"] == ["sw power cap"]  # idle is benign, listed apart
-    assert summary["clock_event_reasons_benign"] == ["gpu idle"]
-    assert summary["throttled_windows"] == 1
+    # the software power cap is how a busy GPU runs: recorded, not a throttle that flags the timing
+    assert summary["clock_event_reasons"] == [] and summary["power_capped_windows"] == 1
+    assert summary["clock_event_reasons_benign"] == ["gpu idle"]  # idle is benign, listed apart
+    assert summary["throttled_windows"] == 0
     assert summary["process_gpu_memory_bytes"] == 3 * 2**30
     assert summary["other_gpu_processes"] == [OTHER_PID]
-    assert meter.flags() == [
-        "GPU clocks throttled (sw power cap) during timed windows",
-        f"another process (pid {OTHER_PID}) used the GPU during timed windows",
-    ]
+    assert summary["power_reading"] == "averaged"  # this fake has no instantaneous field
+    assert meter.flags() == [f"another process (pid {OTHER_PID}) used the GPU during timed windows"]
+
+
+class FakeNvmlWithInstantPower(FakeNvml):
+    """A driver with NVML's instantaneous power field (NVML_FI_DEV_POWER_INSTANT)."""
+
+    NVML_FI_DEV_POWER_INSTANT = 186
+
+    def nvmlDeviceGetFieldValues(self, handle: str, fields: list[int]) -> list[types.SimpleNamespace]:
+        assert fields == [186]
+        return [types.SimpleNamespace(fieldId=186, nvmlReturn=0, value=types.SimpleNamespace(uiVal=412_000))]
+
+
+def test_power_is_read_instantaneously_where_the_driver_has_it() -> None:
+    fake = FakeNvmlWithInstantPower(reasons={0: 0x40})
+    meter = make_meter(fake)
+    run_windows(meter, fake, windows=1, images=10)
+    summary = meter.summary()
+    assert summary["power_reading"] == "instantaneous"
+    assert summary["sampled_power_w_max"] == pytest.approx(412.0)  # not the averaged 300 W
+    assert summary["throttled_windows"] == 1  # a thermal slowdown still flags
+    assert meter.flags() == ["GPU clocks throttled (hw thermal slowdown) during timed windows"]
 
 
 def test_a_clean_run_has_no_flags() -> None:

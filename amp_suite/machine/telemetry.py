@@ -60,6 +60,14 @@ CLOCK_EVENT_REASON_BITS: tuple[tuple[str, int, str], ...] = (
 BENIGN_CLOCK_EVENT_REASONS = frozenset(
     {"gpu idle", "applications clocks setting", "sync boost", "display clock setting"}
 )
+# The software power cap: the driver lowering clocks to keep the board within its power limit.  A
+# busy H100 spends much of any step there; it is how the card runs at full load, not a fault of the
+# machine, so it is recorded (``power_capped_windows``) and does not flag a timing.  A thermal or
+# hardware slowdown still does.
+RECORDED_CLOCK_EVENT_REASONS = frozenset({"sw power cap"})
+# NVML field of the instantaneous board power (mW); nvmlDeviceGetPowerUsage is, on Ampere and newer
+# (GA100 excepted), an average over the last second (NVML API reference, nvmlDeviceGetPowerUsage).
+NVML_FI_DEV_POWER_INSTANT = 186
 
 
 class TelemetryUnavailable(RuntimeError):
@@ -253,6 +261,7 @@ class NvmlMeter(WindowMeter):
         self._own_pids = _own_pids() if own_pids is None else set(own_pids)
         self._failed_queries: set[str] = set()
         self.source = "NVML"
+        self.power_reading = ""  # "instantaneous" or "averaged", once the first sample says which
         self._energy_supported = True
         try:
             self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)
@@ -264,6 +273,7 @@ class NvmlMeter(WindowMeter):
         self._samples: list[_GpuSample] = []
         self._window_count = 0
         self._throttled_windows = 0
+        self._power_capped_windows = 0
         self._throttle_names: set[str] = set()
         self._benign_names: set[str] = set()
         # open window
@@ -292,6 +302,28 @@ class NvmlMeter(WindowMeter):
         except Exception:
             return None
 
+    def _read_power_w(self) -> float | None:
+        """The board's power now: NVML's instantaneous field where the driver has it, else its averaged reading."""
+        if self.power_reading != "averaged":
+            instant = self._instant_power_mw()
+            if instant is not None:
+                self.power_reading = "instantaneous"
+                return instant / 1000.0
+            self.power_reading = "averaged"
+        power_mw = self._ask("nvmlDeviceGetPowerUsage")
+        return None if power_mw is None else power_mw / 1000.0
+
+    def _instant_power_mw(self) -> float | None:
+        field_id = getattr(self._nvml, "NVML_FI_DEV_POWER_INSTANT", NVML_FI_DEV_POWER_INSTANT)
+        values = self._ask("nvmlDeviceGetFieldValues", [field_id])
+        if not values:
+            return None
+        value = values[0]
+        if getattr(value, "nvmlReturn", 1) != 0:
+            return None
+        number = getattr(getattr(value, "value", None), "uiVal", None)
+        return float(number) if isinstance(number, (int, float)) and number > 0 else None
+
     def _clock_event_mask(self) -> int | None:
         for name in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
             if hasattr(self._nvml, name) and name not in self._failed_queries:
@@ -305,8 +337,7 @@ class NvmlMeter(WindowMeter):
         sample = _GpuSample()
         sample.sm_clock_mhz = self._ask("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_SM", 1))
         sample.memory_clock_mhz = self._ask("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_MEM", 2))
-        power_mw = self._ask("nvmlDeviceGetPowerUsage")
-        sample.power_w = None if power_mw is None else power_mw / 1000.0
+        sample.power_w = self._read_power_w()
         sample.temperature_c = self._ask("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         rates = self._ask("nvmlDeviceGetUtilizationRates")
         if rates is not None:
@@ -365,8 +396,10 @@ class NvmlMeter(WindowMeter):
         for sample in window:
             mask |= sample.clock_event_mask or 0
         names = clock_event_reason_names(self._nvml, mask)
-        throttles = [n for n in names if n not in BENIGN_CLOCK_EVENT_REASONS]
+        throttles = [n for n in names if n not in BENIGN_CLOCK_EVENT_REASONS | RECORDED_CLOCK_EVENT_REASONS]
         self._benign_names.update(n for n in names if n in BENIGN_CLOCK_EVENT_REASONS)
+        if any(n in RECORDED_CLOCK_EVENT_REASONS for n in names):
+            self._power_capped_windows += 1
         if throttles:
             self._throttled_windows += 1
             self._throttle_names.update(throttles)
@@ -410,14 +443,16 @@ class NvmlMeter(WindowMeter):
           supported; ``energy_windows_missing`` counts windows whose counter
           could not be read.
         - ``sm_clock_mhz_median`` / ``sm_clock_mhz_min``, ``memory_clock_mhz_median``
-          (MHz), ``sampled_power_w_mean`` / ``sampled_power_w_max`` (W, NVML's
-          averaged power reading), ``temperature_c_max`` (°C),
+          (MHz), ``sampled_power_w_mean`` / ``sampled_power_w_max`` (W; NVML's
+          instantaneous power where the driver has it, else its one-second
+          average: ``power_reading`` says which), ``temperature_c_max`` (°C),
           ``gpu_utilization_pct_mean`` / ``memory_utilization_pct_mean`` (% of
           time a kernel / memory transfer was running): over every sample.
         - ``clock_event_reasons``: the non-benign clock event (throttle) reasons
           seen; ``clock_event_reasons_benign`` the benign ones
           (:data:`BENIGN_CLOCK_EVENT_REASONS`); ``throttled_windows``: how many
-          windows saw a non-benign reason.
+          windows saw a non-benign reason; ``power_capped_windows``: how many ran
+          at the software power cap (recorded, not flagged).
         - ``process_gpu_memory_bytes``: the most GPU memory NVML saw this process
           use (bytes; what ``nvidia-smi`` shows, the framework's pool included);
           ``other_gpu_processes``: pids of other compute processes on the GPU.
@@ -443,6 +478,7 @@ class NvmlMeter(WindowMeter):
         if power:
             found["sampled_power_w_mean"] = statistics.fmean(power)
             found["sampled_power_w_max"] = max(power)
+            found["power_reading"] = self.power_reading or "averaged"
             found.setdefault("mean_power_w", found["sampled_power_w_mean"])
         temperature = values("temperature_c")
         if temperature:
@@ -454,6 +490,7 @@ class NvmlMeter(WindowMeter):
             found["clock_event_reasons"] = self._ordered(self._throttle_names)
             found["clock_event_reasons_benign"] = self._ordered(self._benign_names)
             found["throttled_windows"] = self._throttled_windows
+            found["power_capped_windows"] = self._power_capped_windows
         if self._samples and (any(s.process_memory_bytes for s in self._samples)
                               or "nvmlDeviceGetComputeRunningProcesses" not in self._failed_queries):
             own_bytes, others, unmatched = self._processes()

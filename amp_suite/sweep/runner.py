@@ -158,6 +158,18 @@ def one_gpu_visible(run: RunSpec, environ: dict[str, str]) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": first} if first else {}
 
 
+def gpu_numbering(run: RunSpec) -> dict[str, str]:
+    """``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for a cell that may use a GPU.
+
+    The suite reads a GPU's telemetry through NVML, which numbers GPUs in PCI
+    bus order, and narrows ``CUDA_VISIBLE_DEVICES`` by those numbers; CUDA's
+    own default order is fastest first, so on a machine of mixed GPUs device
+    0 of the two could be different cards.  With this variable CUDA numbers
+    them as NVML does (CUDA's programming guide, "CUDA Environment Variables").
+    """
+    return {} if run.device == "cpu" else {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+
+
 def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = None,
                   on_step: Callable[[int, int], None] | None = None) -> CellResult:
     """Run ``cell`` in a fresh interpreter; every outcome becomes a result.
@@ -184,6 +196,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         child_env.pop("PYTHONPATH", None)
         child_env.pop("PYTHONHOME", None)
     child_env.update(one_gpu_visible(run, child_env))
+    child_env.update(gpu_numbering(run))
     oom_before = _oom_kills()
     result_r, result_w = os.pipe()
     launcher = launcher_for(run)

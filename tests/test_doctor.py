@@ -34,6 +34,8 @@ GPU_REPORT = {
     "timing": {"steps": 10, "per_step_sum_s": 0.101, "wall_s": 0.100, "method": "CUDA events"},
     "memory": {"api": "torch.cuda.max_memory_allocated", "peak_bytes": 70 * 2**20, "allocated_bytes": 64 * 2**20},
     "preallocation": {"preallocate_env": "false", "bytes_reserved": 200 * 2**20, "bytes_limit": 40 * 2**30},
+    "nvml": {"package": "13.580.82", "python": "/envs/torch/bin/python", "opened": True, "energy_counter": True,
+             "power_w": 71.0, "power_reading": "instantaneous"},
 }
 TORCH = FrameworkInfo(name="torch", display_name="PyTorch", modules=("torch",), extra="torch",
                       precisions={"cpu": ("fp32",), "gpu": ("fp32",)}, doctor_probe="amp_suite_plugins.torch.doctor")
@@ -74,6 +76,21 @@ def test_fp32_is_float32_not_tf32(value, status, hint):
 def test_tf32_is_tf32_where_the_gpu_has_it(value, capability, on_gpu, status, hint):
     result = checks.judge_tf32("keras", "conv", {"conv_tf32": value}, on_gpu=on_gpu, capability=capability)
     assert result.status == status and hint in result.detail
+
+
+def test_nvml_is_checked_in_the_environment_that_runs_the_cells():
+    good = checks.judge_nvml("torch", GPU_REPORT["nvml"], on_gpu=True)
+    assert good.status == PASSED and good.detail == ("nvidia-ml-py 13.580.82: energy counter, 71 W "
+                                                     "instantaneous")
+    missing = checks.judge_nvml("jax", {"package": None, "python": "/envs/jax/bin/python", "opened": False,
+                                        "reason": "nvidia-ml-py not installed"}, on_gpu=True)
+    assert missing.status == FAILED
+    assert "nvidia-ml-py is not installed in /envs/jax/bin/python" in missing.detail
+    assert "pip install nvidia-ml-py" in missing.detail
+    closed = checks.judge_nvml("jax", {"package": "13.580.82", "opened": False, "reason": "NVML: Driver Not Loaded"},
+                               on_gpu=True)
+    assert closed.status == FAILED and "Driver Not Loaded" in closed.detail
+    assert checks.judge_nvml("jax", None, on_gpu=False).status == SKIPPED
 
 
 def test_amp_dtypes():

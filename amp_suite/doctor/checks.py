@@ -370,3 +370,26 @@ def judge_preallocation(scope: str, section: dict[str, Any] | None, *, on_gpu: b
     if reserved > PREALLOCATED_FRACTION * limit:
         return CheckResult(scope, check, FAILED, f"JAX holds {reserved / limit:.0%} of GPU memory: preallocated")
     return CheckResult(scope, check, PASSED, f"JAX holds {reserved / 2**20:.0f} MiB of {limit / 2**20:.0f} MiB")
+
+
+NVML_INSTALL = "pip install nvidia-ml-py in this environment"
+
+
+def judge_nvml(scope: str, section: dict[str, Any] | None, *, on_gpu: bool) -> CheckResult:
+    """The environment that runs this framework's cells reads GPU telemetry (energy, clocks, utilization)."""
+    check = "NVML telemetry"
+    if not on_gpu:
+        return CheckResult(scope, check, SKIPPED, "no GPU: cells read RAPL or nothing")
+    if (bad := _error(scope, check, section)) is not None:
+        return bad
+    assert section is not None
+    if not section.get("package"):
+        return CheckResult(scope, check, FAILED, f"nvidia-ml-py is not installed in {section.get('python')}: its "
+                           f"GPU cells would record no energy, clocks or utilization ({NVML_INSTALL})")
+    if not section.get("opened"):
+        return CheckResult(scope, check, FAILED, f"nvidia-ml-py {section['package']} could not open NVML: "
+                           f"{section.get('reason')}")
+    power = section.get("power_w")
+    energy = "energy counter" if section.get("energy_counter") else "no energy counter (energy not recorded)"
+    reading = f"{power:.0f} W {section.get('power_reading')}" if isinstance(power, (int, float)) else "no power"
+    return CheckResult(scope, check, PASSED, f"nvidia-ml-py {section['package']}: {energy}, {reading}")

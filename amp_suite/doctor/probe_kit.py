@@ -29,7 +29,9 @@ a section that raised holds ``{"error": ...}``.  The doctor's verdicts
   trial with the median sum/wall ratio, ``trials``, ``method``, ``load_per_core``,
   and the MLP's ``batch``, ``width``, ``hidden_layers`` and one ``step_s``;
 - ``memory``: ``api``, ``peak_bytes``, ``allocated_bytes`` (GPU only);
-- ``preallocation`` (JAX): ``preallocate_env``, ``bytes_reserved``, ``bytes_limit``.
+- ``preallocation`` (JAX): ``preallocate_env``, ``bytes_reserved``, ``bytes_limit``;
+- ``nvml`` (added to every probe by :func:`run_sections`): ``package`` (nvidia-ml-py's version or
+  null), ``opened``, ``reason`` (why not), ``energy_counter``, ``power_w``, ``power_reading``.
 """
 
 from __future__ import annotations
@@ -215,4 +217,34 @@ def run_sections(sections: Sequence[tuple[str, Callable[[], dict[str, Any]]]]) -
     report: dict[str, Any] = {}
     for name, measure in sections:
         section(report, name, measure)
+    section(report, "nvml", nvml_reading)
     emit(report)
+
+
+def nvml_reading() -> dict[str, Any]:
+    """Whether this environment reads GPU telemetry: nvidia-ml-py importable, NVML opened on device 0 (as
+    CUDA numbers it), the energy counter and the instantaneous power field answering.  Every probe runs it
+    in the environment its framework's cells run in, so a GPU environment without nvidia-ml-py shows."""
+    import importlib.metadata
+
+    from amp_suite.machine.telemetry import NvmlMeter, TelemetryUnavailable
+
+    try:
+        version = importlib.metadata.version("nvidia-ml-py")
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    found: dict[str, Any] = {"package": version, "python": sys.executable}
+    try:
+        meter = NvmlMeter(0, sample_interval_s=1.0)
+    except TelemetryUnavailable as exc:
+        found["opened"] = False
+        found["reason"] = str(exc)
+        return found
+    try:
+        found["opened"] = True
+        found["energy_counter"] = meter.source == "NVML"
+        found["power_w"] = meter.read_power_w()
+        found["power_reading"] = meter.power_reading
+    finally:
+        meter.close()
+    return found

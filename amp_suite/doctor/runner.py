@@ -154,6 +154,8 @@ def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu:
         rows.insert(1, checks.judge_cudnn(name, device, on_gpu=on_gpu))
     if "preallocation" in report:
         rows.append(checks.judge_preallocation(name, report.get("preallocation"), on_gpu=on_gpu))
+    if on_gpu:
+        rows.append(checks.judge_nvml(name, report.get("nvml"), on_gpu=on_gpu))
     where = "GPU" if on_gpu else "CPU"
     # What the framework logged (library-load warnings, a backend that failed) explains any failure.
     logged = checks.log_notes([*(device.get("log_notes") or []), *notes])

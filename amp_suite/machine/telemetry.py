@@ -302,7 +302,7 @@ class NvmlMeter(WindowMeter):
         except Exception:
             return None
 
-    def _read_power_w(self) -> float | None:
+    def read_power_w(self) -> float | None:
         """The board's power now: NVML's instantaneous field where the driver has it, else its averaged reading."""
         if self.power_reading != "averaged":
             instant = self._instant_power_mw()
@@ -337,7 +337,7 @@ class NvmlMeter(WindowMeter):
         sample = _GpuSample()
         sample.sm_clock_mhz = self._ask("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_SM", 1))
         sample.memory_clock_mhz = self._ask("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_MEM", 2))
-        sample.power_w = self._read_power_w()
+        sample.power_w = self.read_power_w()
         sample.temperature_c = self._ask("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0))
         rates = self._ask("nvmlDeviceGetUtilizationRates")
         if rates is not None:

@@ -975,7 +975,7 @@ def run_plan(plan: AcceptancePlan, *, executor: Executor = subprocess_executor,
                     Path(path).parent.mkdir(parents=True, exist_ok=True)
                     Path(path).write_text(text, encoding="utf-8")
                 if progress:
-                    progress(f"running {Command(args, limit).display()} (time limit {limit:g} s)")
+                    progress(f"running {Command(args, limit).display()} (time limit {limit:.0f} s)")
                 run.running = check.name
                 _changed(on_change, run)
                 result = executor(list(args), limit)

@@ -345,6 +345,18 @@ def test_each_bad_cell_fails_the_sweep_naming_the_cell(tmp_path, change, needle)
     assert verdict.status == FAIL and needle in verdict.observed, verdict.observed
 
 
+def test_a_noisy_timing_flag_is_reported_not_failed(tmp_path):
+    """On an H100 eager PyTorch's tf32 cell varied 12% over five windows: the ⚑ doing its job, not a broken path."""
+    rows = good_rows()
+    noisy = "noisy timing: throughput varied by 12% (coefficient of variation) over the cell's 5 timed windows"
+    rows[1] = row("torch", "tf32", 14000.0, measurement_flags=[noisy])
+    verdict = sweep_verdict(tmp_path, rows)
+    assert verdict.status == PASS and f"torch/cifar10_resnet18/tf32 flagged: {noisy}" in verdict.observed
+    rows[1] = row("torch", "tf32", 14000.0, measurement_flags=[noisy, "GPU clocks throttled (hw slowdown)"])
+    verdict = sweep_verdict(tmp_path, rows)
+    assert verdict.status == FAIL and "measurement_flags: GPU clocks throttled (hw slowdown)" in verdict.observed
+
+
 def test_a_cell_rerun_later_counts_by_its_latest_row(tmp_path):
     rows = good_rows()
     rows.insert(0, row("torch", "fp32", 0, status="oom"))

@@ -151,12 +151,12 @@ def test_a_command_runs_under_what_is_left_and_one_stopped_by_the_budget_is_pend
         clock.now += timeout_s  # the sweep is still running when its limit (the budget's rest) comes
         return CommandResult(None, "", "", timeout_s)
 
-    run = run_plan(plan, executor=executor, emit=lambda line: None, budget_s=200,
+    run = run_plan(plan, executor=executor, emit=lambda line: None, budget_s=300,
                    asked=("devices", "sweep-torch"), clock=clock)
-    assert limits[1] == pytest.approx(100)  # 200 s budget, 100 s spent by the doctor
+    assert limits[1] == pytest.approx(200)  # 300 s budget, 100 s spent by the doctor
     sweep = next(o for o in run.outcomes if o.check.key == "sweep-torch")
     assert sweep.status == SKIP and sweep.pending
-    assert sweep.observed.startswith("the budget ran out while it ran (stopped after 100 s); --resume runs it")
+    assert sweep.observed.startswith("the budget ran out while it ran (stopped after 200 s); --resume runs it")
     assert [o.status for o in run.outcomes[:3]] == [PASS, PASS, PASS]
 
 

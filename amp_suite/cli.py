@@ -110,6 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--budget", type=float, default=1.0,
                      help="seconds of timing per measurement (default 1)")
     cal.add_argument("--force", action="store_true", help="measure again even if cached")
+    cal.add_argument("--config", help="configuration declaring [environments]: each framework is measured in the "
+                                      "environment a sweep would run it in (default: ./benchmarks.toml when there is "
+                                      "one)")
     cal.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="load an extra plugin module (repeatable)")
 
@@ -272,8 +275,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     from amp_suite.calibration.ceiling import calibrate
 
+    config_path = find_config(args.config)
     return calibrate(frameworks=_csv(args.frameworks), device=args.device, force=args.force,
-                     host=_host(args.plugin), budget_s=args.budget)
+                     host=_host(args.plugin), budget_s=args.budget, config_path=config_path,
+                     environments=load_config(config_path).environments)
 
 
 def _print_reporter_failures(outcome) -> None:
@@ -358,6 +363,18 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         check_names("framework", asked, [*known, *declared])
     names = tuple(n for n in asked if n in known) if asked else tuple(known)
     environments = _doctor_environments(declared, known, asked, config_path)
+    if not args.acceptance:
+        # each framework is probed where a sweep on this device would run it (docs/environments.md)
+        from amp_suite.doctor.runner import EnvironmentProbe
+        from amp_suite.envs.placement import place_for_checks
+        from amp_suite.machine.devices import sweep_device_kind
+
+        placements = place_for_checks(names, declared, known, config_path, sweep_device_kind(args.device))
+        moved = tuple(EnvironmentProbe(name, p.python, known[p.framework], p.problem, environment=p.environment)
+                      for name, p in placements.items() if p.environment)
+        taken = {p.environment for p in placements.values()}
+        environments = moved + tuple(e for e in environments if e.name not in taken)
+        names = tuple(n for n in names if not placements[n].environment)
     if args.acceptance:
         from amp_suite.doctor.acceptance import run_acceptance
         from amp_suite.doctor.phases import parse_checks

@@ -216,7 +216,7 @@ def ceiling_ratio(calibration: dict[str, Any] | None, framework: str, device_kin
 # --- the command -------------------------------------------------------------
 
 
-def _run_probe(framework: FrameworkInfo, device: str, budget_s: float) -> dict[str, Any]:
+def _run_probe(framework: FrameworkInfo, device: str, budget_s: float, python: str = "") -> dict[str, Any]:
     """``python -m CALIBRATION_PROBE DEVICE BUDGET`` with the plugin's environment; the figures it printed."""
     from amp_suite.calibration.kit import read_report
     from amp_suite.launchers.child_process import exit_description, isolated_command, isolated_env
@@ -225,9 +225,10 @@ def _run_probe(framework: FrameworkInfo, device: str, budget_s: float) -> dict[s
     for key, value in framework.env.items():  # the plugin's defaults, as a worker sets them: the user's value wins
         child_env.setdefault(key, value)
     # isolated path, and the probe dies with this process (as workers do)
-    done = subprocess.run(isolated_command(framework.calibration_probe, device, str(budget_s)),
-                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S, env=isolated_env(child_env),
-                          stdin=subprocess.DEVNULL)
+    # python: the interpreter of the environment a sweep would run this framework in ("" for this one)
+    done = subprocess.run(isolated_command(framework.calibration_probe, device, str(budget_s), python=python),
+                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                          env=isolated_env(child_env, own_path=bool(python)), stdin=subprocess.DEVNULL)
     figures = read_report(done.stdout)
     if figures is not None:
         return figures
@@ -236,8 +237,13 @@ def _run_probe(framework: FrameworkInfo, device: str, budget_s: float) -> dict[s
 
 
 def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, host, budget_s: float = 1.0,
-              stream=None) -> int:
-    """Measure (or show the cached) peaks of every installed framework whose plugin names a probe; exit code."""
+              stream=None, config_path: Path | None = None, environments: dict | None = None) -> int:
+    """Measure (or show the cached) peaks of every installed framework whose plugin names a probe; exit code.
+
+    Each framework is measured where a sweep on ``device`` would run it (its built GPU environment, an
+    environment of its name in ``environments``, else this interpreter), and each line says where.
+    """
+    from amp_suite.envs.placement import describe_placement, place_for_checks
     from amp_suite.errors import UsageError
     from amp_suite.machine.environment import host_environment
     from amp_suite.safe_files import write_file_atomically
@@ -261,11 +267,20 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
     data: dict[str, Any] = {"machine": {k: environment.get(k) for k in ("cpu_model", "cpu_flags", "cpu_count", "gpus")},
             "key": machine_key(environment), "frameworks": dict(cached.get("frameworks") or {})}
     failed = False
+    from amp_suite.machine.devices import sweep_device_kind
+
+    placements = place_for_checks(names, environments or {}, list(infos), config_path, sweep_device_kind(device))
     for name in names:
         info = infos[name]
-        if info.missing_modules():
+        placement = placements[name]
+        if placement.environment and placement.problem:
+            print(f"{name}: calibration failed: {placement.problem}", file=sys.stderr)
+            failed = True
+            continue
+        if not placement.environment and info.missing_modules():
             print(f"{name}: not installed, skipped", file=stream)
             continue
+        print(f"{name}: measured in {describe_placement(placement)}", file=sys.stderr)
         kind_wanted = None if device == "auto" else device
         entry = data["frameworks"].get(name) or {}
         have = [k for k in entry if kind_wanted in (None, k)]
@@ -274,7 +289,7 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
             continue
         started = time.perf_counter()
         try:
-            figures = _run_probe(info, device, budget_s)
+            figures = _run_probe(info, device, budget_s, python=placement.python)
         except (RuntimeError, OSError, subprocess.SubprocessError, ValueError) as exc:
             print(f"{name}: calibration failed: {' '.join(str(exc).split())}", file=sys.stderr)
             failed = True

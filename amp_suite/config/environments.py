@@ -23,6 +23,9 @@ from amp_suite.schema import Field, check_name, check_table, shown
 # The environments folder, when not the default .amp-suite/envs beside the config file (or here).
 ENVS_DIR_ENV = "AMP_SUITE_ENVS"
 ENVS_SUBDIR = Path(".amp-suite") / "envs"
+# python = "this": the interpreter amp-suite itself runs in (a machine whose frameworks are preinstalled,
+# a GPU machine lent without a registry): nothing is built and the environment names what already is.
+THIS_INTERPRETER = "this"
 
 ENVIRONMENT_FIELDS: dict[str, Field] = {
     "framework": Field(str, names=True),
@@ -77,8 +80,11 @@ def environment_from_table(name: str, table: Any, where: str) -> EnvironmentSpec
         if "index_url" in values or "extra_index_urls" in values or "find_links" in values:
             raise UsageError(f"{here}: index_url, extra_index_urls and find_links go with requirements, "
                              "not with python")
+        if values["python"] == THIS_INTERPRETER:  # the interpreter amp-suite runs in: nothing to build
+            values = {**values, "python": sys.executable}
         if not os.path.isabs(values["python"]):
-            raise UsageError(f"{here}: python must be an absolute path, got {shown(values['python'])}")
+            raise UsageError(f"{here}: python must be an absolute path or \"{THIS_INTERPRETER}\" (the interpreter "
+                             f"amp-suite runs in), got {shown(values['python'])}")
     elif not values["requirements"]:
         raise UsageError(f"{here}: requirements must list at least one requirement")
     for requirement in values.get("requirements", ()):

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite.doctor.phases import BUDGET_SPENT, choose, is_pending
+from amp_suite.envs.placement import describe_placement
 from amp_suite.machine.devices import NvidiaInventory, detect_nvidia
 
 PASS, FAIL, SKIP = "pass", "fail", "skipped"
@@ -192,6 +193,7 @@ class Machine:
     inventory: NvidiaInventory
     installed: tuple[str, ...]
     missing: dict[str, str] = field(default_factory=dict)  # framework -> the line that installs it
+    where: dict[str, str] = field(default_factory=dict)  # framework -> where its processes run, in words
 
     @property
     def gpu_count(self) -> int:
@@ -232,16 +234,39 @@ def detect_machine(frameworks: dict[str, Any], requested: Sequence[str], *, devi
     framework's modules without importing them.
     """
     inventory = detect_nvidia() if device != "cpu" else NvidiaInventory(reason="not asked: --device cpu")
-    installed, missing = [], {}
+    kind = "gpu" if device == "gpu" or (device == "auto" and inventory.present) else "cpu"
+    placements = _placements([n for n in requested if n in frameworks], frameworks, kind)
+    installed, missing, where = [], {}, {}
     for name in requested:
         info = frameworks.get(name)
+        placement = placements.get(name)
         if info is None:
             missing[name] = "no plugin provides it"
+        elif placement is not None and placement.environment:
+            where[name] = describe_placement(placement)
+            if placement.problem:
+                missing[name] = placement.problem
+            else:
+                installed.append(name)
         elif info.missing_modules():
             missing[name] = info.install_hint()
         else:
             installed.append(name)
-    return Machine(inventory, tuple(installed), missing)
+            if placement is not None:
+                where[name] = describe_placement(placement)
+    return Machine(inventory, tuple(installed), missing, where)
+
+
+def _placements(names: Sequence[str], frameworks: dict[str, Any], kind: str) -> dict[str, Any]:
+    """Where the acceptance's sweeps (which read the packaged catalog alone) run each framework."""
+    from amp_suite.config.catalog import load_config
+    from amp_suite.envs.placement import place_for_checks
+    from amp_suite.errors import UsageError
+
+    try:
+        return place_for_checks(names, load_config(None).environments, list(frameworks), None, kind)
+    except UsageError:
+        return {}
 
 
 def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, device: str = "auto",
@@ -1131,6 +1156,8 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
     runtimes = _runtimes(run)
     for name, text in runtimes.items():
         lines.append(f"- {DISPLAY.get(name, name)} ran with {text}")
+    for name, text in plan.machine.where.items():
+        lines.append(f"- {DISPLAY.get(name, name)} runs in {text}")
     lines.append(f"- frameworks checked: {_names(plan.frameworks)}" + (
         f" (not installed: {_names(list(plan.machine.missing))})" if plan.machine.missing else ""))
     lines.append(f"- files of this run: `{plan.workdir}`" + (f" (environment: `{env_path}`)" if env_path else ""))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -66,6 +67,7 @@ class EnvironmentProbe:
     python: str
     framework: FrameworkInfo
     problem: str = ""
+    environment: str = ""  # the environment's own name where ``name`` is a framework a sweep runs there
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,8 @@ def run_checks(plan: DoctorPlan, *, inventory: NvidiaInventory | None = None,
             continue
         if progress:
             progress(f"probing {info.display_name} ...")
+        rows.append(CheckResult(info.name, "runs in", PASSED, f"this interpreter ({sys.executable}), as a sweep "
+                                "would run it (no environment declared or built for it)"))
         try:
             report = probe(info, plan.device, plan.timeout_s)
         except ProbeError as exc:
@@ -213,8 +217,9 @@ def environment_checks(environment: EnvironmentProbe, plan: DoctorPlan, probe: P
     builds in one environment fail, with the fix.
     """
     name, info = environment.name, environment.framework
+    where = f"environment {environment.environment}: " if environment.environment else ""
     if environment.problem:
-        return [CheckResult(name, "environment built", FAILED, environment.problem)]
+        return [CheckResult(name, "environment built", FAILED, where + environment.problem)]
     if not info.doctor_probe:
         return [CheckResult(name, "environment built", SKIPPED, f"{environment.python}; the doctor has no probe "
                             f"for {info.display_name}")]
@@ -223,9 +228,9 @@ def environment_checks(environment: EnvironmentProbe, plan: DoctorPlan, probe: P
     try:
         report = probe(info, plan.device, plan.timeout_s, python=environment.python)
     except ProbeError as exc:
-        return [CheckResult(name, "environment built", PASSED, environment.python),
+        return [CheckResult(name, "environment built", PASSED, where + environment.python),
                 CheckResult(name, "probe ran", FAILED, _probe_failure(exc, info, inventory))]
-    rows = [CheckResult(name, "environment built", PASSED, environment.python)]
+    rows = [CheckResult(name, "environment built", PASSED, where + environment.python)]
     for row in framework_checks(info, report, expect_gpu=expect_gpu, inventory=inventory):
         rows.append(CheckResult(name, row.check, row.status, row.detail))
     return rows

@@ -92,3 +92,22 @@ def suite_missing(spec: EnvironmentSpec) -> str:
         return (f"environment {spec.name!r}: its interpreter {spec.python} has no amp-suite; install it there "
                 f"({spec.python} -m pip install amp-suite, or -e this source tree)")
     return ""
+
+
+def describe_placement(placement: Placement) -> str:
+    """Where a framework's processes run, in words: the environment and its interpreter, or this interpreter."""
+    import sys
+
+    if placement.environment:
+        return f"environment {placement.environment} ({placement.python or 'not usable: ' + placement.problem})"
+    return f"this interpreter ({sys.executable})"
+
+
+def place_for_checks(names: Iterable[str], environments: Mapping[str, EnvironmentSpec], frameworks: Iterable[str],
+                     config_path: Path | None, device_kind: str) -> dict[str, Placement]:
+    """Where ``doctor`` and ``calibrate`` run each framework: where a sweep on ``device_kind`` (cpu or gpu)
+    would (a GPU sweep's built GPU environment, a declared environment of the framework's name, else this
+    interpreter)."""
+    from amp_suite.config.environments import environments_dir
+
+    return place_frameworks(names, environments, frameworks, environments_dir(config_path), device_kind)

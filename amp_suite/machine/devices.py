@@ -231,3 +231,11 @@ def version_text(value: Any, kind: str) -> str:
         return f"{value // 10000}.{value % 10000 // 100}.{value % 100}"
     return f"{value // 1000}.{value % 1000 // 100}.{value % 100}"
 
+
+
+def sweep_device_kind(device: str) -> str:
+    """The device kind a sweep asked for ``device`` (auto, cpu or gpu) runs on: auto is the GPU on a machine
+    with an NVIDIA GPU (``nvidia-smi``), else the CPU."""
+    if device != "auto":
+        return device
+    return "gpu" if detect_nvidia().present else "cpu"

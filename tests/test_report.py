@@ -146,3 +146,18 @@ def test_header_names_gpu_clocks_power_and_each_frameworks_cuda_and_cudnn():
             "power limit 400 W)") in text
     assert "- CUDA runtime / cuDNN: torch CUDA 13.0, cuDNN 9.20.0; jax CUDA 12.9, cuDNN 9.28.0" in text
     assert "none used" in render_markdown(RESULTS, {})
+
+
+def test_the_memory_table_states_the_figures_noise_from_fp32_against_tf32():
+    """fp32 and tf32 hold the same float32 tensors; on an H100 their peaks still differed by 17% (916 vs 758 MiB)."""
+    import pandas as pd
+
+    from amp_suite.report.normalize import memory_noise_lines
+
+    rows = [("fp32", 916.0), ("tf32", 758.0), ("amp_bf16", 487.0)]
+    summary = pd.DataFrame([{"workload": "cifar10_resnet18", "framework": "torch", "device_kind": "gpu",
+                             "precision": p, "status": "ok", "peak_memory_mib": m} for p, m in rows])
+    (line, blank) = memory_noise_lines(summary)
+    assert "torch cifar10_resnet18: 17% (916 vs 758 MiB)" in line and blank == ""
+    cpu = summary[summary["precision"] != "tf32"]  # a CPU has no tf32: nothing to state
+    assert memory_noise_lines(cpu) == []

@@ -678,7 +678,7 @@ def memory_noise_lines(summary: pd.DataFrame) -> list[str]:
     """
     ok = summary[(summary["status"] == "ok") & summary["peak_memory_mib"].notna()]
     parts = []
-    for (workload, framework, kind), group in ok.groupby(["workload", "framework", "device_kind"], sort=False):
+    for (workload, framework, _kind), group in ok.groupby(["workload", "framework", "device_kind"], sort=False):
         peaks = {row["precision"]: row["peak_memory_mib"] for _, row in group.iterrows()}
         fp32, tf32 = peaks.get(BASELINE), peaks.get("tf32")
         if _known(fp32) and _known(tf32) and fp32 > 0:

@@ -252,3 +252,23 @@ def test_the_cli_passes_checks_budget_and_resume(monkeypatch, tmp_path, capsys):
     assert "--budget must be a finite number of seconds above 0, got -1" in capsys.readouterr().err
     assert cli.main(["doctor", "--budget", "60", "--frameworks", "torch"]) == 2
     assert "--budget goes with --acceptance" in capsys.readouterr().err
+
+
+def test_the_figures_mark_launch_bound_cells_and_speed_ups_above_the_ceiling(tmp_path):
+    from test_acceptance import CALIBRATION, good_rows, write_rows
+
+    from amp_suite.doctor.acceptance import AcceptanceRun, CheckOutcome, gpu_figures_section
+
+    plan = plan_for(ONE_GPU, tmp_path)
+    rows = good_rows(("torch",))
+    rows[2]["metrics"]["gpu_utilization_pct_mean"] = 23.0  # amp_fp16: the GPU idle most of the time
+    write_rows(Path(check(plan, "sweep-torch").command.out_dir), rows)
+    # a calibration whose bf16 peak is only twice fp32's: the sweep's 2.40x cannot be arithmetic
+    low = CALIBRATION.replace("bf16 matmul 690.000 TFLOP/s conv n/a", "bf16 matmul 100.000 TFLOP/s conv n/a", 1)
+    run = AcceptanceRun(plan)
+    run.outcomes.append(CheckOutcome(check(plan, "calibration"), PASS, "ok", CommandResult(0, low, "", 1.0)))
+    text = "\n".join(gpu_figures_section(run))
+    assert "| PyTorch | amp_fp16 | 25,000 | 2.50x | 1.79x | 13.7x | 23% (launch- or input-bound) |" in text
+    assert "| PyTorch | amp_bf16 | 24,000 | 2.40x | 1.71x | 2.0x (speed-up above it" in text
+    assert "Launch- or input-bound: torch/amp_fp16 23%." in text
+    assert "Above the calibrated ceiling: torch/amp_bf16" in text

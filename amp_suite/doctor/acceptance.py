@@ -1185,6 +1185,7 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
     return "\n".join(lines) + "\n"
 
 
+ABOVE_CEILING = 1.05  # a speed-up this far above the calibrated peak ratio is marked
 LAUNCH_BOUND_PCT = 50.0  # a cell whose GPU was busy less of its timed windows than this is launch- or input-bound
 _CEILING_DTYPE = {"tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16"}
 
@@ -1197,6 +1198,7 @@ def gpu_figures_section(run: AcceptanceRun) -> list[str]:
                 parse_calibration(calibration_output(run)).items() if figures.kind == "gpu"}
     table: list[str] = []
     launch_bound: list[str] = []
+    above: list[str] = []
     for check in run.plan.checks:
         if not check.key.startswith("sweep-") or not check.command.out_dir:
             continue
@@ -1224,8 +1226,11 @@ def gpu_figures_section(run: AcceptanceRun) -> list[str]:
             over_tf32 = f"{value / throughput['tf32']:.2f}x" if throughput.get("tf32") and precision != "tf32" \
                 else "–"
             dtype = _CEILING_DTYPE.get(precision)
-            ceiling = f"{peaks[dtype] / peaks['fp32']:.1f}x" if dtype and peaks.get(dtype) and peaks.get("fp32") \
-                else "–"
+            bound = peaks[dtype] / peaks["fp32"] if dtype and peaks.get(dtype) and peaks.get("fp32") else None
+            ceiling = "–" if bound is None else f"{bound:.1f}x"
+            if bound is not None and throughput.get("fp32") and value / throughput["fp32"] > ABOVE_CEILING * bound:
+                ceiling += " (speed-up above it: the fp32 cell ran below its own peak's share)"
+                above.append(f"{fw}/{precision}")
             pct = busy.get(precision)
             mark = ""
             if pct is not None and pct < LAUNCH_BOUND_PCT:
@@ -1244,6 +1249,9 @@ def gpu_figures_section(run: AcceptanceRun) -> list[str]:
              "| --- | --- | --- | --- | --- | --- | --- |", *table]
     if launch_bound:
         lines += ["", f"Launch- or input-bound: {', '.join(launch_bound)}."]
+    if above:
+        lines += ["", f"Above the calibrated ceiling: {', '.join(above)} (a speed-up the arithmetic cannot give; "
+                      "read the fp32 cell's log before trusting it)."]
     return lines
 
 

@@ -681,7 +681,7 @@ def memory_noise_lines(summary: pd.DataFrame) -> list[str]:
     for (workload, framework, _kind), group in ok.groupby(["workload", "framework", "device_kind"], sort=False):
         peaks = {row["precision"]: row["peak_memory_mib"] for _, row in group.iterrows()}
         fp32, tf32 = peaks.get(BASELINE), peaks.get("tf32")
-        if _known(fp32) and _known(tf32) and fp32 > 0:
+        if fp32 is not None and tf32 is not None and _known(fp32) and _known(tf32) and fp32 > 0:
             parts.append(f"{table_text(framework)} {table_text(workload)}: {abs(tf32 - fp32) / fp32 * 100:.0f}% "
                          f"({fp32:,.0f} vs {tf32:,.0f} MiB)")
     if not parts:

@@ -255,9 +255,8 @@ def test_the_cli_passes_checks_budget_and_resume(monkeypatch, tmp_path, capsys):
 
 
 def test_the_figures_mark_launch_bound_cells_and_speed_ups_above_the_ceiling(tmp_path):
-    from test_acceptance import CALIBRATION, good_rows, write_rows
-
     from amp_suite.doctor.acceptance import AcceptanceRun, CheckOutcome, gpu_figures_section
+    from test_acceptance import CALIBRATION, good_rows, write_rows
 
     plan = plan_for(ONE_GPU, tmp_path)
     rows = good_rows(("torch",))

@@ -3,7 +3,7 @@
 # run one phase of the acceptance under a time budget, and pack what it wrote.
 #
 #   benchmarks/gpu_visit.sh [--wheels DIR] [--out DIR] [--budget SECONDS] [--frameworks LIST] [--resume]
-#                           [--checks KEYS] [-- EXTRA COMMAND ...]
+#                           [--checks KEYS] [--device gpu|cpu|auto] [-- EXTRA COMMAND ...]
 #
 # Run it twice on a machine lent for a quarter of an hour: the first call runs the most informative checks
 # that fit in --budget (default 420 s), the second (--resume) the rest; docs/gpu.md quotes the times an
@@ -18,7 +18,7 @@
 set -uo pipefail
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-wheels="" out="$PWD/gpu-visit" budget=420 frameworks="" resume="" checks="" extra=()
+wheels="" out="$PWD/gpu-visit" budget=420 frameworks="" resume="" checks="" device=gpu extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --wheels) wheels="$2"; shift 2 ;;
@@ -26,15 +26,18 @@ while [ $# -gt 0 ]; do
     --budget) budget="$2"; shift 2 ;;
     --frameworks) frameworks="$2"; shift 2 ;;
     --checks) checks="$2"; shift 2 ;;
+    --device) device="$2"; shift 2 ;;
     --resume) resume="--resume"; shift ;;
     --) shift; extra=("$@"); break ;;
-    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
-    *) echo "gpu_visit.sh: unknown option '$1'; allowed: --wheels DIR, --out DIR, --budget SECONDS, --frameworks LIST, --checks KEYS, --resume, -- COMMAND" >&2; exit 2 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    *) echo "gpu_visit.sh: unknown option '$1'; allowed: --wheels DIR, --out DIR, --budget SECONDS, --frameworks LIST, --checks KEYS, --device D, --resume, -- COMMAND" >&2; exit 2 ;;
   esac
 done
 case "$budget" in ''|*[!0-9.]*) echo "gpu_visit.sh: --budget must be a number of seconds, got '$budget'" >&2; exit 2 ;; esac
 
+# PYTHON: the interpreter that holds the frameworks; PIP: how to run pip for it (default: its own pip)
 python="${PYTHON:-python3}"
+read -r -a pip <<< "${PIP:-$python -m pip}"
 mkdir -p "$out"
 started=$(date +%s)
 say() { echo "gpu_visit: $* ($(( $(date +%s) - started )) s)"; }
@@ -43,17 +46,17 @@ if [ -n "$wheels" ]; then
   if ! ls "$wheels"/*.whl >/dev/null 2>&1; then
     echo "gpu_visit.sh: --wheels $wheels holds no .whl file" >&2; exit 2
   fi
-  "$python" -m pip install -q --no-index --no-deps --no-compile "$wheels"/*.whl || { echo "gpu_visit.sh: the carried wheels did not install" >&2; exit 2; }
+  "${pip[@]}" install -q --no-index --no-deps --no-compile "$wheels"/*.whl || { echo "gpu_visit.sh: the carried wheels did not install" >&2; exit 2; }
   say "installed $(ls "$wheels"/*.whl | wc -l) carried wheels"
 fi
-"$python" -m pip install -q --no-index --no-deps --no-build-isolation -e "$here" \
+"${pip[@]}" install -q --no-index --no-deps --no-build-isolation -e "$here" \
   || { echo "gpu_visit.sh: amp-suite did not install offline (pip install --no-index --no-deps --no-build-isolation -e .)" >&2; exit 2; }
 say "installed amp-suite offline"
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv > "$out/nvidia-smi.csv" 2>&1 || true
 "$python" -m amp_suite list > "$out/list.txt" 2>&1 || true
 
-args=(doctor --acceptance --device gpu --report "$out/acceptance.md" --budget "$budget")
+args=(doctor --acceptance --device "$device" --report "$out/acceptance.md" --budget "$budget")
 [ -n "$frameworks" ] && args+=(--frameworks "$frameworks")
 [ -n "$checks" ] && args+=(--checks "$checks")
 [ -n "$resume" ] && args+=(--resume)

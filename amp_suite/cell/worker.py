@@ -317,7 +317,11 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
     metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics)))
     # Measured before validation, so memory peaks are those of training.
-    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS))
+    dropped: list[str] = []  # a plugin's values that cannot be stored: left out, the cell kept
+    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS),
+                            dropped=dropped)
+    for line in dropped:
+        print(f"amp-suite worker: {line}", file=sys.stderr)
     metrics.update(measured)
     metrics.update(memory_without_inputs(measured, staged_peak))
     if measured.get("peak_rss_bytes") is not None and rss_before is not None:
@@ -345,7 +349,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["measurement_flags"] = timing_flags(
         metrics, min_timed_steps=run.min_timed_steps, min_timed_seconds=run.min_timed_seconds,
         settle_asked=run.settle_warmup, settled=settled, steps_per_epoch=pipeline.steps_per_epoch,
-        epochs=run.epochs, latency_steps=run.latency_steps) + meter.flags() + noise.noise_flags(metrics)
+        epochs=run.epochs, latency_steps=run.latency_steps) + meter.flags() + noise.noise_flags(metrics) + dropped
     result.metrics = metrics
     result.environment = {
         "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),

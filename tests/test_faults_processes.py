@@ -261,3 +261,124 @@ def test_a_hanging_nvidia_smi_costs_one_time_limit_and_leaves_no_orphan(tmp_path
     children = [int(line) for line in pidfile.read_text().split()]
     assert len(children) == 1
     _wait(lambda: not alive(children[0]), 5, "the end of nvidia-smi's child")
+
+
+# An acceptance-like parent: runs a gated one-cell sweep through the acceptance's executor.
+ACCEPTANCE_PARENT = """
+import sys
+from amp_suite.doctor.acceptance import subprocess_executor
+subprocess_executor(sys.argv[1:], 120)
+"""
+
+
+@linux_only
+def test_a_sigkilled_acceptance_leaves_no_sweep_running(tmp_path, clean_fake_env):
+    """Defect (issue 45): the acceptance started its sweeps in their own session, so SIGKILL of the acceptance left them running."""
+    worker_pidfile = tmp_path / "worker.pid"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", ACCEPTANCE_PARENT, *_one_cell(tmp_path)],
+        env={**os.environ, "FAKEFW_MODE": "gate", "FAKEFW_PIDFILE": str(worker_pidfile),
+             "FAKEFW_GATE": str(tmp_path / "never")}, cwd=REPO)
+    try:
+        _wait(lambda: worker_pidfile.exists() and worker_pidfile.read_text(), 60, "the worker's start")
+        worker = int(worker_pidfile.read_text())
+        parent.kill()
+        parent.wait()
+        _wait(lambda: not alive(worker), 5, "the end of the sweep the acceptance started")
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+# One misbehaving figure per precision: an int of 2**80, a memory figure as text, SystemExit, KeyboardInterrupt.
+BAD_FIGURES = """
+@hookimpl
+def measure(run, model, device):
+    if run.precision == "fp32":
+        return {"huge_count": 2**80, "fine": 1}
+    if run.precision == "amp_fp16":
+        return {"device_peak_memory_bytes": "lots", "fine": 1}
+    raise SystemExit(0)
+"""
+
+
+def test_bad_figures_are_left_out_naming_plugin_and_key_and_a_plugin_exit_is_its_failure(tmp_path, clean_fake_env):
+    """Defect: an int of 2**80 from measure made an ok cell 'worker exited with code 0 and no result'; a non-numeric memory figure failed the cell naming neither plugin nor key; SystemExit from a hook ended the worker."""
+    env = _plugin(tmp_path, "bad_figures", BAD_FIGURES)
+    config = tiny_config_file(tmp_path)
+    done = run_cli("run", "--config", str(config), "-p", "fakefw", "-p", "bad_figures", env=env, timeout=120)
+    rows = {row["precision"]: row for row in _rows(tmp_path / "out")}
+    for precision, key in (("fp32", "huge_count"), ("amp_fp16", "device_peak_memory_bytes")):
+        row = rows[precision]
+        assert row["status"] == "ok", row.get("error")
+        assert row["metrics"]["fine"] == 1 and key not in row["metrics"]
+        assert any(f"plugin 'bad_figures': measure key {key!r}" in flag for flag in row["metrics"]["measurement_flags"])
+    assert "an integer of 81 bits" in " ".join(rows["fp32"]["metrics"]["measurement_flags"])
+    assert rows["amp_bf16"]["status"] == "failed"
+    assert rows["amp_bf16"]["error"] == ("PluginError: plugin 'bad_figures': measure raised SystemExit(0); a plugin "
+                                         "may not end the program")
+    assert (tmp_path / "out" / "report.md").exists(), done.stderr
+
+
+def test_a_plugin_keyboard_interrupt_in_the_host_is_its_failure(monkeypatch):
+    """Defect: KeyboardInterrupt raised by a plugin hook ended the command as if the user had pressed Ctrl-C."""
+    from amp_suite.errors import PluginError, SweepInterrupted
+    from amp_suite.plugins.host import contained
+
+    with pytest.raises(PluginError, match="plugin 'p': train_epoch raised KeyboardInterrupt; a plugin may not end"):
+        with contained("p", "train_epoch"):
+            raise KeyboardInterrupt
+    with pytest.raises(SweepInterrupted):  # the user's Ctrl-C (as the host's signal handler raises it) passes
+        with contained("p", "train_epoch"):
+            raise SweepInterrupted(signal.SIGINT)
+
+
+EXITING_REPORTER = """
+import sys
+
+@hookimpl
+def write_report(results, out_dir, environment, sections):
+    sys.exit()
+"""
+
+
+def test_a_reporter_that_calls_sys_exit_is_a_failed_reporter(tmp_path, clean_fake_env):
+    """Defect: a reporter plugin calling sys.exit() ended the run silently with exit 0 and no report."""
+    env = _plugin(tmp_path, "exiting_reporter", EXITING_REPORTER)
+    done = run_cli(*_one_cell(tmp_path, "-p", "exiting_reporter"), env=env, timeout=120)
+    assert "reporter 'exiting_reporter' failed: write_report raised SystemExit(None); a plugin may not end" in done.stderr
+    assert done.returncode != 0
+    assert (tmp_path / "out" / "report.md").exists()  # the other reporters still wrote
+
+
+def test_a_closed_output_pipe_never_stops_a_sweep(tmp_path, clean_fake_env):
+    """Defect: `amp-suite run ... | head -1` died with BrokenPipeError after the first cell; no report was written."""
+    config = tiny_config_file(tmp_path)
+    sweep = subprocess.Popen([sys.executable, "-m", "amp_suite", "run", "--config", str(config), "-p", "fakefw"],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert sweep.stderr is not None and sweep.stdout is not None
+    sweep.stderr.readline()  # as `2>&1 | head -1` does: one line, then both pipes closed
+    sweep.stderr.close()
+    sweep.stdout.close()
+    assert sweep.wait(timeout=120) == 0
+    assert [row["status"] for row in _rows(tmp_path / "out")] == ["ok", "ok", "ok"]
+    assert (tmp_path / "out" / "report.md").exists()
+
+
+@pytest.mark.parametrize("command", [["list"], ["compare", "A", "A"]], ids=["list", "compare"])
+def test_list_and_compare_into_a_closed_pipe_exit_quietly(tmp_path, command):
+    """Defect: `amp-suite list | head -1` and `compare ... | head -1` ended with a BrokenPipeError traceback."""
+    if command[0] == "compare":
+        out = tmp_path / "A"
+        out.mkdir()
+        rows = [{"key": f"fake/tiny/{p}/r0", "framework": "fake", "workload": "tiny", "precision": p, "repeat": 0,
+                 "status": "ok", "metrics": {"throughput": 100.0 + i}} for i, p in enumerate(["fp32", "amp_fp16"])]
+        (out / "results.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        command = ["compare", str(out), str(out)]
+    shown = subprocess.Popen([sys.executable, "-m", "amp_suite", *command], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    assert shown.stdout is not None and shown.stderr is not None
+    shown.stdout.close()  # the reader is gone before the command writes (its output is flushed at exit)
+    error = shown.stderr.read().decode()
+    assert shown.wait(timeout=60) == 0, error
+    assert "Traceback" not in error and "BrokenPipe" not in error

@@ -382,3 +382,82 @@ def test_list_and_compare_into_a_closed_pipe_exit_quietly(tmp_path, command):
     error = shown.stderr.read().decode()
     assert shown.wait(timeout=60) == 0, error
     assert "Traceback" not in error and "BrokenPipe" not in error
+
+
+def _listener(answer: bytes | None):
+    """A TCP server on a free port of 127.0.0.1 that accepts, reads, and answers ``answer`` (None: never answers)."""
+    import socket
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    held = []
+
+    def serve() -> None:
+        while True:
+            try:
+                connection, _ = server.accept()
+            except OSError:
+                return
+            held.append(connection)
+            connection.recv(1024)
+            if answer is not None:
+                connection.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+@pytest.mark.parametrize("answer", [None, b"HTTP/1.1 400 Bad Request\r\n\r\n"], ids=["silent", "http"])
+def test_a_ray_address_that_is_not_ray_is_an_error_within_the_time_limit(answer):
+    """Defect: --ray-address at something that listens but is not Ray hung past 150 s (docs/cluster.md promises 10 s)."""
+    from amp_suite.errors import UsageError
+    from amp_suite.sweep.executors.ray_scheduler import check_reachable
+
+    server = _listener(answer)
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    started = time.monotonic()
+    with pytest.raises(UsageError) as raised:
+        check_reachable(address, timeout_s=1.0)
+    assert time.monotonic() - started < 5
+    said = "no answer" if answer is None else "an answer that is not gRPC's"
+    assert str(raised.value).startswith(f"{address} is not a Ray cluster: {said} within 1 s")
+    server.close()
+
+
+def test_rays_sigterm_handler_never_replaces_the_hosts(monkeypatch):
+    """Defect: SIGTERM while ray.init ran exited 15 without the "interrupted" line (Ray's own handler)."""
+    from amp_suite.errors import SweepInterrupted
+    from amp_suite.sweep.executors.ray_scheduler import keeping_signal_handlers
+
+    def hosts(signum, frame):
+        raise SweepInterrupted(signum)
+
+    monkeypatch.setattr(signal, "SIGTERM", signal.SIGTERM)  # restored handlers are checked below
+    previous = signal.signal(signal.SIGTERM, hosts)
+    try:
+        with pytest.raises(SweepInterrupted) as raised, keeping_signal_handlers():
+            signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))  # as ray.init installs it
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        assert raised.value.signum == signal.SIGTERM
+        assert signal.getsignal(signal.SIGTERM) is hosts
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@linux_only
+def test_a_hung_sbatch_fails_the_submission_within_its_time_limit(tmp_path, monkeypatch):
+    """Defect: a hung sbatch hung a Slurm sweep silently."""
+    from amp_suite.sweep.executors import slurm_scheduler
+
+    sbatch = tmp_path / "sbatch"
+    sbatch.write_text(f"#!{sys.executable}\nimport time\ntime.sleep(120)\n")
+    sbatch.chmod(0o755)
+    monkeypatch.setattr(slurm_scheduler, "SBATCH_TIMEOUT_S", 0.5)
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"^sbatch did not answer within 0.5 s"):
+        slurm_scheduler.submitted_in_time(lambda: subprocess.run([str(sbatch)], check=True))
+    assert time.monotonic() - started < 5
+    assert slurm_scheduler._children_named("sbatch") == []  # the hung sbatch was ended (and reaped)

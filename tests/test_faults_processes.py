@@ -461,3 +461,35 @@ def test_a_hung_sbatch_fails_the_submission_within_its_time_limit(tmp_path, monk
         slurm_scheduler.submitted_in_time(lambda: subprocess.run([str(sbatch)], check=True))
     assert time.monotonic() - started < 5
     assert slurm_scheduler._children_named("sbatch") == []  # the hung sbatch was ended (and reaped)
+
+
+def test_an_inherited_progress_fd_is_not_trusted(monkeypatch):
+    """Defect: an AMP_SUITE_PROGRESS_FD inherited from elsewhere was written to (any descriptor it named)."""
+    from amp_suite import progress
+
+    read_fd, write_fd = os.pipe()
+    other_read, other_write = os.pipe()
+    try:
+        for value in ("1", "2", f"{write_fd}", f"{write_fd}:{os.fstat(other_write).st_ino}", "9999:1", "x:y"):
+            monkeypatch.setattr(progress, "_state", {"fd": None, "checked": False, "last": 0.0})
+            monkeypatch.setenv(progress.PROGRESS_FD_ENV, value)
+            assert progress._progress_fd() is None, value
+        monkeypatch.setattr(progress, "_state", {"fd": None, "checked": False, "last": 0.0})
+        monkeypatch.setenv(progress.PROGRESS_FD_ENV, progress.progress_fd_value(write_fd))
+        assert progress._progress_fd() == write_fd  # the runner's own pipe
+    finally:
+        for fd in (read_fd, write_fd, other_read, other_write):
+            os.close(fd)
+
+
+def test_the_loser_of_two_runs_starting_on_a_new_out_is_told_the_directory_is_in_use(tmp_path):
+    """Defect: of two runs starting at once on a new --out, the loser was told the directory is not amp-suite's."""
+    from amp_suite.errors import UsageError
+    from amp_suite.sweep.output_dir import PROBE_PREFIX, OutputLock, prepare_output_dir
+
+    out = tmp_path / "new"
+    (out / "logs").mkdir(parents=True)
+    (out / "logs" / f"{PROBE_PREFIX}x1y2").write_bytes(b"\0")  # the winner, between its write probe and its lock
+    assert prepare_output_dir(out) == out  # not called foreign: the loser goes on to the lock
+    with OutputLock(out), pytest.raises(UsageError, match="is in use by another amp-suite run"):
+        OutputLock(out).acquire()

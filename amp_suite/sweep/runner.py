@@ -185,7 +185,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     wants_progress = on_step is not None and launcher.inherits_pipes
     progress_r, progress_w = os.pipe() if wants_progress else (None, None)
     if progress_w is not None:
-        child_env[progress_channel.PROGRESS_FD_ENV] = str(progress_w)
+        child_env[progress_channel.PROGRESS_FD_ENV] = progress_channel.progress_fd_value(progress_w)
     received: list[bytes] = []
     # Processes that cannot inherit the result pipe write their node's result to a file beside the log.
     result_file = None if launcher.inherits_pipes else log_path.with_name(log_path.name + ".result")

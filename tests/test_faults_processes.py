@@ -493,3 +493,75 @@ def test_the_loser_of_two_runs_starting_on_a_new_out_is_told_the_directory_is_in
     assert prepare_output_dir(out) == out  # not called foreign: the loser goes on to the lock
     with OutputLock(out), pytest.raises(UsageError, match="is in use by another amp-suite run"):
         OutputLock(out).acquire()
+
+
+# Grows the process tree its JSON argument describes, each node appending its pid to PIDFILE, then
+# prints "ready" and either exits at once ("exit") or waits to be ended ("hang").
+TREE_GROWER = r"""
+import json, os, sys, time
+
+def grow(node):
+    for child in node["children"]:
+        if os.fork() == 0:
+            try:
+                if child["detach"]:
+                    os.setsid()
+                    if os.fork():
+                        os._exit(0)
+                with open(sys.argv[2], "a") as fh:
+                    fh.write(f"{os.getpid()}\n")
+                grow(child)
+                time.sleep(120)
+            finally:
+                os._exit(0)
+
+def count(node):
+    return sum(1 + count(child) for child in node["children"])
+
+spec, ending = json.loads(sys.argv[1]), sys.argv[3]
+grow(spec)
+while len(open(sys.argv[2]).read().split()) < count(spec):
+    time.sleep(0.01)
+print("ready", flush=True)
+if ending == "hang":
+    time.sleep(120)
+"""
+
+
+def _trees():
+    from hypothesis import strategies as st
+
+    leaf = st.fixed_dictionaries({"detach": st.booleans(), "children": st.just([])})
+    node = st.recursive(leaf, lambda children: st.fixed_dictionaries(
+        {"detach": st.booleans(), "children": st.lists(children, max_size=3)}), max_leaves=6)
+    return st.fixed_dictionaries({"detach": st.just(False), "children": st.lists(node, min_size=1, max_size=3)})
+
+
+@linux_only
+def test_every_process_of_any_tree_ends_with_its_command(tmp_path_factory):
+    """Property: whatever tree a command grows (forks, setsid, double forks, any depth), none of it outlives the command's end: its exit or its being ended."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from amp_suite.processes import tree
+
+    @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(spec=_trees(), ending=st.sampled_from(["exit", "hang"]))
+    def check(spec, ending):
+        pidfile = tmp_path_factory.mktemp("tree") / "pids"
+        pidfile.write_text("")
+        command = [sys.executable, "-c", TREE_GROWER, json.dumps(spec), str(pidfile), ending]
+        if ending == "exit":
+            done = tree.run(command, timeout=60, capture_output=True, text=True)
+            assert done.stdout == "ready\n" and done.returncode == 0
+        else:
+            process = tree.start(command, stdout=subprocess.PIPE, text=True)
+            assert process.stdout is not None and process.stdout.readline() == "ready\n"
+            tree.end(process)
+            process.stdout.close()
+        pids = [int(pid) for pid in pidfile.read_text().split()]
+        assert pids
+        _wait(lambda: not any(alive(pid) for pid in pids), 5, f"the end of every process of {spec}")
+
+    check()

@@ -290,8 +290,16 @@ def test_a_sigkilled_acceptance_leaves_no_sweep_running(tmp_path, clean_fake_env
         parent.wait()
 
 
-# One misbehaving figure per precision: an int of 2**80, a memory figure as text, SystemExit, KeyboardInterrupt.
+# One misbehaving figure per precision: an int of 2**80 (from measure and from train_epoch's extra), a memory
+# figure as text, SystemExit.
 BAD_FIGURES = """
+@hookimpl(wrapper=True)
+def train_epoch(run, model, staged, epoch):
+    answer = yield
+    if run.precision == "fp32":
+        answer.extra["huge_extra"] = 2**80
+    return answer
+
 @hookimpl
 def measure(run, model, device):
     if run.precision == "fp32":
@@ -303,7 +311,7 @@ def measure(run, model, device):
 
 
 def test_bad_figures_are_left_out_naming_plugin_and_key_and_a_plugin_exit_is_its_failure(tmp_path, clean_fake_env):
-    """Defect: an int of 2**80 from measure made an ok cell 'worker exited with code 0 and no result'; a non-numeric memory figure failed the cell naming neither plugin nor key; SystemExit from a hook ended the worker."""
+    """Defect: an int of 2**80 from measure (or EpochResult.extra) made an ok cell 'worker exited with code 0 and no result'; a non-numeric memory figure failed the cell naming neither plugin nor key; SystemExit from a hook ended the worker."""
     env = _plugin(tmp_path, "bad_figures", BAD_FIGURES)
     config = tiny_config_file(tmp_path)
     done = run_cli("run", "--config", str(config), "-p", "fakefw", "-p", "bad_figures", env=env, timeout=120)
@@ -314,6 +322,9 @@ def test_bad_figures_are_left_out_naming_plugin_and_key_and_a_plugin_exit_is_its
         assert row["metrics"]["fine"] == 1 and key not in row["metrics"]
         assert any(f"plugin 'bad_figures': measure key {key!r}" in flag for flag in row["metrics"]["measurement_flags"])
     assert "an integer of 81 bits" in " ".join(rows["fp32"]["metrics"]["measurement_flags"])
+    assert "huge_extra" not in rows["fp32"]["metrics"]
+    assert any("EpochResult.extra key 'huge_extra' is an integer of 81 bits" in flag
+               for flag in rows["fp32"]["metrics"]["measurement_flags"])
     assert rows["amp_bf16"]["status"] == "failed"
     assert rows["amp_bf16"]["error"] == ("PluginError: plugin 'bad_figures': measure raised SystemExit(0); a plugin "
                                          "may not end the program")

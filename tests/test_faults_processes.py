@@ -576,3 +576,47 @@ def test_every_process_of_any_tree_ends_with_its_command(tmp_path_factory):
         _wait(lambda: not any(alive(pid) for pid in pids), 5, f"the end of every process of {spec}")
 
     check()
+
+
+def test_any_writes_to_a_pipe_whose_reader_leaves_never_raise():
+    """Property: whatever is written, flushed or not, and whenever the reader closes the pipe, writing goes on without an error, and what was written before the close arrived."""
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from amp_suite.closed_pipes import QuietWhenClosed
+
+    @settings(max_examples=25, deadline=None)
+    @given(lines=st.lists(st.text(max_size=200), min_size=1, max_size=20), close_after=st.integers(0, 20),
+           flush_each=st.booleans())
+    def check(lines, close_after, flush_each):
+        read_fd, write_fd = os.pipe()
+        stream = QuietWhenClosed(open(write_fd, "w", encoding="utf-8", errors="replace"))
+        sent = ""
+        try:
+            for index, line in enumerate(lines):
+                if index == close_after:
+                    stream.flush()
+                    received = b""
+                    os.set_blocking(read_fd, False)
+                    try:
+                        while chunk := os.read(read_fd, 1 << 16):
+                            received += chunk
+                    except BlockingIOError:
+                        pass
+                    assert received.decode("utf-8") == sent  # all of it arrived before the reader left
+                    os.close(read_fd)
+                    read_fd = -1
+                stream.write(line + "\n")
+                if index < close_after:
+                    sent += line + "\n"
+                if flush_each:
+                    stream.flush()
+            stream.flush()
+            assert stream.reader_gone == (close_after < len(lines))
+        finally:
+            stream.close()
+            if read_fd >= 0:
+                os.close(read_fd)
+
+    check()

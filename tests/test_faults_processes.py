@@ -620,3 +620,24 @@ def test_any_writes_to_a_pipe_whose_reader_leaves_never_raise():
                 os.close(read_fd)
 
     check()
+
+
+@linux_only
+def test_a_calibration_probe_past_its_time_limit_leaves_no_orphan(tmp_path, monkeypatch):
+    """Defect: a calibration probe's time limit ended only the probe; what the probe started outlived it."""
+    import dataclasses
+
+    from amp_suite.calibration import ceiling
+    from fakefw import framework_info
+
+    (tmp_path / "hanging_probe.py").write_text(HANGING_PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pidfile = tmp_path / "child.pid"
+    monkeypatch.setenv("ROGUE_PIDFILE", str(pidfile))
+    monkeypatch.setattr(ceiling, "PROBE_TIMEOUT_S", 1.0)
+    started = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired):
+        ceiling._run_probe(dataclasses.replace(framework_info(), calibration_probe="hanging_probe"), "cpu", 0.1)
+    assert time.monotonic() - started < 10
+    _wait(lambda: pidfile.exists() and pidfile.read_text(), 5, "the probe's child pid")
+    _wait(lambda: not alive(int(pidfile.read_text())), 5, "the end of the probe's child")

@@ -3,11 +3,12 @@
 Each worker is a new interpreter, never a fork, started under a supervisor
 (:mod:`amp_suite.processes.tree`) that owns everything the worker starts,
 detached children included: when the worker exits, times out, or the sweep
-is stopped (Ctrl-C, SIGTERM, SIGHUP) or killed, the whole tree ends.  Only JSON crosses the process boundary: the request goes to the
-worker's stdin and the result comes back through a pipe, so no temporary file
-or directory exists to be left behind.  The worker dies with the host (see
-:mod:`amp_suite.cell.worker`).  Its import path is the host's minus the current
-directory.  A worker that crashes, hangs or is killed becomes a result row
+is stopped (Ctrl-C, SIGTERM, SIGHUP) or killed, the whole tree ends.  Only
+JSON crosses the process boundary: the request goes to the worker's stdin
+and the result comes back through a pipe, so no temporary file or directory
+exists to be left behind.  The worker dies with the host (see
+:mod:`amp_suite.cell.worker`).  Its import path is the host's minus the
+current directory.  A worker that crashes, hangs or is killed becomes a result row
 with a status; the sweep goes on, and each finished cell is appended to
 ``results.jsonl`` at once.  A worker's stdout and stderr go to the cell's log
 (``OUT/logs/KEY.log``), where a failing cell's worker also writes its

@@ -168,6 +168,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from amp_suite.closed_pipes import quiet_when_closed
+
+    quiet_when_closed()  # a reader that closes the pipe (| head -1) never stops a command
     parser = build_parser()
     try:
         args = parser.parse_args(argv)

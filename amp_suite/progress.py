@@ -4,7 +4,8 @@ Two halves:
 
 * **In the worker**, :func:`step_done` is called after every measurement
   window (by the worker's epoch loop: never inside a timed window).  When the runner gave the
-  worker a progress pipe (its file descriptor in ``AMP_SUITE_PROGRESS_FD``),
+  worker a progress pipe (``AMP_SUITE_PROGRESS_FD``: its file descriptor and
+  the pipe's inode, so a value inherited from elsewhere is ignored),
   a JSON line ``{"done": 120, "total": 500, "t": <monotonic s>}`` goes down
   it at most every :data:`SEND_INTERVAL_S` seconds and at the last step of
   each epoch.  The pipe is non-blocking: a step never waits for the
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -45,12 +47,32 @@ _state: dict[str, Any] = {"fd": None, "checked": False, "last": 0.0}
 _inline: list[Callable[[int, int], None]] = []
 
 
+def progress_fd_value(fd: int) -> str:
+    """What :data:`PROGRESS_FD_ENV` says for the pipe end ``fd``: ``FD:INODE``, so the worker knows it is its own."""
+    return f"{fd}:{os.fstat(fd).st_ino}"
+
+
+def _own_pipe(text: str) -> int | None:
+    """The descriptor :data:`PROGRESS_FD_ENV` names when it is the very pipe the runner made (else None).
+
+    A value inherited from elsewhere (a user's shell, an outer amp-suite) names
+    a descriptor that is not that pipe: it is ignored, never written to.
+    """
+    fd_text, _, inode = text.partition(":")
+    if not (fd_text.isdigit() and inode.isdigit()):
+        return None
+    try:
+        found = os.fstat(int(fd_text))
+    except (OSError, ValueError, OverflowError):
+        return None
+    return int(fd_text) if stat.S_ISFIFO(found.st_mode) and found.st_ino == int(inode) else None
+
+
 def _progress_fd() -> int | None:
     if not _state["checked"]:
         _state["checked"] = True
-        text = os.environ.pop(PROGRESS_FD_ENV, "")
-        if text.isdigit():
-            fd = int(text)
+        fd = _own_pipe(os.environ.pop(PROGRESS_FD_ENV, ""))
+        if fd is not None:
             try:
                 os.set_inheritable(fd, False)  # processes the framework starts must not hold it open
                 os.set_blocking(fd, False)

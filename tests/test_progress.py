@@ -18,7 +18,7 @@ def test_step_messages_cross_a_pipe_from_another_process():
     code = ("from amp_suite import progress\n"
             "for step in range(1, 201):\n"
             "    progress.step_done(step, 200)\n")
-    env = {**os.environ, progress.PROGRESS_FD_ENV: str(write_fd)}
+    env = {**os.environ, progress.PROGRESS_FD_ENV: progress.progress_fd_value(write_fd)}
     received: list[tuple[int, int]] = []
     reader = threading.Thread(target=progress.read_messages, args=(read_fd, lambda d, t: received.append((d, t))))
     reader.start()

@@ -48,6 +48,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from amp_suite.processes import tree as process_tree
 from amp_suite.records import FrameworkInfo
 
 # Precision of a cell -> the dtype whose peak bounds it.
@@ -224,11 +225,11 @@ def _run_probe(framework: FrameworkInfo, device: str, budget_s: float, python: s
     child_env = dict(os.environ)
     for key, value in framework.env.items():  # the plugin's defaults, as a worker sets them: the user's value wins
         child_env.setdefault(key, value)
-    # isolated path, and the probe dies with this process (as workers do)
+    # isolated path; a supervised tree that dies with this process, and the time limit ends all of it;
     # python: the interpreter of the environment a sweep would run this framework in ("" for this one)
-    done = subprocess.run(isolated_command(framework.calibration_probe, device, str(budget_s), python=python),
-                          capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
-                          env=isolated_env(child_env, own_path=bool(python)), stdin=subprocess.DEVNULL)
+    done = process_tree.run(isolated_command(framework.calibration_probe, device, str(budget_s), python=python),
+                            capture_output=True, text=True, timeout=PROBE_TIMEOUT_S,
+                            env=isolated_env(child_env, own_path=bool(python)), stdin=subprocess.DEVNULL)
     figures = read_report(done.stdout)
     if figures is not None:
         return figures

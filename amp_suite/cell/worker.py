@@ -32,7 +32,7 @@ from amp_suite.machine import devices, noise, telemetry
 from amp_suite.machine.environment import cpu_info
 from amp_suite.machine.loaded_libraries import loaded_cuda_libraries, numerics_environment
 from amp_suite.plugins import host_memory
-from amp_suite.plugins.host import PluginHost
+from amp_suite.plugins.host import PluginHost, figure_problem
 from amp_suite.records import (
     CellResult,
     EpochResult,
@@ -98,12 +98,15 @@ def _check_finite(losses: list[float], epoch: int, first_step: int = 0) -> None:
             raise DivergedError(f"loss became {loss} at epoch {epoch} step {step}")
 
 
-def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set[str]) -> dict[str, Any]:
+def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set[str],
+                        dropped: list[str] | None = None) -> dict[str, Any]:
     """``EpochResult.extra`` promoted to figures of the run: each key with its last epoch's value.
 
     A key the host computes itself is a :class:`PluginError`, never silently
     overwritten or dropped.  (The host has already checked that values are
-    plain scalars when ``train_epoch`` answered.)
+    plain scalars when ``train_epoch`` answered.)  A value that cannot be
+    stored (:func:`~amp_suite.plugins.host.figure_problem`) is left out, its
+    line added to ``dropped`` (without ``dropped``: a :class:`PluginError`).
     """
     promoted: dict[str, Any] = {}
     for epoch in epochs:
@@ -111,6 +114,15 @@ def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set
             if key in reserved:
                 raise PluginError(f"framework {framework!r}: EpochResult.extra key {key!r} is a figure the host "
                                   "computes itself; give the figure another name")
+            problem = figure_problem(key, value)
+            if problem:
+                line = f"framework {framework!r}: EpochResult.extra key {key!r} {problem}; the value is left out"
+                if dropped is None:
+                    raise PluginError(line)
+                if line not in dropped:
+                    dropped.append(line)
+                promoted.pop(key, None)
+                continue
             promoted[key] = value.item() if isinstance(value, np.generic) else value
     return promoted
 
@@ -315,9 +327,14 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["forward_flops_per_image"] = forward_flops_per_image(workload)
     metrics["train_flops_per_image"] = train_flops_per_image(workload)
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
-    metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics)))
+    dropped: list[str] = []  # a plugin's values that cannot be stored: left out, the cell kept
+    metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics),
+                                       dropped=dropped))
     # Measured before validation, so memory peaks are those of training.
-    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS))
+    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS),
+                            dropped=dropped)
+    for line in dropped:
+        print(f"amp-suite worker: {line}", file=sys.stderr)
     metrics.update(measured)
     metrics.update(memory_without_inputs(measured, staged_peak))
     if measured.get("peak_rss_bytes") is not None and rss_before is not None:
@@ -345,7 +362,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["measurement_flags"] = timing_flags(
         metrics, min_timed_steps=run.min_timed_steps, min_timed_seconds=run.min_timed_seconds,
         settle_asked=run.settle_warmup, settled=settled, steps_per_epoch=pipeline.steps_per_epoch,
-        epochs=run.epochs, latency_steps=run.latency_steps) + meter.flags() + noise.noise_flags(metrics)
+        epochs=run.epochs, latency_steps=run.latency_steps) + meter.flags() + noise.noise_flags(metrics) + dropped
     result.metrics = metrics
     result.environment = {
         "pid": os.getpid(), "hostname": platform.node(), "python": platform.python_version(), **cpu_info(),

@@ -24,7 +24,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
-import os
 import re
 import shlex
 import signal
@@ -869,11 +868,17 @@ Executor = Callable[[Sequence[str], float], CommandResult]
 
 
 def subprocess_executor(args: Sequence[str], timeout_s: float) -> CommandResult:
-    """``python -m amp_suite ARGS`` in its own process group; at the time limit SIGTERM, then SIGKILL."""
+    """``python -m amp_suite ARGS`` as a supervised process tree; at the time limit SIGTERM, then the whole tree.
+
+    The tree (:mod:`amp_suite.processes.tree`) dies with this process, SIGKILL included, so a stopped or
+    killed acceptance never leaves a sweep running; a command told to stop first gets SIGTERM, so a sweep
+    keeps its finished cells and writes its report.
+    """
+    from amp_suite.processes import tree as process_tree
+
     started = time.perf_counter()
-    process = subprocess.Popen([sys.executable, "-m", "amp_suite", *args], stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace",
-                               start_new_session=True)
+    process = process_tree.start([sys.executable, "-m", "amp_suite", *args], stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
     try:
         out, err = process.communicate(timeout=timeout_s)
         code: int | None = process.returncode
@@ -896,10 +901,13 @@ def subprocess_executor(args: Sequence[str], timeout_s: float) -> CommandResult:
 
 
 def _signal_group(process: subprocess.Popen, signum: int) -> None:
-    try:
-        os.killpg(process.pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
+    """SIGTERM: ask the supervised command to stop (it keeps what it finished); SIGKILL: end its whole tree."""
+    from amp_suite.processes import tree as process_tree
+
+    if signum == signal.SIGKILL:
+        process_tree.end(process)
+    else:
+        process_tree.ask_to_stop(process)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from amp_suite.doctor import checks
 from amp_suite.doctor.checks import FAILED, PASSED, SKIPPED, CheckResult
 from amp_suite.machine.devices import NvidiaInventory, detect_nvidia, gpu_install_line
 from amp_suite.plugins import host_memory
+from amp_suite.processes import tree as process_tree
 from amp_suite.records import FrameworkInfo
 
 PROBE_TIMEOUT_S = 600.0
@@ -92,11 +93,11 @@ def subprocess_probe(framework: FrameworkInfo, device: str, timeout_s: float, *,
     from amp_suite.launchers.child_process import exit_description, isolated_command, isolated_env
 
     env = isolated_env(probe_env(framework), own_path=bool(python))
-    try:
-        done = subprocess.run(isolated_command(framework.doctor_probe, "cpu" if device == "cpu" else "auto",
-                                               python=python),
-                              capture_output=True, text=True, timeout=timeout_s, env=env,
-                              stdin=subprocess.DEVNULL)
+    try:  # a supervised tree: the time limit ends the probe and everything it started
+        done = process_tree.run(isolated_command(framework.doctor_probe, "cpu" if device == "cpu" else "auto",
+                                                 python=python),
+                                capture_output=True, text=True, timeout=timeout_s, env=env,
+                                stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
         raise ProbeError(f"no answer within {timeout_s:g} s") from None
     lines = [line for line in done.stdout.splitlines() if line.strip()]

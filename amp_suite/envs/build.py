@@ -113,8 +113,10 @@ def query_interpreter(python: Path, names: list[str]) -> dict[str, Any]:
 
     Raises :class:`OSError` or :class:`RuntimeError` when it cannot answer.
     """
-    done = subprocess.run([str(python), "-I", "-c", _VERSIONS_QUERY, *names], capture_output=True, text=True,
-                          timeout=QUERY_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    from amp_suite.processes import tree as process_tree
+
+    done = process_tree.run([str(python), "-I", "-c", _VERSIONS_QUERY, *names], capture_output=True, text=True,
+                            timeout=QUERY_TIMEOUT_S, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"{python} exited with code {done.returncode}: {tail[:200]}")

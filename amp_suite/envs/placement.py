@@ -19,6 +19,9 @@ from amp_suite.envs.build import state_of
 from amp_suite.errors import UsageError
 from amp_suite.schema import closest, shown
 
+# Seconds a user's interpreter has to say whether it has amp-suite (less where the sweep's --timeout is less).
+INTERPRETER_CHECK_S = 60.0
+
 
 @dataclass(frozen=True)
 class Placement:
@@ -40,8 +43,13 @@ class Placement:
 
 
 def place_frameworks(requested: Iterable[str], environments: Mapping[str, EnvironmentSpec],
-                     frameworks: Iterable[str], envs_dir: Path, device_kind: str = "cpu") -> dict[str, Placement]:
-    """A :class:`Placement` for every requested name; an unknown name is a one-line error."""
+                     frameworks: Iterable[str], envs_dir: Path, device_kind: str = "cpu",
+                     timeout_s: float = INTERPRETER_CHECK_S) -> dict[str, Placement]:
+    """A :class:`Placement` for every requested name; an unknown name is a one-line error.
+
+    ``timeout_s``: the longest a user's interpreter may take to answer whether it has amp-suite (the
+    sweep's ``--timeout`` where that is shorter than :data:`INTERPRETER_CHECK_S`).
+    """
     known = list(frameworks)
     placements: dict[str, Placement] = {}
     for name in requested:
@@ -63,7 +71,7 @@ def place_frameworks(requested: Iterable[str], environments: Mapping[str, Enviro
             raise UsageError(f"environment {spec.name!r} is named after a framework but runs {spec.framework!r}; "
                              f"an environment named after a framework must run it (framework = {spec.name!r})")
         state = state_of(spec, envs_dir)
-        problem = state.problem or (suite_missing(spec) if state.built and not spec.managed else "")
+        problem = state.problem or (suite_missing(spec, timeout_s) if state.built and not spec.managed else "")
         placements[name] = Placement(name, spec.framework, spec.name,
                                      str(state.python) if state.built and not problem else "", problem, state.stale)
     return placements
@@ -78,16 +86,28 @@ def _built_gpu_environment(framework: str, environments: Mapping[str, Environmen
     return None
 
 
-def suite_missing(spec: EnvironmentSpec) -> str:
-    """Why a user's interpreter cannot run workers: it has no amp-suite ("" when it has one)."""
+def suite_missing(spec: EnvironmentSpec, timeout_s: float = INTERPRETER_CHECK_S) -> str:
+    """Why a user's interpreter cannot run workers: it has no amp-suite ("" when it has one).
+
+    The check is a supervised tree (:mod:`amp_suite.processes.tree`): an interpreter that hangs is ended,
+    with whatever it started, after ``timeout_s`` seconds (at most :data:`INTERPRETER_CHECK_S`).
+    """
     import subprocess
 
+    from amp_suite.processes import tree as process_tree
+
+    limit = min(timeout_s, INTERPRETER_CHECK_S)
     probe = "import importlib.util, sys; sys.exit(importlib.util.find_spec('amp_suite') is None)"
     try:
-        done = subprocess.run([spec.python, "-I", "-c", probe], capture_output=True, timeout=60,
-                              stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        done = process_tree.run([spec.python, "-I", "-c", probe], capture_output=True, timeout=limit,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return f"environment {spec.name!r}: its interpreter {spec.python} did not answer within {limit:g} s"
+    except OSError as exc:
         return f"environment {spec.name!r}: its interpreter {spec.python} cannot be run: {exc}"
+    if done.returncode == process_tree.CANNOT_START:
+        reason = (done.stderr.decode("utf-8", "replace").strip().splitlines() or ["?"])[-1]
+        return f"environment {spec.name!r}: its interpreter {spec.python} cannot be run: {reason}"
     if done.returncode != 0:
         return (f"environment {spec.name!r}: its interpreter {spec.python} has no amp-suite; install it there "
                 f"({spec.python} -m pip install amp-suite, or -e this source tree)")

@@ -39,7 +39,11 @@ DRIVER_VERSION_FILE = Path("/proc/driver/nvidia/version")
 # Queried in this order; the first four exist in every nvidia-smi of the last years.
 SMI_FIELDS = ("index", "name", "driver_version", "memory.total", "compute_cap",
               "clocks.max.sm", "clocks.max.memory", "power.limit")
-SMI_TIMEOUT_S = 20
+# Seconds one nvidia-smi call may take; one that takes longer is ended with everything it started.
+SMI_TIMEOUT_S = 10
+# Set (to the program's path) once an nvidia-smi call timed out: this process and the workers it
+# starts ask that nvidia-smi nothing more, so a hung driver costs one time limit, not one per call.
+SMI_HUNG_ENV = "AMP_SUITE_NVIDIA_SMI_HUNG"
 
 
 
@@ -123,9 +127,26 @@ def parse_smi_csv(text: str, fields: tuple[str, ...] = SMI_FIELDS) -> tuple[Nvid
 
 
 def _query(smi: str, fields: tuple[str, ...]) -> str | None:
+    return ask_smi(smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader")
+
+
+def ask_smi(smi: str, *args: str) -> str | None:
+    """What ``smi ARGS`` prints, or None when it fails, cannot start or hangs.
+
+    The call is a supervised tree (:mod:`amp_suite.processes.tree`) ended after
+    :data:`SMI_TIMEOUT_S`; after one such hang, :data:`SMI_HUNG_ENV` makes this
+    process and its children skip that nvidia-smi.
+    """
+    from amp_suite.processes import tree as process_tree
+
+    if os.environ.get(SMI_HUNG_ENV) == smi:
+        return None
     try:
-        done = subprocess.run([smi, f"--query-gpu={','.join(fields)}", "--format=csv,noheader"],
-                              capture_output=True, text=True, timeout=SMI_TIMEOUT_S)
+        done = process_tree.run([smi, *args], capture_output=True, text=True, timeout=SMI_TIMEOUT_S,
+                                stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        os.environ[SMI_HUNG_ENV] = smi
+        return None
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout if done.returncode == 0 else None

@@ -81,11 +81,9 @@ def gpu_info() -> list[dict[str, Any]]:
 
 
 def _smi(smi: str, *args: str) -> str | None:
-    try:
-        done = subprocess.run([smi, *args], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    from amp_suite.machine.devices import ask_smi
+
+    return ask_smi(smi, *args)
 
 
 def parse_mig_modes(text: str) -> dict[int, str]:

@@ -22,7 +22,8 @@ import difflib
 import importlib
 import importlib.metadata
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,8 +45,55 @@ from amp_suite.records import (
     PrecisionApplied,
     RunSpec,
     Workload,
+    to_plain,
 )
 from amp_suite.schema import Field, check_value
+from amp_suite.stored_values import number_problem
+
+
+@contextmanager
+def contained(plugin: str, hook: str) -> Iterator[None]:
+    """A hook call in which ending the program becomes the plugin's failure.
+
+    ``SystemExit``, a ``KeyboardInterrupt`` the plugin raised itself (the
+    user's Ctrl-C arrives as :class:`SweepInterrupted` and passes through) and
+    any other ``BaseException`` that is not an ``Exception`` become a
+    :class:`PluginError` naming ``plugin`` and ``hook``.
+    """
+    try:
+        yield
+    except (Exception, SweepInterrupted):
+        raise
+    except BaseException as exc:
+        raise PluginError(f"plugin {plugin!r}: {hook} raised {_ending(exc)}; a plugin may not end the program"
+                          ) from None
+
+
+def _ending(exc: BaseException) -> str:
+    """``SystemExit(3)``, ``KeyboardInterrupt``: how a program-ending exception is named in a message."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r})"[:200]
+    return one_line(exc)
+
+
+def figure_problem(key: str, value: Any) -> str | None:
+    """Why a figure ``measure`` gave cannot be kept (``is an integer of 81 bits...``), or None.
+
+    A figure must survive the result file as it is read back (no integer
+    beyond :data:`~amp_suite.stored_values.MAX_STORED_INT`, no nesting deeper
+    than :data:`~amp_suite.stored_values.MAX_STORED_DEPTH`), and a memory
+    figure (a key ending in ``_bytes``) must be a number or None.
+    """
+    plain = to_plain(value)
+    if key.endswith("_bytes") and not (plain is None or (isinstance(plain, (int, float))
+                                                          and not isinstance(plain, bool))):
+        return f"is {type(value).__name__} {str(value)[:60]!r}; a memory figure must be a number of bytes (or None)"
+    problem = number_problem(plain, key)
+    if problem:
+        if isinstance(plain, int) and not isinstance(plain, bool):
+            return f"is an integer of {plain.bit_length()} bits; a figure must fit in 64 bits"
+        return f"cannot be stored: {problem}"
+    return None
 
 
 def import_contained(load: Callable[[], object], name: str, source: str) -> object:
@@ -196,7 +244,9 @@ class PluginHost:
         """Unregister (and list as failed) every plugin whose ``framework_info`` raises or answers wrongly."""
         for impl in list(self.pm.hook.framework_info.get_hookimpls()):
             try:
-                problem = declaration_problem(check_return(impl.plugin_name, "framework_info", impl.function()))
+                with contained(impl.plugin_name, "framework_info"):
+                    answer = impl.function()
+                problem = declaration_problem(check_return(impl.plugin_name, "framework_info", answer))
                 if problem is None:
                     continue
                 error = f"framework_info: {problem}"
@@ -281,7 +331,9 @@ class PluginHost:
     def frameworks(self) -> dict[str, FrameworkInfo]:
         """Framework name -> description, from every ``framework_info`` answer."""
         found: dict[str, FrameworkInfo] = {}
-        for info in self.pm.hook.framework_info():
+        with contained(" or ".join(self._implementers("framework_info")) or "?", "framework_info"):
+            infos = self.pm.hook.framework_info()
+        for info in infos:
             if info.name in found:
                 raise PluginError(f"two plugins describe framework {info.name!r}")
             found[info.name] = info
@@ -326,7 +378,8 @@ class PluginHost:
         return self._first("train_epoch", run=run, model=model, staged=staged, epoch=epoch)
 
     def reset_memory_peak(self, run: RunSpec, model: Any, device: DeviceInfo) -> None:
-        self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
+        with contained(" or ".join(self._implementers("reset_memory_peak")) or "?", "reset_memory_peak"):
+            self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
 
     def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
         """The plugin's logits, checked: a float32 (``fp64``: float64) numpy array of shape ``(len(images), classes)``."""
@@ -338,20 +391,29 @@ class PluginHost:
         return self._first("get_variables", run=run, model=model)
 
     def measure(self, run: RunSpec, model: Any, device: DeviceInfo,
-                reserved: tuple[str, ...] | set[str] = ()) -> dict[str, Any]:
+                reserved: tuple[str, ...] | set[str] = (), dropped: list[str] | None = None) -> dict[str, Any]:
         """Merge every plugin's figures.
 
         Each implementation is called through pluggy on its own (see
         :meth:`_each`), so a figure is attributed to its plugin: a key given
         twice, or a key in ``reserved`` (figures the host computes itself), is
         a :class:`PluginError` naming the plugin; so is a plugin whose
-        ``measure`` raises (the original exception is its cause).
+        ``measure`` raises (the original exception is its cause), or ends the
+        program (``SystemExit``, ``KeyboardInterrupt``).
+
+        A value that cannot be stored (see :func:`figure_problem`: an integer
+        beyond 64 bits, a memory figure that is not a number) names its plugin
+        and key: with ``dropped``, the value is left out and that line added
+        there; without, it is a :class:`PluginError`.
         """
         merged: dict[str, Any] = {}
         owners: dict[str, str] = {}
         for plugin_name, call in self._each("measure"):
             try:
-                answers = call(run=run, model=model, device=device)
+                with contained(plugin_name, "measure"):
+                    answers = call(run=run, model=model, device=device)
+            except PluginError:
+                raise
             except Exception as exc:
                 raise PluginError(f"plugin {plugin_name!r}: measure failed: {one_line(exc)}") from exc
             for answer in answers:
@@ -365,16 +427,24 @@ class PluginHost:
                         )
                     if key in merged:
                         raise PluginError(f"measure key {key!r} given by both {owners[key]!r} and {plugin_name!r}")
+                    problem = figure_problem(key, value)
+                    if problem:
+                        line = f"plugin {plugin_name!r}: measure key {key!r} {problem}; the value is left out"
+                        if dropped is None:
+                            raise PluginError(line)
+                        dropped.append(line)
+                        continue
                     merged[key] = value
                     owners[key] = plugin_name
         return merged
 
     def runtime_versions(self, run: RunSpec) -> dict[str, str]:
         """The CUDA runtime and cuDNN versions the run's framework loaded; ``{}`` when its plugin gives none."""
-        answer = self.pm.hook.runtime_versions(run=run)
+        plugin_name = " or ".join(self._implementers("runtime_versions")) or "?"
+        with contained(plugin_name, "runtime_versions"):
+            answer = self.pm.hook.runtime_versions(run=run)
         if answer is None:
             return {}
-        plugin_name = " or ".join(self._implementers("runtime_versions")) or "?"
         return dict(check_return(plugin_name, "runtime_versions", answer))
 
     # --- reporting ---------------------------------------------------------
@@ -392,14 +462,20 @@ class PluginHost:
         sections: list[tuple[str, str]] = []
         for plugin_name, call in self._each("report_sections"):
             try:
-                for answer in call(results=results, out_dir=out_dir, environment=environment):
+                with contained(plugin_name, "report_sections"):
+                    answers = call(results=results, out_dir=out_dir, environment=environment)
+                for answer in answers:
                     sections.extend((str(title), str(body)) for title, body in (answer or []))
+            except PluginError as exc:
+                failures.append(ReporterFailure(plugin_name, str(exc).split(": ", 1)[1]))
             except Exception as exc:
                 failures.append(ReporterFailure(plugin_name, one_line(exc)))
         for plugin_name, call in self._each("write_report"):
             try:
-                for paths in call(results=results, out_dir=out_dir, environment=environment,
-                                  sections=list(sections)):
+                with contained(plugin_name, "write_report"):
+                    answers = call(results=results, out_dir=out_dir, environment=environment,
+                                   sections=list(sections))
+                for paths in answers:
                     check_return(plugin_name, "write_report", paths)
                     written.extend(paths or [])
             except PluginError as exc:
@@ -441,10 +517,11 @@ class PluginHost:
         where several implement the hook (in-process tests), the answer is
         attributed to them all by name.
         """
-        answer = getattr(self.pm.hook, hook_name)(**kwargs)
+        plugin_name = " or ".join(self._implementers(hook_name)) or "?"
+        with contained(plugin_name, hook_name):
+            answer = getattr(self.pm.hook, hook_name)(**kwargs)
         if answer is None:
             raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
-        plugin_name = " or ".join(self._implementers(hook_name)) or "?"
         return plugin_name, check_return(plugin_name, hook_name, answer)
 
 

@@ -255,7 +255,8 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
     placements = place_frameworks(settings.frameworks, config.environments, host.frameworks(),
-                                  environments_dir(config.path), sweep_device_kind(config, request))
+                                  environments_dir(config.path), sweep_device_kind(config, request),
+                                  timeout_s=settings.timeout)
     _warn_about_environments(placements.values(), inline=request.inline)
     from amp_suite.sweep.executors.select import check_executor
 

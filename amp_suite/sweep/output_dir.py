@@ -39,6 +39,8 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 LOCK_FILE = ".amp-suite.lock"
+# Name prefix of the file that proves a new output directory takes a write (removed at once).
+PROBE_PREFIX = ".amp-suite-probe-"
 LOGS_DIR = "logs"
 ENVIRONMENT_FILE = "environment.json"
 # Files a sweep (its built-in reporters included) writes at the top of its output directory.
@@ -105,10 +107,16 @@ def is_suite_output(directory: Path) -> bool:
 
 
 def _is_empty(directory: Path) -> bool:
-    """True when ``directory`` holds nothing, or only an empty ``logs`` directory."""
+    """True when ``directory`` holds nothing, or only a ``logs`` directory empty but for write probes.
+
+    A run that has just created a new directory writes a probe file into its
+    ``logs`` before it takes the lock: a second run starting at the same moment
+    sees the directory so, and must go on to the lock (and its message: in use
+    by another run), not call it foreign.
+    """
     entries = os.listdir(directory)
     if entries == [LOGS_DIR] and (directory / LOGS_DIR).is_dir() and not (directory / LOGS_DIR).is_symlink():
-        return not os.listdir(directory / LOGS_DIR)
+        return all(name.startswith(PROBE_PREFIX) for name in os.listdir(directory / LOGS_DIR))
     return not entries
 
 
@@ -168,7 +176,7 @@ def prepare_output_dir(text: str | os.PathLike[str]) -> Path:
         raise UsageError(f"{str(directory / RESULTS_FILE)!r} must be a file")
     check_sweep_paths(directory)
     try:
-        fd, probe = tempfile.mkstemp(prefix=".amp-suite-probe-", dir=directory / LOGS_DIR)
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=directory / LOGS_DIR)
         try:
             os.write(fd, b"\0" * PROBE_BYTES)
             os.fsync(fd)

@@ -1,12 +1,14 @@
 """Runs a sweep: every cell in its own fresh worker process, with a timeout.
 
-Each worker is a new interpreter, never a fork, started in its own session so
-that a timeout, Ctrl-C, SIGTERM or SIGHUP can end it and everything it
-started.  Only JSON crosses the process boundary: the request goes to the
-worker's stdin and the result comes back through a pipe, so no temporary file
-or directory exists to be left behind.  The worker dies with the host (see
-:mod:`amp_suite.cell.worker`).  Its import path is the host's minus the current
-directory.  A worker that crashes, hangs or is killed becomes a result row
+Each worker is a new interpreter, never a fork, started under a supervisor
+(:mod:`amp_suite.processes.tree`) that owns everything the worker starts,
+detached children included: when the worker exits, times out, or the sweep
+is stopped (Ctrl-C, SIGTERM, SIGHUP) or killed, the whole tree ends.  Only
+JSON crosses the process boundary: the request goes to the worker's stdin
+and the result comes back through a pipe, so no temporary file or directory
+exists to be left behind.  The worker dies with the host (see
+:mod:`amp_suite.cell.worker`).  Its import path is the host's minus the
+current directory.  A worker that crashes, hangs or is killed becomes a result row
 with a status; the sweep goes on, and each finished cell is appended to
 ``results.jsonl`` at once.  A worker's stdout and stderr go to the cell's log
 (``OUT/logs/KEY.log``), where a failing cell's worker also writes its
@@ -35,6 +37,7 @@ from amp_suite.errors import StorageError, one_line
 from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers import launcher_for
 from amp_suite.launchers.single import OWN_PATH, import_root, worker_import_path
+from amp_suite.processes import tree as process_tree
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
 from amp_suite.sweep.store import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
@@ -73,14 +76,6 @@ def _oom_kills() -> int | None:
     except (OSError, ValueError):
         pass
     return None
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    proc.wait()
 
 
 def _log_tail(path: Path) -> str:
@@ -204,7 +199,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     wants_progress = on_step is not None and launcher.inherits_pipes
     progress_r, progress_w = os.pipe() if wants_progress else (None, None)
     if progress_w is not None:
-        child_env[progress_channel.PROGRESS_FD_ENV] = str(progress_w)
+        child_env[progress_channel.PROGRESS_FD_ENV] = progress_channel.progress_fd_value(progress_w)
     received: list[bytes] = []
     # Processes that cannot inherit the result pipe write their node's result to a file beside the log.
     result_file = None if launcher.inherits_pipes else log_path.with_name(log_path.name + ".result")
@@ -222,10 +217,9 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
         command = launcher.command(run, str(result_w))
     with log:
         try:
-            proc = subprocess.Popen(
+            proc = process_tree.start(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
-                pass_fds=(result_w,) if progress_w is None else (result_w, progress_w),
-                env=child_env, start_new_session=True,
+                pass_fds=(result_w,) if progress_w is None else (result_w, progress_w), env=child_env,
             )
         except OSError as exc:
             os.close(result_r)
@@ -250,16 +244,16 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
                 pass
             proc.wait(timeout=run.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            process_tree.end(proc)
             return _failure(cell, "timeout", f"no result after {run.timeout_s:g} s; worker killed",
                             started, log_path)
         except BaseException:  # Ctrl-C, SIGTERM, SIGHUP: end the worker, keep what finished
-            _kill_group(proc)
+            process_tree.end(proc)
             raise
         finally:
             reader.join(RESULT_DRAIN_S)
             if result_file is not None:
-                _kill_group(proc)  # the launcher's group; its workers end with it
+                process_tree.end(proc)  # the launcher's group; its workers end with it
                 received.append(_read_and_remove(result_file))
     answer = parse_lines(b"".join(received)).results
     code = proc.returncode

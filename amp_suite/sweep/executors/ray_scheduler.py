@@ -18,10 +18,11 @@ a shared filesystem: the worker writes its log there (docs/cluster.md).
 from __future__ import annotations
 
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from amp_suite.errors import UsageError, message_line, one_line
+from amp_suite.errors import SweepInterrupted, UsageError, message_line, one_line
 from amp_suite.sweep.executors.node import pool_machine, run_cell_on_node
 from amp_suite.sweep.executors.remote import Finished
 
@@ -30,8 +31,12 @@ if TYPE_CHECKING:
 
 # Seconds between two checks that every queued task still has an alive node that can run it.
 FEASIBLE_EVERY_S = 10.0
-# Seconds to wait for the head node's port to answer before Ray is asked to connect.
+# Seconds to wait for the head node's port to answer (as a gRPC server) before Ray is asked to connect.
 CONNECT_TIMEOUT_S = 10.0
+# An HTTP/2 client's first bytes: the connection preface, then an empty SETTINGS frame (RFC 9113, 3.4).
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+# The frame type of SETTINGS, the first frame an HTTP/2 (gRPC) server sends.
+HTTP2_SETTINGS = 0x04
 # Seconds to wait for the small task that describes each pool's machine.
 POOL_PROBE_TIMEOUT_S = 120.0
 
@@ -69,7 +74,14 @@ def placement_problem(options: dict[str, Any], nodes: list[dict[str, Any]]) -> s
 
 
 def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
-    """A one-line error unless something listens at ``address`` (Ray itself retries for minutes)."""
+    """A one-line error unless a gRPC server (as Ray's GCS is) answers at ``address`` within ``timeout_s``.
+
+    Ray itself retries for minutes, and hangs on a port where something else
+    listens; so the port is asked first to open an HTTP/2 connection, and must
+    answer with its SETTINGS frame.  With ``RAY_USE_TLS`` set only the port is
+    checked (the handshake is then TLS's).
+    """
+    import os
     import socket
 
     from amp_suite.config.settings import check_coordinator
@@ -79,12 +91,61 @@ def check_reachable(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     except UsageError:
         raise UsageError(f"--ray-address must be HOST:PORT (the head node's GCS, e.g. 10.0.0.1:6379), got "
                          f"{address!r}") from None
+    deadline = time.monotonic() + timeout_s
+    connected = False
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            pass
+        with socket.create_connection((host, port), timeout=timeout_s) as connection:
+            connected = True
+            if os.environ.get("RAY_USE_TLS", "").lower() in ("1", "true"):
+                return
+            connection.sendall(HTTP2_PREFACE)
+            answer = b""
+            while len(answer) < 9:
+                connection.settimeout(max(deadline - time.monotonic(), 0.001))
+                chunk = connection.recv(9 - len(answer))
+                if not chunk:
+                    break
+                answer += chunk
+    except TimeoutError:
+        if not connected:
+            raise UsageError(f"cannot reach the Ray cluster at {address}: no connection within {timeout_s:g} s "
+                             "(is `ray start --head` running there?)") from None
+        answer = None
     except OSError as exc:
         raise UsageError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} (is `ray start "
                          "--head` running there?)") from None
+    if answer is None or len(answer) < 9 or answer[3] != HTTP2_SETTINGS:
+        said = "no answer" if not answer else "an answer that is not gRPC's"
+        raise UsageError(f"{address} is not a Ray cluster: {said} within {timeout_s:g} s where the head node's GCS "
+                         "(a gRPC server) would answer at once; give the address `ray start --head` printed")
+
+
+@contextmanager
+def keeping_signal_handlers() -> Iterator[None]:
+    """The host's SIGTERM, SIGINT and SIGHUP handlers stay the host's through a call into Ray.
+
+    ``ray.init`` installs a SIGTERM handler that exits with code 15 (and no
+    "interrupted" line); one that Ray's handler fires during the call becomes
+    the host's :class:`~amp_suite.errors.SweepInterrupted`.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    numbers = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    kept = {number: signal.getsignal(number) for number in numbers}
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code in numbers:  # Ray's handler: sys.exit(signum)
+            raise SweepInterrupted(int(exc.code)) from None
+        raise
+    finally:
+        for number, handler in kept.items():
+            if handler is not None:
+                signal.signal(number, handler)
 
 
 class RayScheduler:
@@ -109,8 +170,9 @@ class RayScheduler:
         if self.address:
             check_reachable(self.address)
         try:  # "local": a new instance for this sweep, never one RAY_ADDRESS or an earlier `ray start` names
-            ray.init(address=self.address or "local", log_to_driver=False, include_dashboard=False,
-                     configure_logging=False)
+            with keeping_signal_handlers():
+                ray.init(address=self.address or "local", log_to_driver=False, include_dashboard=False,
+                         configure_logging=False)
         except (ConnectionError, ValueError, RuntimeError, OSError) as exc:
             raise UsageError(f"cannot connect to the Ray cluster at {self.address or 'a local instance'}: "
                              f"{message_line(exc)}") from None

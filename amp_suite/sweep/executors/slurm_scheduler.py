@@ -16,8 +16,10 @@ Slurm's accounting (slurmdbd), or a cancelled job's cell waits for ever.
 from __future__ import annotations
 
 import math
+import os
 import platform
-from collections.abc import Hashable
+import signal
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,12 +39,12 @@ STATE_WAIT_S = 15.0
 TIME_MARGIN_MIN = 10
 # Time limit of the short job that describes a pool's machine.
 POOL_DESCRIPTION_MIN = 10
+# Seconds one sbatch may take to accept or refuse a job.
+SBATCH_TIMEOUT_S = 60.0
 
 
 def slurm_cell(payload: dict[str, Any]) -> dict[str, Any]:
     """The job of one cell: the cell, run on this node, its result naming the node."""
-    import os
-
     out = run_cell_on_node(payload)
     out["environment"]["node"] = f"{platform.node()} job {os.environ.get('SLURM_JOB_ID', '?')}"
     return out
@@ -115,7 +117,7 @@ class SlurmScheduler:
             self._executor.update_parameters(timeout_min=POOL_DESCRIPTION_MIN, name=f"amp-suite pool {name}",
                                               **placement_parameters(pool, self.settings))
             try:
-                jobs[name] = self._executor.submit(pool_machine)
+                jobs[name] = submitted_in_time(lambda: self._executor.submit(pool_machine))
             except Exception as exc:  # its cells will say why too
                 self.pool_info[name] = {"error": f"Slurm refused its job: {_sbatch_reason(exc)}"}
         info: dict[str, dict[str, Any]] = dict(self.pool_info)
@@ -129,7 +131,7 @@ class SlurmScheduler:
     def submit(self, cell: Cell, payload: dict[str, Any]) -> Hashable:
         self._executor.update_parameters(**job_parameters(cell, self.settings, self.pools))
         try:
-            return self._executor.submit(slurm_cell, payload)
+            return submitted_in_time(lambda: self._executor.submit(slurm_cell, payload))
         except Exception as exc:  # sbatch refused the job: this cell fails, the others go on
             raise SubmitRefused(f"Slurm refused its job: {_sbatch_reason(exc)}") from None
 
@@ -173,6 +175,62 @@ class SlurmScheduler:
 
     def stop(self) -> None:
         return None
+
+
+def submitted_in_time(submit: Callable[[], Any]) -> Any:
+    """``submit()`` (submitit runs ``sbatch``, with no time limit), in at most :data:`SBATCH_TIMEOUT_S`.
+
+    An ``sbatch`` that hangs (a slurmctld that does not answer) is ended, and
+    the submission fails with a one-line :class:`RuntimeError` (the caller
+    makes it a refused job) instead of holding the sweep silently.
+    """
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["job"] = submit()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, name="amp-suite-sbatch", daemon=True)
+    thread.start()
+    thread.join(SBATCH_TIMEOUT_S)
+    if thread.is_alive():
+        for pid in _children_named("sbatch"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        thread.join(5.0)
+        raise RuntimeError(f"sbatch did not answer within {SBATCH_TIMEOUT_S:g} s (is slurmctld up? `sinfo` "
+                           "tells); it was ended")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["job"]
+
+
+def _children_named(name: str) -> list[int]:
+    """This process's running children whose command is ``name`` (Linux's ``/proc``; none elsewhere)."""
+    found = []
+    me = str(os.getpid())
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                head, _, rest = fh.read().rpartition(b")")
+        except OSError:
+            continue
+        fields = rest.split()
+        if len(fields) > 1 and fields[1].decode() == me and head.partition(b"(")[2].decode("utf-8", "replace") == name:
+            found.append(int(entry))
+    return found
 
 
 def _final_state(job: Any, wait_s: float = STATE_WAIT_S) -> str:

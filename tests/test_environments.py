@@ -25,6 +25,7 @@ from amp_suite.doctor.runner import DoctorPlan, EnvironmentProbe, run_checks
 from amp_suite.envs import EnvironmentSpec, place_frameworks, state_of
 from amp_suite.envs.build import STAMP, failure_reason, fingerprint, interpreter_in
 from amp_suite.launchers.single import OWN_PATH
+from amp_suite.owned_paths import make_marked_folder
 from amp_suite.records import CellResult, FrameworkInfo, RunSpec
 from amp_suite.report.normalize import render_markdown, results_frame, summary_frame
 from amp_suite.report.variants import variant_table
@@ -128,9 +129,10 @@ def test_the_gpu_set_runs_plain_names_only_on_a_gpu_and_once_built(tmp_path):
 
 def test_an_interrupted_a_broken_and_a_changed_environment_are_told_apart(tmp_path):
     spec = EnvironmentSpec("six", "fake", ("six==1.16.0",))
+    make_marked_folder(tmp_path / "six")  # what a build does first
     (tmp_path / "six" / "bin").mkdir(parents=True)
     (tmp_path / "six" / "bin" / "python").symlink_to(sys.executable)
-    half = state_of(spec, tmp_path)  # an interpreter but no stamp: the build stopped half-way
+    half = state_of(spec, tmp_path)  # its marker and an interpreter but no stamp: the build stopped half-way
     assert not half.built and "never finished" in half.problem
     _stamp = tmp_path / "six" / STAMP
     _stamp.write_text(json.dumps({"fingerprint": fingerprint(spec), "versions": {"six": "1.16.0"}}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from amp_suite.config.catalog import find_config, load_config
 from amp_suite.config.environments import EnvironmentSpec, environments_dir
 from amp_suite.envs.build import create, remove, state_of
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, UsageError
+from amp_suite.owned_paths import NotOursError
 from amp_suite.schema import closest
 
 
@@ -52,12 +54,16 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
         return _list(environments, envs_dir, say)
     if args.env_action == "remove":
         orphans = orphaned(environments, envs_dir)
-        for name in args.names:
-            if name in orphans:  # built once, its table gone since
-                say(remove(EnvironmentSpec(name, "", ("orphaned",)), envs_dir))
-        for spec in _chosen(environments, [n for n in args.names if n not in orphans]):
-            say(remove(spec, envs_dir))
-        return EXIT_OK
+        chosen = [EnvironmentSpec(name, "", ("orphaned",)) for name in args.names if name in orphans]  # table gone
+        chosen += _chosen(environments, [n for n in args.names if n not in orphans])
+        refused = 0
+        for spec in chosen:
+            try:
+                say(remove(spec, envs_dir))
+            except NotOursError as exc:  # not amp-suite's: left alone, the others still removed
+                refused += 1
+                print(f"amp-suite env: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED if refused else EXIT_OK
     if args.env_action != "create":
         raise UsageError("amp-suite env needs an action: create, list or remove")
     if args.names:
@@ -115,19 +121,20 @@ def _list(environments: dict[str, EnvironmentSpec], envs_dir: Path, say: Callabl
         if state.built and state.versions:
             say(f"  {'':<{width}}  {_versions_text(state.versions)}")
         elif state.problem and not state.built and (not spec.managed or (state.folder is not None
-                                                                         and state.folder.exists())):
+                                                                         and os.path.lexists(state.folder))):
             say(f"  {'':<{width}}  {state.problem}")
     for name in orphans:
-        say(f"  {name:<{width}}  built, but no [environments.\"{name}\"] declares it any more: "
+        say(f"  {name:<{width}}  built by amp-suite, but no [environments.\"{name}\"] declares it any more: "
             f"`amp-suite env remove {name}` deletes {envs_dir / name}")
     return EXIT_OK
 
 
 def orphaned(environments: dict[str, EnvironmentSpec], envs_dir: Path) -> list[str]:
-    """Folders of the environments folder that amp-suite built (they hold a stamp) and no table declares."""
-    from amp_suite.envs.build import STAMP
+    """Folders of the environments folder that amp-suite built (marker or stamp, no link followed) and no table
+    declares."""
+    from amp_suite.envs.build import made_by_amp_suite
 
     if not envs_dir.is_dir():
         return []
     return sorted(folder.name for folder in envs_dir.iterdir()
-                  if folder.name not in environments and (folder / STAMP).is_file())
+                  if folder.name not in environments and made_by_amp_suite(folder))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import threading
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
+    report.add_argument("--force", action="store_true",
+                        help="replace a report.md amp-suite did not write, or write a report of no result over "
+                             "an existing one")
 
     cmp = sub.add_parser("compare", help="compare two sweeps' results cell by cell, with intervals and verdicts",
                          description="Match the cells of two sweep directories and print one markdown table per "
@@ -100,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("new", metavar="NEW", help="the sweep to judge against it")
     cmp.add_argument("--fail-above", type=float, metavar="PCT",
                      help="exit 1 when a throughput or speed-up is slower by more than PCT percent, outside the noise")
-    cmp.add_argument("--out", metavar="FILE", help="also write the markdown to FILE")
+    cmp.add_argument("--out", metavar="FILE", help="also write the markdown to FILE (an existing FILE only if "
+                                                   "amp-suite compare wrote it)")
+    cmp.add_argument("--force", action="store_true",
+                     help="let --out replace a file amp-suite compare did not write (never a sweep's stored results)")
 
     cal = sub.add_parser("calibrate", help="measure this machine's peak matmul and convolution TFLOP/s "
                                            "per framework and dtype (cached per machine)")
@@ -218,6 +225,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     host = _host(args.plugin)
     with report_lock(args.directory):  # a running sweep's store never changes under the report
         results, environment = load_results(Path(args.directory))
+        _check_report_replaceable(Path(args.directory), results, args.force)
         cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
         if cost:
             environment["cost"] = cost
@@ -228,13 +236,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_USAGE if outcome.failures else EXIT_OK
 
 
+def _check_report_replaceable(directory: Path, results: list, force: bool) -> None:
+    """Refuse to replace a report.md amp-suite did not write, or a report with one of no result, unless
+    ``force``."""
+    from amp_suite.owned_paths import FORCE_FLAG, check_replaceable
+    from amp_suite.report.text import REPORT_FIRST_LINE
+
+    report = directory / "report.md"
+    check_replaceable(report, command="amp-suite report", first_line=REPORT_FIRST_LINE, force=force)
+    if not results and os.path.lexists(report) and not force:
+        raise UsageError(f"{out_text(directory / 'results.jsonl')} holds no valid result: the existing "
+                         f"{out_text(report)} is kept (pass {FORCE_FLAG} to replace it with a report of no result)")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from amp_suite.comparison import compare, regressions, unjudged
 
     if args.fail_above is not None and not 0 <= args.fail_above < 100:
         raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
-    if args.out and not Path(args.out).parent.is_dir():
-        raise UsageError(f"cannot write {args.out}: the folder {Path(args.out).parent} does not exist")
+    if args.out:
+        _check_compare_out(Path(args.out), args.force)
     frame = compare(args.base, args.new)
     print(frame.attrs["markdown"])
     if args.out:
@@ -243,7 +264,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             write_file_atomically(Path(args.out), frame.attrs["markdown"] + "\n")
         except OSError as exc:
-            raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot write {out_text(args.out)}: {exc.strerror or exc}") from None
     if args.fail_above is None:
         return EXIT_OK
     worse = regressions(frame, args.fail_above)
@@ -257,6 +278,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
               f"row{'s' if len(blind) != 1 else ''} (no spread on one side or both: a single repeat of a single "
               "timed window); run both sweeps with --repeats 2 or more", file=sys.stderr)
     return EXIT_FAILED if len(worse) else EXIT_OK
+
+
+def _check_compare_out(out: Path, force: bool) -> None:
+    """Refuse ``compare --out`` over a sweep's stored results, and over a file compare did not write unless
+    ``force``; before anything is printed."""
+    from amp_suite.comparison import FIRST_LINE
+    from amp_suite.owned_paths import check_replaceable
+    from amp_suite.sweep.output_dir import STORED_FILES, is_suite_output
+
+    shown = out_text(out)
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot write {shown}: the folder {out_text(out.parent)} does not exist")
+    if out.name in STORED_FILES and is_suite_output(out.parent):
+        raise UsageError(f"refusing --out {shown}: it is a sweep's stored {out.name}, which amp-suite never "
+                         "replaces; choose another file")
+    check_replaceable(out, command="amp-suite compare", first_line=FIRST_LINE, force=force)
+
+
+def out_text(path: Path | str) -> str:
+    """A path as one bounded piece of a one-line message (a newline or a huge name cannot split or flood it)."""
+    from amp_suite.report.text import one_line_text
+
+    return one_line_text(str(path), 300)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

@@ -120,3 +120,35 @@ def remove_marked_folder(folder: Path, *, ours: Callable[[Path], bool] = has_mar
             return False
         raise
     return True
+
+
+# The flag that lets a command replace a file amp-suite did not write (the same word in every command).
+FORCE_FLAG = "--force"
+
+
+def first_line_of(path: Path, limit: int = 4096) -> bytes | None:
+    """The first line of the regular file ``path`` (no link followed); None when it is not one."""
+    data = read_private_file(path.parent, path.name, limit)
+    return None if data is None else data.split(b"\n", 1)[0].rstrip(b"\r")
+
+
+def check_replaceable(path: Path, *, command: str, first_line: str, force: bool) -> None:
+    """Raise :class:`NotOursError` unless ``command`` may replace ``path``.
+
+    It may when nothing is there, when ``path`` is a regular file that
+    ``command`` wrote (its first line is ``first_line``), or with ``force``
+    (the user's explicit word).  A link or a special file is never replaced.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise NotOursError(f"cannot look at {str(path)[:300]!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(mode):
+        raise NotOursError(f"{str(path)[:300]!r} is {_kind(mode)}, not a file {command} wrote; left alone "
+                           "(choose another path)")
+    if force or first_line_of(path) == first_line.encode():
+        return
+    raise NotOursError(f"{str(path)[:300]!r} exists and is not a file {command} wrote; left alone (pass "
+                       f"{FORCE_FLAG} to replace it, or choose another path)")

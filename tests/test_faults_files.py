@@ -157,3 +157,96 @@ def test_generated_folders_never_lose_what_amp_suite_did_not_make(tmp_path_facto
     assert (outside / "keep.txt").read_text() == "keep" and (outside / "sub" / "keep.txt").read_text() == "keep"
     if marker == "link":
         assert (outside / "marker").read_text() == MARKER_TEXT
+
+
+# --- 2. files a command writes ------------------------------------------------------------------
+
+from dataclasses import asdict  # noqa: E402
+
+from amp_suite.cli import main  # noqa: E402
+from amp_suite.records import CellResult  # noqa: E402
+
+ENV = {"amp_suite_version": "0.1.0", "python": "3.12.3", "cpu_model": "Test CPU", "date": "2025-01-01"}
+
+
+def _cell(precision="fp32", repeat=0, throughput=1000.0, **fields) -> CellResult:
+    metrics = {"throughput": throughput, "peak_rss_bytes": 100 * 2**20, "val_accuracy": 0.9, "final_loss": 1.0,
+               **fields.pop("metrics", {})}
+    return CellResult(key=f"fake/tiny/{precision}/r{repeat}", framework="fake", workload="tiny", precision=precision,
+                      repeat=repeat, status="ok", metrics=metrics, config={"dataset": "mnist", "batch_size": 8},
+                      device={"kind": "cpu", "name": "cpu"}, **fields)
+
+
+def _sweep(directory: Path, cells=None, environment=None) -> Path:
+    directory.mkdir(parents=True)
+    cells = [_cell(), _cell("amp_bf16", throughput=1500.0)] if cells is None else cells
+    (directory / "results.jsonl").write_text("".join(json.dumps(asdict(c)) + "\n" for c in cells))
+    (directory / "environment.json").write_text(json.dumps(environment or ENV))
+    return directory
+
+
+def _stderr_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+
+
+def test_compare_out_never_replaces_a_sweeps_stored_results(tmp_path, capsys):
+    """MEDIUM: compare --out wrote over a sweep's own results.jsonl (with or without --force)."""
+    base, new = _sweep(tmp_path / "base"), _sweep(tmp_path / "new")
+    stored = (base / "results.jsonl").read_bytes()
+    for extra in ([], ["--force"]):
+        assert main(["compare", str(base), str(new), "--out", str(base / "results.jsonl"), *extra]) == 2
+        lines = _stderr_lines(capsys)
+        assert len(lines) == 1 and "stored results.jsonl" in lines[0]
+    assert (base / "results.jsonl").read_bytes() == stored
+
+
+def test_compare_out_replaces_a_foreign_file_only_with_force(tmp_path, capsys):
+    """MEDIUM: compare --out replaced any file; now only its own output, or another with --force."""
+    base, new = _sweep(tmp_path / "base"), _sweep(tmp_path / "new")
+    notes = tmp_path / "notes.md"
+    notes.write_text("my notes\n")
+    assert main(["compare", str(base), str(new), "--out", str(notes)]) == 2
+    assert "--force" in _stderr_lines(capsys)[0] and notes.read_text() == "my notes\n"
+    assert main(["compare", str(base), str(new), "--out", str(notes), "--force"]) == 0
+    assert notes.read_text().startswith("# amp-suite compare")
+    assert main(["compare", str(base), str(new), "--out", str(notes)]) == 0  # its own output: replaced freely
+    capsys.readouterr()
+    link = tmp_path / "link.md"
+    link.symlink_to(notes)
+    assert main(["compare", str(base), str(new), "--out", str(link), "--force"]) == 2  # a link: never
+    assert link.is_symlink()
+
+
+def test_report_refuses_a_report_md_it_did_not_write(tmp_path, capsys):
+    """MEDIUM: report replaced a report.md amp-suite did not write; now only with --force."""
+    sweep = _sweep(tmp_path / "out")
+    (sweep / "report.md").write_text("# My own analysis\n")
+    assert main(["report", str(sweep)]) == 2
+    assert "--force" in _stderr_lines(capsys)[0] and (sweep / "report.md").read_text() == "# My own analysis\n"
+    assert main(["report", str(sweep), "--force"]) == 0
+    assert (sweep / "report.md").read_text().startswith("# amp-suite report")
+    assert main(["report", str(sweep)]) == 0  # its own report: rebuilt freely
+
+
+def test_a_report_of_no_valid_result_keeps_the_good_report_unless_forced(tmp_path, capsys):
+    """MEDIUM+LOW: a report rebuilt from zero valid results replaced the good one and kept the old charts."""
+    sweep = _sweep(tmp_path / "out")
+    assert main(["report", str(sweep)]) == 0
+    good = (sweep / "report.md").read_text()
+    charts = sorted(p.name for p in sweep.glob("chart-*.png"))
+    (sweep / "results.jsonl").write_text("# amp-suite compare\n")  # what compare --out used to leave there
+    capsys.readouterr()
+    assert main(["report", str(sweep)]) == 2
+    assert "holds no valid result" in _stderr_lines(capsys)[-1] and (sweep / "report.md").read_text() == good
+    assert main(["report", str(sweep), "--force"]) == 0
+    assert "_no results_" in (sweep / "report.md").read_text()
+    if charts:  # matplotlib installed: the first report drew charts, the empty one removed them
+        assert not list(sweep.glob("chart-*.png")) and not (sweep / "charts.json").exists()
+
+
+def test_charts_are_written_before_the_report_that_links_them():
+    """LOW: a signal while the report was written left a report.md pointing at charts never written."""
+    from amp_suite.sweep.engine import make_host
+
+    order = make_host([])._implementers("write_report")
+    assert order.index("charts") < order.index("reporters")

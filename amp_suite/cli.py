@@ -298,9 +298,9 @@ def _check_compare_out(out: Path, force: bool) -> None:
 
 def out_text(path: Path | str) -> str:
     """A path as one bounded piece of a one-line message (a newline or a huge name cannot split or flood it)."""
-    from amp_suite.report.text import one_line_text
+    from amp_suite.report.text import path_text
 
-    return one_line_text(str(path), 300)
+    return path_text(path)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:

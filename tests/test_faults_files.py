@@ -172,9 +172,11 @@ ENV = {"amp_suite_version": "0.1.0", "python": "3.12.3", "cpu_model": "Test CPU"
 def _cell(precision="fp32", repeat=0, throughput=1000.0, **fields) -> CellResult:
     metrics = {"throughput": throughput, "peak_rss_bytes": 100 * 2**20, "val_accuracy": 0.9, "final_loss": 1.0,
                **fields.pop("metrics", {})}
-    return CellResult(key=f"fake/tiny/{precision}/r{repeat}", framework="fake", workload="tiny", precision=precision,
-                      repeat=repeat, status="ok", metrics=metrics, config={"dataset": "mnist", "batch_size": 8},
-                      device={"kind": "cpu", "name": "cpu"}, **fields)
+    fields.setdefault("config", {"dataset": "mnist", "batch_size": 8})
+    fields.setdefault("device", {"kind": "cpu", "name": "cpu"})
+    fields.setdefault("workload", "tiny")
+    return CellResult(key=f"fake/{fields['workload']}/{precision}/r{repeat}", framework="fake", precision=precision,
+                      repeat=repeat, status="ok", metrics=metrics, **fields)
 
 
 def _sweep(directory: Path, cells=None, environment=None) -> Path:
@@ -250,3 +252,117 @@ def test_charts_are_written_before_the_report_that_links_them():
 
     order = make_host([])._implementers("write_report")
     assert order.index("charts") < order.index("reporters")
+
+
+# --- 3. stored values are checked where they are read ----------------------------------------------
+
+import amp_suite  # noqa: E402
+from amp_suite.errors import StoredValueError, UsageError  # noqa: E402
+
+
+@pytest.mark.parametrize("metrics,field", [
+    ({"peak_rss_bytes": "lots"}, "metrics.peak_rss_bytes"),
+    ({"peak_rss_bytes": [1, 2]}, "metrics.peak_rss_bytes"),
+    ({"measurement_flags": True}, "metrics.measurement_flags"),
+    ({"dataset_note": 5}, "metrics.dataset_note"),
+    ({"throughput": -5.0}, "metrics.throughput"),
+    ({"val_accuracy": -2.0}, "metrics.val_accuracy"),
+    ({"window_throughputs": "fast"}, "metrics.window_throughputs"),
+    ({"compilation": "x" * 100_000}, "metrics.compilation"),
+])
+def test_a_stored_value_of_the_wrong_type_drops_that_field_and_every_reporter_writes(tmp_path, capsys, metrics,
+                                                                                      field):
+    """MEDIUM+LOW: one wrong-typed or impossible stored value stopped every reporter (exit 2, no report)."""
+    sweep = _sweep(tmp_path / "out", [_cell(metrics=metrics), _cell("amp_bf16", throughput=1500.0)])
+    assert main(["report", str(sweep)]) == 0
+    warning = [line for line in _stderr_lines(capsys) if "warning" in line]
+    assert len(warning) == 1 and f"line 1, field {field}" in warning[0] and str(sweep / "results.jsonl") in warning[0]
+    assert "| tiny" in (sweep / "report.md").read_text() and (sweep / "results.csv").exists()
+
+
+@pytest.mark.parametrize("fields,field", [
+    ({"device": {"kind": 5, "name": "cpu"}}, "device.kind"),
+    ({"config": {"dataset": 5, "batch_size": 8}}, "config.dataset"),
+    ({"config": {"dataset": "mnist", "devices": "two"}}, "config.devices"),
+])
+def test_a_wrong_type_in_a_results_config_or_device_drops_that_field(tmp_path, capsys, fields, field):
+    """MEDIUM: a non-text device kind or dataset name stopped the built-in reporter."""
+    sweep = _sweep(tmp_path / "out", [_cell(**fields), _cell("amp_bf16", throughput=1500.0)])
+    assert main(["report", str(sweep)]) == 0
+    assert f"field {field}" in capsys.readouterr().err
+
+
+def test_load_raises_the_projects_error_naming_file_line_and_field(tmp_path, capsys):
+    """MEDIUM: amp_suite.load() raised a bare TypeError on a stored value of the wrong type."""
+    sweep = _sweep(tmp_path / "out", [_cell(), _cell("amp_bf16", metrics={"peak_rss_bytes": "lots"})])
+    with pytest.raises(StoredValueError) as info:
+        amp_suite.load(sweep)
+    assert isinstance(info.value, UsageError)
+    assert f"{sweep / 'results.jsonl'}: line 2, field metrics.peak_rss_bytes" in str(info.value)
+    frame = amp_suite.load(sweep, strict=False)  # the reporters' way: dropped, with a warning
+    assert len(frame) == 2 and "metrics.peak_rss_bytes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("call", [lambda: amp_suite.load(5), lambda: amp_suite.load(None),
+                                  lambda: amp_suite.load(b"/tmp"), lambda: amp_suite.compare(5, "x"),
+                                  lambda: amp_suite.load("/tmp", strict="yes")])
+def test_the_api_answers_a_wrong_argument_type_with_its_own_error(call):
+    """LOW: the Python API raised bare TypeError for wrong argument types."""
+    with pytest.raises(UsageError):
+        call()
+
+
+def test_the_api_accepts_generators_where_it_declares_iterables():
+    """LOW: run() refused a generator for frameworks/plugins although it declares Iterable[str]."""
+    from amp_suite.api import _names
+    from amp_suite.sweep.request_checks import plugin_names
+
+    assert _names(name for name in ["torch", "jax"]) == ("torch", "jax")
+    assert plugin_names(name for name in ["fakefw"]) == ("fakefw",)
+    with pytest.raises(UsageError, match="unknown framework"):  # the generator's names reach the name check
+        amp_suite.run(frameworks=(name for name in ["no-such-framework"]), steps=3, warmup=1)
+
+
+# --- 4. text that reaches a report is bounded and escaped --------------------------------------------
+
+
+def test_a_script_tag_in_a_stored_name_does_not_reach_report_md_raw(tmp_path):
+    """LOW: `<script>` in a stored name passed into report.md raw (it will reach the HTML report)."""
+    evil = "<script>alert(1)</script>"
+    sweep = _sweep(tmp_path / "out", [_cell(workload=evil), _cell("amp_bf16", workload=evil)],
+                   {**ENV, "cpu_model": evil})
+    assert main(["report", str(sweep)]) == 0
+    text = (sweep / "report.md").read_text()
+    assert "<script" not in text and "&lt;script>" in text
+
+
+def test_a_huge_stored_name_does_not_bloat_the_report(tmp_path, capsys):
+    """LOW: a 100 kB stored name made a 6.9 MB report; the line is skipped, named, and the report stays small."""
+    huge = "w" * 100_000
+    sweep = _sweep(tmp_path / "out", [_cell(), _cell("amp_bf16", throughput=1500.0), _cell(workload=huge)],
+                   {**ENV, "cpu_model": "c" * 100_000})
+    assert main(["report", str(sweep)]) == 0
+    assert "line 3 (field 'key' is oversized" in capsys.readouterr().err
+    assert (sweep / "report.md").stat().st_size < 30_000
+
+
+def test_text_helpers_keep_one_bounded_line_for_markdown_and_html():
+    """LOW: the escaping function is one, usable for the markdown report now and HTML later."""
+    from amp_suite.report.text import html_text, markdown_cell, path_text
+
+    assert markdown_cell("a|b\n<i>") == "a\\|b &lt;i>"
+    assert html_text('<a href="x">\n') == "&lt;a href=&quot;x&quot;&gt;"
+    assert len(markdown_cell("x" * 10_000)) < 400
+    assert "\n" not in path_text("/tmp/out\nwrote /etc/passwd") and "\\n" in path_text("a\nb")
+
+
+def test_an_out_with_a_newline_does_not_split_the_summary_line(tmp_path, capsys):
+    """LOW: an --out holding a newline split the run's summary line in two."""
+    config = _config(tmp_path)
+    out = tmp_path / "a\nwrote fake.md"
+    main(["run", "--config", str(config), "-p", "fakefw", "--frameworks", "fake", "--precisions", "fp32", "-q",
+          "--out", str(out)])
+    err = capsys.readouterr().err
+    summary = [line for line in err.splitlines() if " cell" in line and ("->" in line or "wrote" in line)]
+    assert summary and all("a\\nwrote fake.md" in line for line in summary), err
+    assert not any(line.startswith("wrote fake.md") for line in err.splitlines())

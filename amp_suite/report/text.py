@@ -46,3 +46,10 @@ def html_text(text: str, limit: int = SHOWN_CHARS) -> str:
 def no_raw_html(markdown: str) -> str:
     """A whole markdown document with every ``<`` written ``&lt;``: no tag can open (it reads the same)."""
     return markdown.replace("<", "&lt;")
+
+
+def path_text(path: object, limit: int = SHOWN_CHARS) -> str:
+    """A path as one bounded piece of a one-line message: a newline or control character in it is shown
+    escaped (``\\n``), so it can neither split the line nor pass for another path."""
+    text = _BREAKS.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), str(path))
+    return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} characters cut]"

@@ -252,7 +252,7 @@ def _check_report_replaceable(directory: Path, results: list, force: bool) -> No
 def cmd_compare(args: argparse.Namespace) -> int:
     from amp_suite.comparison import compare, regressions, unjudged
 
-    if args.fail_above is not None and not 0 <= args.fail_above < 100:
+    if args.fail_above is not None and not 0 <= args.fail_above <= 100:
         raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
     if args.out:
         _check_compare_out(Path(args.out), args.force)
@@ -267,6 +267,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
             raise UsageError(f"cannot write {out_text(args.out)}: {exc.strerror or exc}") from None
     if args.fail_above is None:
         return EXIT_OK
+    if frame.empty:  # a guard that compared nothing must not pass as one that found nothing worse
+        print(f"amp-suite: error: --fail-above has nothing to judge: {out_text(args.base)} and "
+              f"{out_text(args.new)} share no cell (same workload, framework, precision, devices and device kind)",
+              file=sys.stderr)
+        return EXIT_FAILED
     worse = regressions(frame, args.fail_above)
     for row in worse.itertuples():
         print(f"amp-suite: regression: {row.workload} / {row.framework} / {row.precision}: {row.metric} "

@@ -7,15 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import amp_suite
+from amp_suite.cli import main
 from amp_suite.envs import EnvironmentSpec, state_of
 from amp_suite.envs.build import STAMP, create, fingerprint, remove
+from amp_suite.errors import StoredValueError, UsageError
 from amp_suite.owned_paths import MARKER, MARKER_TEXT, NotOursError, make_marked_folder
+from amp_suite.records import CellResult
 from suite_cli import run_cli
 from suite_cli import tiny_config_file as _config
 
@@ -161,10 +166,6 @@ def test_generated_folders_never_lose_what_amp_suite_did_not_make(tmp_path_facto
 
 # --- 2. files a command writes ------------------------------------------------------------------
 
-from dataclasses import asdict  # noqa: E402
-
-from amp_suite.cli import main  # noqa: E402
-from amp_suite.records import CellResult  # noqa: E402
 
 ENV = {"amp_suite_version": "0.1.0", "python": "3.12.3", "cpu_model": "Test CPU", "date": "2025-01-01"}
 
@@ -255,9 +256,6 @@ def test_charts_are_written_before_the_report_that_links_them():
 
 
 # --- 3. stored values are checked where they are read ----------------------------------------------
-
-import amp_suite  # noqa: E402
-from amp_suite.errors import StoredValueError, UsageError  # noqa: E402
 
 
 @pytest.mark.parametrize("metrics,field", [
@@ -366,3 +364,99 @@ def test_an_out_with_a_newline_does_not_split_the_summary_line(tmp_path, capsys)
     summary = [line for line in err.splitlines() if " cell" in line and ("->" in line or "wrote" in line)]
     assert summary and all("a\\nwrote fake.md" in line for line in summary), err
     assert not any(line.startswith("wrote fake.md") for line in err.splitlines())
+
+
+# --- 5. the low items of files, config and stored data -----------------------------------------------
+
+
+def test_fail_above_with_no_shared_cell_says_so_and_fails(tmp_path, capsys):
+    """LOW: compare --fail-above exited 0 in silence when the two sweeps shared no cell."""
+    base = _sweep(tmp_path / "base")
+    new = _sweep(tmp_path / "new", [_cell("amp_fp16")])
+    assert main(["compare", str(base), str(new)]) == 0  # a plain comparison still just shows both
+    capsys.readouterr()
+    assert main(["compare", str(base), str(new), "--fail-above", "5"]) == 1
+    assert "share no cell" in _stderr_lines(capsys)[-1]
+
+
+def test_fail_above_100_is_accepted(tmp_path, capsys):
+    """LOW: --fail-above 100 was refused although percentages run to 100."""
+    base, new = _sweep(tmp_path / "base"), _sweep(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--fail-above", "100"]) == 0
+    assert main(["compare", str(base), str(new), "--fail-above", "100.5"]) == 2
+
+
+def test_a_data_dir_that_is_a_file_is_refused(tmp_path):
+    """LOW: a --data-dir that is a file was passed over in silence."""
+    from amp_suite.datasets.fetch import check_data_dir
+
+    a_file = tmp_path / "mnist.tar"
+    a_file.write_text("")
+    with pytest.raises(UsageError, match="is a regular file, not a directory"):
+        check_data_dir(a_file)
+    check_data_dir(tmp_path)  # a directory, and nothing at all, are fine
+    check_data_dir(tmp_path / "not-yet")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "broken link"])
+def test_an_implicit_benchmarks_toml_that_is_no_file_is_named(tmp_path, monkeypatch, kind):
+    """LOW: an implicit ./benchmarks.toml that is a FIFO or a broken link was ignored in silence."""
+    from amp_suite.config.catalog import find_config
+
+    monkeypatch.chdir(tmp_path)
+    if kind == "fifo":
+        os.mkfifo(tmp_path / "benchmarks.toml")
+    else:
+        (tmp_path / "benchmarks.toml").symlink_to(tmp_path / "gone.toml")
+    with pytest.raises(UsageError, match="FIFO|broken symbolic link") as info:
+        find_config(None)
+    assert "--config" in str(info.value)
+
+
+def test_a_config_with_a_byte_order_mark_gets_a_hint(tmp_path):
+    """LOW: a config saved with a UTF-8 BOM got 'Invalid statement' without a hint."""
+    from amp_suite.config.catalog import load_config
+
+    config = tmp_path / "b.toml"
+    config.write_bytes(b"\xef\xbb\xbf[defaults]\nsteps = 3\n")
+    with pytest.raises(UsageError, match="byte-order mark"):
+        load_config(config)
+
+
+def test_a_disabled_framework_is_named_as_disabled_not_as_a_missing_environment(tmp_path, monkeypatch, capsys):
+    """LOW: the error for a framework disabled by AMP_SUITE_DISABLE_PLUGINS suggested an environment."""
+    monkeypatch.setenv("AMP_SUITE_DISABLE_PLUGINS", "jax")
+    assert main(["run", "--config", str(_config(tmp_path)), "--frameworks", "jax", "-q"]) == 2
+    line = _stderr_lines(capsys)[-1]
+    assert "is disabled" in line and "AMP_SUITE_DISABLE_PLUGINS" in line and "environment" not in line
+
+
+def test_env_create_refuses_a_framework_no_plugin_provides(tmp_path):
+    """LOW: env create built an environment for a framework no plugin provides."""
+    config = _config(tmp_path, '\n[environments."x@1"]\nframework = "nosuch"\nrequirements = ["six"]\n')
+    done = run_cli("env", "create", "x@1", "--config", str(config), env={"AMP_SUITE_ENVS": str(tmp_path / "envs")})
+    assert done.returncode == 1 and "no loaded plugin provides" in done.stderr
+    assert not (tmp_path / "envs" / "x@1").exists()
+
+
+def test_a_copy_inside_another_repository_records_no_commit_of_its_own(tmp_path):
+    """LOW: amp-suite unpacked from a source archive inside another git repository recorded that one's commit."""
+    import shutil
+    import subprocess
+
+    from amp_suite.machine.environment import git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("no git here")
+    outer = tmp_path / "outer"
+    package = outer / "vendor" / "amp-suite-0.1" / "amp_suite"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    git = ["git", "-C", str(outer), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "outer"], check=True)
+    assert git_commit(package) is None
+    own = outer / "amp_suite"  # the same repository with amp-suite at its top level: its commit counts
+    own.mkdir()
+    assert git_commit(own) is not None

@@ -24,6 +24,9 @@ def add_env_parser(sub: argparse._SubParsersAction) -> None:
     create_parser = actions.add_parser("create", help="build environments with uv (kept when unchanged)")
     create_parser.add_argument("names", nargs="*", metavar="NAME",
                                help="environments to build (default: every declared one but the GPU set)")
+    create_parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                               help="load an extra plugin module (repeatable): the one that provides an "
+                                    "environment's framework, when no installed plugin does")
     create_parser.add_argument("--gpu", action="store_true",
                                help="also build the GPU set: one environment per framework, each with only its "
                                     "own CUDA and cuDNN")
@@ -74,8 +77,15 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
     if not chosen:
         raise UsageError("no environment to build: declare [environments.\"NAME\"] in benchmarks.toml "
                          "(docs/environments.md), or build the GPU set with --gpu")
+    provided = _provided_frameworks(args.plugin)
     failed = 0
     for spec in chosen:
+        if spec.framework not in provided:  # no worker could run in it: a build would be minutes for nothing
+            failed += 1
+            print(f"amp-suite env: error: environment {spec.name!r} runs framework {spec.framework!r}, which no "
+                  f"loaded plugin provides (known: {', '.join(provided)}; -p MODULE loads another); not built",
+                  file=sys.stderr, flush=True)
+            continue
         say(f"amp-suite env: {spec.name} ({spec.framework}) -> {envs_dir / spec.name if spec.managed else spec.python}")
         try:
             state, done = create(spec, envs_dir, emit=_progress_printer(spec.name))
@@ -85,6 +95,14 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
             continue
         say(f"amp-suite env: {spec.name}: {done}; {_versions_text(state.versions)}")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def _provided_frameworks(modules: list[str]) -> list[str]:
+    """The frameworks the plugins provide, with the extra ``modules`` (plugins load without importing a
+    framework)."""
+    from amp_suite.sweep.engine import make_host
+
+    return list(make_host(modules).frameworks())
 
 
 def _progress_printer(name: str) -> Callable[[str], None]:

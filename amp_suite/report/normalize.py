@@ -33,7 +33,7 @@ from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
 from amp_suite.report.published import published_section
-from amp_suite.report.text import REPORT_FIRST_LINE, LINE_CHARS, markdown_cell, no_raw_html, one_line_text
+from amp_suite.report.text import LINE_CHARS, REPORT_FIRST_LINE, markdown_cell, no_raw_html, one_line_text
 
 MIB = 1024 * 1024
 

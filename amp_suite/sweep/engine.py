@@ -255,6 +255,12 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     for name in settings.frameworks:
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
+    from amp_suite.plugins.host import DISABLE_ENV
+
+    for name in settings.frameworks:
+        if name in absent_plugins(host) and name not in host.frameworks() and name not in config.environments:
+            raise UsageError(f"framework {name!r} is disabled ({DISABLE_ENV} names it); take it out of "
+                             f"{DISABLE_ENV} to run it")
     placements = place_frameworks(settings.frameworks, config.environments, host.frameworks(),
                                   environments_dir(config.path), sweep_device_kind(config, request))
     _warn_about_environments(placements.values(), inline=request.inline)

@@ -100,8 +100,16 @@ def _kind(mode: int) -> str:
     return describe_mode(mode)
 
 
+def is_empty_directory(folder: Path) -> bool:
+    try:
+        return is_real_directory(folder) and not os.listdir(folder)
+    except OSError:
+        return False
+
+
 def remove_marked_folder(folder: Path, *, ours: Callable[[Path], bool] = has_marker, fix: str) -> bool:
-    """Remove ``folder`` if amp-suite made it (``ours``); False when there is nothing at ``folder``.
+    """Remove ``folder`` if amp-suite made it (``ours``) or it is an empty directory; False when there is
+    nothing at ``folder``.
 
     Raises :class:`NotOursError` (nothing removed) for anything else: a folder
     without the marker, a link, a file.  The removal never follows a link
@@ -109,6 +117,9 @@ def remove_marked_folder(folder: Path, *, ours: Callable[[Path], bool] = has_mar
     """
     if not os.path.lexists(folder):
         return False
+    if is_empty_directory(folder):  # nothing in it to lose (a build killed before its marker was written)
+        os.rmdir(folder)
+        return True
     if not ours(folder):
         raise refusal(folder, "remove it", fix)
     try:

@@ -41,7 +41,9 @@ import amp_suite
 from amp_suite.config.environments import EnvironmentSpec
 from amp_suite.errors import UsageError
 from amp_suite.owned_paths import (
+    NotOursError,
     has_marker,
+    is_empty_directory,
     is_real_directory,
     make_marked_folder,
     read_private_file,
@@ -169,7 +171,7 @@ def state_of(spec: EnvironmentSpec, envs_dir: Path) -> EnvironmentState:
     python = interpreter_in(folder)
     stamp = _read_stamp(folder)
     if stamp is None:
-        if os.path.lexists(folder) and not made_by_amp_suite(folder):
+        if os.path.lexists(folder) and not made_by_amp_suite(folder) and not is_empty_directory(folder):
             return EnvironmentState(spec, python, folder, False,
                                     problem=f"{folder} is not an environment amp-suite built (it holds no marker); "
                                             f"amp-suite leaves it alone: {FOREIGN_FIX}")
@@ -276,7 +278,7 @@ def create(spec: EnvironmentSpec, envs_dir: Path, *, emit: Callable[[str], None]
     if installer is None:
         emit("uv is not installed: building with python -m venv and pip (slower; pip install uv to use uv)")
     started = time.perf_counter()
-    if os.path.lexists(folder) and not made_by_amp_suite(folder):
+    if os.path.lexists(folder) and not made_by_amp_suite(folder) and not is_empty_directory(folder):
         raise refusal(folder, f"build environment {spec.name!r} over it", FOREIGN_FIX)
     try:
         remove_marked_folder(folder, ours=made_by_amp_suite, fix=FOREIGN_FIX)
@@ -298,7 +300,10 @@ def create(spec: EnvironmentSpec, envs_dir: Path, *, emit: Callable[[str], None]
                  "python": answer["python"], "versions": answer["versions"]}
         write_file_atomically(folder / STAMP, json.dumps(stamp, indent=2))
     except BaseException as exc:
-        remove_marked_folder(folder, fix=FOREIGN_FIX)  # made above, marker first
+        try:
+            remove_marked_folder(folder, fix=FOREIGN_FIX)  # made above, marker first
+        except NotOursError:  # its marker was replaced during the build: what is there now is left alone
+            pass
         if isinstance(exc, (UsageError, KeyboardInterrupt)):
             raise
         if isinstance(exc, (OSError, RuntimeError, ValueError, subprocess.SubprocessError)):

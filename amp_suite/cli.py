@@ -418,7 +418,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     from amp_suite.envs.command import cmd_env as run_env
 
-    return run_env(args)
+    return run_env(args, frameworks=lambda: _host(getattr(args, "plugin", None) or []).frameworks())
 
 
 def _doctor_environments(declared: dict, known: dict, asked: tuple[str, ...] | None, config_path) -> tuple:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from amp_suite.config.catalog import find_config, load_config
@@ -46,8 +46,14 @@ def _chosen(environments: dict[str, EnvironmentSpec], names: list[str]) -> list[
     return [environments[name] for name in dict.fromkeys(names)]
 
 
-def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None) -> int:
-    """Run ``amp-suite env ACTION``; the exit code."""
+def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None,
+            frameworks: Callable[[], Iterable[str]] | None = None) -> int:
+    """Run ``amp-suite env ACTION``; the exit code.
+
+    ``frameworks`` gives the frameworks the loaded plugins provide (the host is
+    the caller's: this layer loads no plugin); ``create`` builds no
+    environment for another framework.  None checks nothing.
+    """
     say = emit or (lambda line: print(line, flush=True))
     config_path = find_config(args.config)
     config = load_config(config_path)
@@ -77,7 +83,7 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
     if not chosen:
         raise UsageError("no environment to build: declare [environments.\"NAME\"] in benchmarks.toml "
                          "(docs/environments.md), or build the GPU set with --gpu")
-    provided = _provided_frameworks(args.plugin)
+    provided = list(frameworks()) if frameworks is not None else [s.framework for s in chosen]
     failed = 0
     for spec in chosen:
         if spec.framework not in provided:  # no worker could run in it: a build would be minutes for nothing
@@ -95,14 +101,6 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
             continue
         say(f"amp-suite env: {spec.name}: {done}; {_versions_text(state.versions)}")
     return EXIT_FAILED if failed else EXIT_OK
-
-
-def _provided_frameworks(modules: list[str]) -> list[str]:
-    """The frameworks the plugins provide, with the extra ``modules`` (plugins load without importing a
-    framework)."""
-    from amp_suite.sweep.engine import make_host
-
-    return list(make_host(modules).frameworks())
 
 
 def _progress_printer(name: str) -> Callable[[str], None]:

@@ -149,6 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "with its reason each check this machine cannot run; docs/gpu.md")
     doctor.add_argument("--report", metavar="PATH",
                         help="with --acceptance: where the markdown report goes (default ./amp-suite-acceptance.md)")
+    doctor.add_argument("--force", action="store_true",
+                        help="with --acceptance: replace a report file an acceptance run did not write")
     doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
 
@@ -401,10 +403,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         from amp_suite.doctor.acceptance import run_acceptance
 
         return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
-                              report=args.report, plugins=args.plugin, emit=lambda line: print(line, flush=True),
+                              report=args.report, plugins=args.plugin, force=args.force,
+                              emit=lambda line: print(line, flush=True),
                               progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True))
-    if args.report is not None:
-        raise UsageError("--report goes with --acceptance")
+    if args.report is not None or args.force:
+        raise UsageError(f"{'--report' if args.report is not None else '--force'} goes with --acceptance")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
         raise UsageError(f"--timeout must be a finite number of seconds above 0, got {args.timeout:g}")
     plan = DoctorPlan(device=args.device, frameworks=tuple(known[n] for n in names), timeout_s=args.timeout,

@@ -147,8 +147,9 @@ def check_replaceable(path: Path, *, command: str, first_line: str, force: bool)
     """Raise :class:`NotOursError` unless ``command`` may replace ``path``.
 
     It may when nothing is there, when ``path`` is a regular file that
-    ``command`` wrote (its first line is ``first_line``), or with ``force``
-    (the user's explicit word).  A link or a special file is never replaced.
+    ``command`` wrote (its first line begins with ``first_line``), or with
+    ``force`` (the user's explicit word).  A link or a special file is never
+    replaced.
     """
     try:
         mode = os.lstat(path).st_mode
@@ -159,7 +160,7 @@ def check_replaceable(path: Path, *, command: str, first_line: str, force: bool)
     if not stat.S_ISREG(mode):
         raise NotOursError(f"{str(path)[:300]!r} is {_kind(mode)}, not a file {command} wrote; left alone "
                            "(choose another path)")
-    if force or first_line_of(path) == first_line.encode():
+    if force or (first_line_of(path) or b"\0").startswith(first_line.encode()):
         return
     raise NotOursError(f"{str(path)[:300]!r} exists and is not a file {command} wrote; left alone (pass "
                        f"{FORCE_FLAG} to replace it, or choose another path)")

@@ -460,3 +460,13 @@ def test_a_copy_inside_another_repository_records_no_commit_of_its_own(tmp_path)
     own = outer / "amp_suite"  # the same repository with amp-suite at its top level: its commit counts
     own.mkdir()
     assert git_commit(own) is not None
+
+
+def test_the_acceptance_report_replaces_only_its_own_file_unless_forced(tmp_path, capsys):
+    """The same rule for doctor --acceptance --report PATH: a file it did not write is refused before any check."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\n")
+    assert main(["doctor", "--acceptance", "--report", str(notes)]) == 2
+    assert "--force" in _stderr_lines(capsys)[-1] and notes.read_text() == "# my notes\n"
+    assert main(["doctor", "--force"]) == 2  # --force belongs to --acceptance
+    assert "--force goes with --acceptance" in _stderr_lines(capsys)[-1]

@@ -92,6 +92,8 @@ CPU_SWEEP_TIMEOUT_S = 900
 TERM_GRACE_S = 30
 
 # An empty configuration: the sweeps run from the packaged catalog, whatever ./benchmarks.toml says.
+# How the acceptance report's first line begins: how a later run knows a report it may replace.
+REPORT_FIRST_WORDS = "# amp-suite acceptance:"
 NEUTRAL_CONFIG = ("# amp-suite doctor --acceptance: declares nothing, so the sweeps run from the\n"
                   "# packaged catalog whatever ./benchmarks.toml in the working directory says.\n")
 FUSED_CONFIG = ("# amp-suite doctor --acceptance: PyTorch's fused optimizer, channels-last convolutions.\n"
@@ -947,7 +949,7 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
     counts = {s: sum(o.status == s for o in run.outcomes) for s in (PASS, FAIL, SKIP)}
     verdict = "FAILED" if run.failed else "PASSED"
     environment, env_path = _environment(run)
-    lines = [f"# amp-suite acceptance: {verdict}", "",
+    lines = [f"{REPORT_FIRST_WORDS} {verdict}", "",
              f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped "
              f"({plan.mode.upper()} mode; skipped checks are not failures).", "",
              "## Machine", "",
@@ -1017,15 +1019,21 @@ def default_frameworks(known: Sequence[str]) -> tuple[str, ...]:
 def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict[str, Any],
                    report: str | None = None, plugins: Sequence[str] = (), executor: Executor = subprocess_executor,
                    emit: Callable[[str], None] = print, progress: Callable[[str], None] | None = None,
-                   workdir: Path | None = None, command_line: str | None = None) -> int:
-    """``amp-suite doctor --acceptance``: plan, run, print, write the report; the exit code (1 when a check failed)."""
+                   workdir: Path | None = None, command_line: str | None = None, force: bool = False) -> int:
+    """``amp-suite doctor --acceptance``: plan, run, print, write the report; the exit code (1 when a check failed).
+
+    An existing report file is replaced only when an acceptance run wrote it, or with ``force``.
+    """
     from amp_suite.errors import UsageError
+    from amp_suite.owned_paths import check_replaceable
     from amp_suite.safe_files import write_file_atomically
 
     requested = tuple(frameworks) if frameworks else default_frameworks(list(known))
     report_path = Path(report or DEFAULT_REPORT)
     if report_path.exists() and not report_path.is_file():
         raise UsageError(f"--report {report_path} exists and is not a regular file")
+    check_replaceable(report_path, command="amp-suite doctor --acceptance", first_line=REPORT_FIRST_WORDS,
+                      force=force)
     if workdir is None:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         workdir = report_path.parent / f"{report_path.stem}-runs" / stamp

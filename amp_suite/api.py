@@ -47,9 +47,9 @@ def _names(value: Any) -> tuple[str, ...] | None:
         return None
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, (list, tuple)):
-        return tuple(value)
-    return value  # the schema names the wrong type
+    from amp_suite.sweep.request_checks import listed
+
+    return listed(value)  # a generator as a tuple; anything else not a list reaches the schema, which names it
 
 
 def run(
@@ -122,19 +122,26 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     See :mod:`amp_suite.comparison`; ``frame.attrs["markdown"]`` is what ``amp-suite compare`` prints.
     """
     from amp_suite.comparison import compare as compare_directories
+    from amp_suite.sweep.request_checks import directory_path
 
-    return compare_directories(base, new)
+    return compare_directories(directory_path("base", base), directory_path("new", new))
 
 
 def load(directory: str | Path, *, price_per_hour: float | None = None,
-         currency: str | None = None) -> pd.DataFrame:
+         currency: str | None = None, strict: bool = True) -> pd.DataFrame:
     """One row per cell of a finished (or running) sweep's ``results.jsonl``, as in ``results.csv``.
 
-    ``price_per_hour``/``currency`` replace the sweep's cost settings.
+    ``price_per_hour``/``currency`` replace the sweep's cost settings.  A
+    stored value a report cannot use (a wrong type, an impossible or oversized
+    value) raises :class:`amp_suite.errors.StoredValueError` naming the file,
+    line and field; with ``strict=False`` such fields are dropped with a
+    warning on stderr instead, as ``amp-suite report`` does.
     """
     from amp_suite.config.cost import cost_settings
+    from amp_suite.sweep import request_checks
 
-    results, environment = load_results(directory)
+    directory = request_checks.directory_path("directory", directory)
+    results, environment = load_results(directory, strict=request_checks.flag("strict", strict))
     cost = cost_settings(environment.get("cost") or {},
                          **{k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency))
                             if v is not None})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import threading
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
+    report.add_argument("--force", action="store_true",
+                        help="replace a report.md amp-suite did not write, or write a report of no result over "
+                             "an existing one")
 
     cmp = sub.add_parser("compare", help="compare two sweeps' results cell by cell, with intervals and verdicts",
                          description="Match the cells of two sweep directories and print one markdown table per "
@@ -100,7 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     cmp.add_argument("new", metavar="NEW", help="the sweep to judge against it")
     cmp.add_argument("--fail-above", type=float, metavar="PCT",
                      help="exit 1 when a throughput or speed-up is slower by more than PCT percent, outside the noise")
-    cmp.add_argument("--out", metavar="FILE", help="also write the markdown to FILE")
+    cmp.add_argument("--out", metavar="FILE", help="also write the markdown to FILE (an existing FILE only if "
+                                                   "amp-suite compare wrote it)")
+    cmp.add_argument("--force", action="store_true",
+                     help="let --out replace a file amp-suite compare did not write (never a sweep's stored results)")
 
     cal = sub.add_parser("calibrate", help="measure this machine's peak matmul and convolution TFLOP/s "
                                            "per framework and dtype (cached per machine)")
@@ -155,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "skipped, to run with --resume")
     doctor.add_argument("--resume", action="store_true",
                         help="with --acceptance: continue the report --report names, keeping the checks it judged")
+    doctor.add_argument("--force", action="store_true",
+                        help="with --acceptance: replace a report file an acceptance run did not write")
     doctor.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
 
@@ -234,6 +243,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     host = _host(args.plugin)
     with report_lock(args.directory):  # a running sweep's store never changes under the report
         results, environment = load_results(Path(args.directory))
+        _check_report_replaceable(Path(args.directory), results, args.force)
         cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
         if cost:
             environment["cost"] = cost
@@ -244,13 +254,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     return EXIT_USAGE if outcome.failures else EXIT_OK
 
 
+def _check_report_replaceable(directory: Path, results: list, force: bool) -> None:
+    """Refuse to replace a report.md amp-suite did not write, or a report with one of no result, unless
+    ``force``."""
+    from amp_suite.owned_paths import FORCE_FLAG, check_replaceable
+    from amp_suite.report.text import REPORT_FIRST_LINE
+
+    report = directory / "report.md"
+    check_replaceable(report, command="amp-suite report", first_line=REPORT_FIRST_LINE, force=force)
+    if not results and os.path.lexists(report) and not force:
+        raise UsageError(f"{out_text(directory / 'results.jsonl')} holds no valid result: the existing "
+                         f"{out_text(report)} is kept (pass {FORCE_FLAG} to replace it with a report of no result)")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from amp_suite.comparison import compare, regressions, unjudged
 
-    if args.fail_above is not None and not 0 <= args.fail_above < 100:
+    if args.fail_above is not None and not 0 <= args.fail_above <= 100:
         raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
-    if args.out and not Path(args.out).parent.is_dir():
-        raise UsageError(f"cannot write {args.out}: the folder {Path(args.out).parent} does not exist")
+    if args.out:
+        _check_compare_out(Path(args.out), args.force)
     frame = compare(args.base, args.new)
     print(frame.attrs["markdown"])
     if args.out:
@@ -259,9 +282,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         try:
             write_file_atomically(Path(args.out), frame.attrs["markdown"] + "\n")
         except OSError as exc:
-            raise UsageError(f"cannot write {args.out}: {exc.strerror or exc}") from None
+            raise UsageError(f"cannot write {out_text(args.out)}: {exc.strerror or exc}") from None
     if args.fail_above is None:
         return EXIT_OK
+    if frame.empty:  # a guard that compared nothing must not pass as one that found nothing worse
+        print(f"amp-suite: error: --fail-above has nothing to judge: {out_text(args.base)} and "
+              f"{out_text(args.new)} share no cell (same workload, framework, precision, devices and device kind)",
+              file=sys.stderr)
+        return EXIT_FAILED
     worse = regressions(frame, args.fail_above)
     for row in worse.itertuples():
         print(f"amp-suite: regression: {row.workload} / {row.framework} / {row.precision}: {row.metric} "
@@ -273,6 +301,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
               f"row{'s' if len(blind) != 1 else ''} (no spread on one side or both: a single repeat of a single "
               "timed window); run both sweeps with --repeats 2 or more", file=sys.stderr)
     return EXIT_FAILED if len(worse) else EXIT_OK
+
+
+def _check_compare_out(out: Path, force: bool) -> None:
+    """Refuse ``compare --out`` over a sweep's stored results, and over a file compare did not write unless
+    ``force``; before anything is printed."""
+    from amp_suite.comparison import FIRST_LINE
+    from amp_suite.owned_paths import check_replaceable
+    from amp_suite.sweep.output_dir import STORED_FILES, is_suite_output
+
+    shown = out_text(out)
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot write {shown}: the folder {out_text(out.parent)} does not exist")
+    if out.name in STORED_FILES and is_suite_output(out.parent):
+        raise UsageError(f"refusing --out {shown}: it is a sweep's stored {out.name}, which amp-suite never "
+                         "replaces; choose another file")
+    check_replaceable(out, command="amp-suite compare", first_line=FIRST_LINE, force=force)
+
+
+def out_text(path: Path | str) -> str:
+    """A path as one bounded piece of a one-line message (a newline or a huge name cannot split or flood it)."""
+    from amp_suite.report.text import path_text
+
+    return path_text(path)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
@@ -385,11 +436,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if args.budget is not None and (not math.isfinite(args.budget) or args.budget <= 0):
             raise UsageError(f"--budget must be a finite number of seconds above 0, got {args.budget:g}")
         return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
-                              report=args.report, plugins=args.plugin, emit=lambda line: print(line, flush=True),
+                              report=args.report, plugins=args.plugin, force=args.force,
+                              emit=lambda line: print(line, flush=True),
                               progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True),
                               checks=parse_checks(args.checks), budget_s=args.budget, resume=args.resume)
     for flag, given in (("--report", args.report is not None), ("--checks", args.checks is not None),
-                        ("--budget", args.budget is not None), ("--resume", args.resume)):
+                        ("--budget", args.budget is not None), ("--resume", args.resume), ("--force", args.force)):
         if given:
             raise UsageError(f"{flag} goes with --acceptance")
     if not math.isfinite(args.timeout) or args.timeout <= 0:
@@ -405,7 +457,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 def cmd_env(args: argparse.Namespace) -> int:
     from amp_suite.envs.command import cmd_env as run_env
 
-    return run_env(args)
+    return run_env(args, frameworks=lambda: _host(getattr(args, "plugin", None) or []).frameworks())
 
 
 def _doctor_environments(declared: dict, known: dict, asked: tuple[str, ...] | None, config_path) -> tuple:

@@ -34,6 +34,8 @@ from amp_suite.records import CellResult
 from amp_suite.report.intervals import Interval, LogEstimate, log_interval, paired_ratios
 
 MIB = 1024 * 1024
+# The first line of every comparison: how `compare --out` knows a file it may replace.
+FIRST_LINE = "# amp-suite compare"
 # Metrics compared, in order: (key, title, which way is better, verdict words for higher / lower).
 METRICS = (
     ("throughput", "Throughput, images/s", "higher", ("faster", "slower")),
@@ -260,7 +262,7 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
     """The markdown comparison: environment differences, one table per metric, unmatched cells."""
     from amp_suite.report.normalize import table_text
 
-    out = ["# amp-suite compare", "",
+    out = [FIRST_LINE, "",
            f"- BASE: {base_dir} ({base[1].get('date', '?')})", f"- NEW: {new_dir} ({new[1].get('date', '?')})", "",
            "## Environment differences", ""]
     diffs = environment_differences(base[1], new[1])

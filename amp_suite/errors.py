@@ -11,6 +11,11 @@ class UsageError(Exception):
     """Bad input from the user: the CLI prints one line and exits 2."""
 
 
+class StoredValueError(UsageError):
+    """A value read back from a sweep's files (a wrong type, an impossible or oversized value), named by file,
+    line and field."""
+
+
 class UnsupportedError(Exception):
     """The cell cannot run on this machine by design (tf32 on a CPU)."""
 

@@ -20,6 +20,9 @@ MAX_STORED_DEPTH = 64
 
 # Operations a calibration measures; each maps a dtype to TFLOP/s.
 MEASURED_OPS = ("matmul", "conv")
+# Longest environment.json field a report reads (its text, as Python writes it: the package list of a big
+# environment stays far below).
+ENVIRONMENT_FIELD_CHARS = 200_000
 # environment.json fields a report reads, with the JSON types they must have.
 ENVIRONMENT_TYPES: dict[str, type[Any] | tuple[type[Any], ...]] = {
     "amp_suite_version": str, "python": str, "platform": str, "date": str, "cpu_model": str,
@@ -67,6 +70,8 @@ def environment_problems(environment: dict[str, Any]) -> list[str]:
             problems.append(f"{name} (not a list of objects)")
         elif (problem := number_problem(value, name)) is not None:
             problems.append(problem)
+        elif len(json_text := repr(value)) > ENVIRONMENT_FIELD_CHARS:
+            problems.append(f"{name} (oversized: {len(json_text)} characters)")
     return problems
 
 
@@ -106,3 +111,113 @@ def calibration_problem(data: Any) -> str | None:
                             or number_problem(figure) is not None or figure < 0:
                         return f"{where}.{dtype} is not a finite non-negative number"
     return number_problem(data)
+
+
+# --- the metrics of one stored result ------------------------------------------------------------
+
+# Longest stored name (framework, workload, precision, key): longer ones mark a line that holds no real cell.
+NAME_CHARS = 200
+# Longest text figure read back (the store cuts what it writes to 8192 characters).
+TEXT_CHARS = 10_000
+# Longest list of figures read back (per-step losses of a long run stay far below).
+LIST_ITEMS = 1_000_000
+
+# Metrics a report reads, by what they must hold.  A number may also be None (not measured) or the text of a
+# non-finite float ("nan", "inf"), which is how the store writes a diverged figure.
+FRACTION_METRICS = ("val_accuracy", "best_val_accuracy", "target_accuracy")
+NONNEGATIVE_METRICS = (
+    "throughput", "peak_rss_bytes", "peak_rss_bytes_max_rank", "device_peak_memory_bytes",
+    "compiled_step_memory_bytes", "staged_input_bytes", "rss_growth_bytes", "param_count", "timed_steps",
+    "timed_windows", "skipped_steps", "step_time_median_s", "step_time_p90_s", "step_time_std_s",
+    "first_step_time_s", "warmup_time_s", "eval_time_s", "time_to_target_s", "steps_to_target",
+    "epochs_to_target", "train_flops_per_image", "achieved_tflops", "energy_per_image_j", "mean_power_w",
+    "sm_clock_mhz_median", "window_throughput_cv", "other_cpu_cores", "load_avg_1m_before", "load_avg_1m_after",
+    "cpu_freq_mhz_before", "cpu_freq_mhz_after",
+)
+SIGNED_METRICS = ("final_loss", "first_step_loss", "val_loss", "loss_scale_final")
+NUMBER_LIST_METRICS = ("window_throughputs", "step_losses", "epoch_times_s")
+TEXT_METRICS = ("dataset_note", "compilation", "telemetry_source", "latency_source", "framework_version")
+TEXT_LIST_METRICS = ("measurement_flags",)
+FLAG_METRICS = ("dataset_substituted", "target_reached")
+
+
+def _is_number(value: Any) -> bool:
+    """A stored figure: a number (not a bool), None, or the text of a non-finite float."""
+    if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+        return True
+    if isinstance(value, str) and len(value) <= 10:
+        try:
+            return not math.isfinite(float(value))
+        except ValueError:
+            return False
+    return False
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def metric_problem(name: str, value: Any) -> str | None:
+    """Why the stored metric ``name`` cannot be used (``not a number: 'lots'``), or None when it can."""
+    shown = _shown(value)
+    if name in FRACTION_METRICS or name in NONNEGATIVE_METRICS or name in SIGNED_METRICS:
+        if not _is_number(value):
+            return f"not a number: {shown}"
+        number = _finite(value)
+        if number is not None and name in FRACTION_METRICS and not 0.0 <= number <= 1.0:
+            return f"impossible value {shown} (a fraction from 0 to 1)"
+        if number is not None and name in NONNEGATIVE_METRICS and number < 0:
+            return f"impossible value {shown} (it cannot be negative)"
+        return None
+    if name in NUMBER_LIST_METRICS:
+        if not isinstance(value, list) or len(value) > LIST_ITEMS or not all(map(_is_number, value)):
+            return f"not a list of numbers: {shown}"
+        return None
+    if name in TEXT_LIST_METRICS:
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            return f"not a list of text: {shown}"
+        return None if sum(len(v) for v in value) <= TEXT_CHARS else f"oversized ({sum(map(len, value))} characters)"
+    if name in FLAG_METRICS:
+        return None if value is None or isinstance(value, bool) else f"not true or false: {shown}"
+    if name in TEXT_METRICS and not isinstance(value, str) and value is not None:
+        return f"not text: {shown}"
+    if isinstance(value, str) and len(value) > TEXT_CHARS:
+        return f"oversized ({len(value)} characters)"
+    return None
+
+
+def name_problem(data: dict[str, Any]) -> str | None:
+    """Why a stored line's names cannot be a cell's (one longer than :data:`NAME_CHARS`), or None."""
+    for name in ("key", "framework", "workload", "precision", "status"):
+        value = data.get(name)
+        if isinstance(value, str) and len(value) > NAME_CHARS:
+            return f"field {name!r} is oversized ({len(value)} characters, at most {NAME_CHARS})"
+    return None
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+# Fields of a stored result's other objects that a report reads, by what they must hold.
+SECTION_TEXT = {
+    "config": ("dataset", "framework", "pool", "environment", "train_split", "val_split", "launcher", "coordinator"),
+    "device": ("kind", "name"),
+    "applied": ("loss_scaling", "compute_dtype"),
+    "environment": ("interpreter", "prefix", "python"),
+}
+SECTION_COUNTS = {"config": ("batch_size", "devices", "steps", "epochs", "warmup", "nnodes", "node_rank"),
+                  "device": ("count",)}
+
+
+def section_problem(section: str, name: str, value: Any) -> str | None:
+    """Why ``section.name`` of a stored result (``config.devices``) cannot be used, or None when it can."""
+    if name in SECTION_TEXT.get(section, ()) and value is not None and not isinstance(value, str):
+        return f"not text: {_shown(value)}"
+    if name in SECTION_COUNTS.get(section, ()) and value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        return f"not a count: {_shown(value)}"
+    if isinstance(value, str) and len(value) > TEXT_CHARS:
+        return f"oversized ({len(value)} characters)"
+    return None

@@ -25,6 +25,7 @@ from amp_suite.doctor.runner import DoctorPlan, EnvironmentProbe, run_checks
 from amp_suite.envs import EnvironmentSpec, place_frameworks, state_of
 from amp_suite.envs.build import STAMP, failure_reason, fingerprint, interpreter_in
 from amp_suite.launchers.single import OWN_PATH
+from amp_suite.owned_paths import make_marked_folder
 from amp_suite.records import CellResult, FrameworkInfo, RunSpec
 from amp_suite.report.normalize import render_markdown, results_frame, summary_frame
 from amp_suite.report.variants import variant_table
@@ -128,9 +129,10 @@ def test_the_gpu_set_runs_plain_names_only_on_a_gpu_and_once_built(tmp_path):
 
 def test_an_interrupted_a_broken_and_a_changed_environment_are_told_apart(tmp_path):
     spec = EnvironmentSpec("six", "fake", ("six==1.16.0",))
+    make_marked_folder(tmp_path / "six")  # what a build does first
     (tmp_path / "six" / "bin").mkdir(parents=True)
     (tmp_path / "six" / "bin" / "python").symlink_to(sys.executable)
-    half = state_of(spec, tmp_path)  # an interpreter but no stamp: the build stopped half-way
+    half = state_of(spec, tmp_path)  # its marker and an interpreter but no stamp: the build stopped half-way
     assert not half.built and "never finished" in half.problem
     _stamp = tmp_path / "six" / STAMP
     _stamp.write_text(json.dumps({"fingerprint": fingerprint(spec), "versions": {"six": "1.16.0"}}))
@@ -284,11 +286,11 @@ def test_two_real_environments_run_cells_with_their_own_packages(tmp_path):
     config = _config(tmp_path, SIX_ENVIRONMENTS + '\n[environments."fake@gone"]\nframework = "fake"\n'
                                                   'requirements = ["six==1.16.0"]\n')
     env = _env(tmp_path)
-    created = run_cli("env", "create", "fake@a", "fake@b", "fake@gone", "--config", str(config), env=env,
+    created = run_cli("env", "create", "fake@a", "fake@b", "fake@gone", "-p", "fakefw", "--config", str(config), env=env,
                       timeout=900)
     assert created.returncode == 0, created.stderr[-2000:]
     assert "fake@a: built in" in created.stdout and "six 1.16.0" in created.stdout
-    again = run_cli("env", "create", "fake@a", "--config", str(config), env=env)
+    again = run_cli("env", "create", "fake@a", "-p", "fakefw", "--config", str(config), env=env)
     assert "already built for these requirements: kept" in again.stdout
     listed = run_cli("env", "list", "--config", str(config), env=env)
     assert "fake@b" in listed.stdout and "six 1.17.0" in listed.stdout
@@ -316,7 +318,7 @@ def test_two_real_environments_run_cells_with_their_own_packages(tmp_path):
 @envbuild
 def test_a_requirement_that_cannot_resolve_is_one_line_and_leaves_nothing(tmp_path):
     config = _config(tmp_path, '\n[environments."bad"]\nframework = "fake"\nrequirements = ["six==99.1"]\n')
-    done = run_cli("env", "create", "bad", "--config", str(config), env=_env(tmp_path))
+    done = run_cli("env", "create", "bad", "-p", "fakefw", "--config", str(config), env=_env(tmp_path))
     assert done.returncode == 1
     error = [line for line in done.stderr.splitlines() if line.startswith("amp-suite env: error:")]
     assert len(error) == 1 and "six==99.1" in error[0]
@@ -327,7 +329,7 @@ def test_a_requirement_that_cannot_resolve_is_one_line_and_leaves_nothing(tmp_pa
 def test_an_interrupted_create_leaves_no_environment_called_built(tmp_path):
     config = _config(tmp_path, SIX_ENVIRONMENTS)
     env = {**os.environ, **_env(tmp_path)}
-    process = subprocess.Popen([sys.executable, "-m", "amp_suite", "env", "create", "fake@a", "--config", str(config)],
+    process = subprocess.Popen([sys.executable, "-m", "amp_suite", "env", "create", "fake@a", "-p", "fakefw", "--config", str(config)],
                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     python = tmp_path / "envs" / "fake@a" / "bin" / "python"
     deadline = time.monotonic() + 120

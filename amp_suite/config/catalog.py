@@ -237,7 +237,22 @@ def find_config(explicit: str | Path | None) -> Path | None:
             raise UsageError(f"config file {str(path)!r} is not a regular file")
         return path
     candidate = Path.cwd() / CONFIG_NAME
-    return candidate if candidate.is_file() else None
+    try:
+        mode = os.stat(candidate).st_mode
+    except FileNotFoundError:
+        if os.path.lexists(candidate):  # a link to nothing: the user meant a config, and would get the catalog
+            raise UsageError(f"{str(candidate)!r} is a broken symbolic link; fix or remove it, or pass --config "
+                             "FILE") from None
+        return None
+    except (OSError, ValueError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise UsageError(f"cannot open config file {str(candidate)!r}: {reason}") from None
+    if not stat.S_ISREG(mode):
+        from amp_suite.safe_files import describe_mode
+
+        raise UsageError(f"{str(candidate)!r} is {describe_mode(mode)}, not a regular file; amp-suite reads "
+                         "./benchmarks.toml only as a file: remove or rename it, or pass --config FILE")
+    return candidate
 
 
 # Sub-tables of [defaults] whose values replace [defaults]' own when the sweep runs on that device kind.
@@ -345,7 +360,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         message = " ".join(str(exc).split())
         if "(at end of document)" in message:  # tomllib gives no line number here
             message = message.replace("(at end of document)", f"(at end of document, line {len(text.splitlines())})")
-        raise UsageError(f"{path}: malformed TOML: {message}") from None
+        hint = ("; the file starts with a UTF-8 byte-order mark (BOM), which TOML does not allow: save it as "
+                "UTF-8 without BOM" if text.startswith("\ufeff") else "")
+        raise UsageError(f"{path}: malformed TOML: {message}{hint}") from None
 
 
 def _tables_of(path: Path) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 import time
 import urllib.error
@@ -121,12 +122,16 @@ def check_data_dir(text: str | os.PathLike[str]) -> None:
     from amp_suite.errors import UsageError
 
     try:
-        os.stat(text)
+        mode = os.stat(text).st_mode
     except FileNotFoundError:
         return  # nothing there: the files are looked for elsewhere, and the error names the place
     except (OSError, ValueError) as exc:  # a link loop, an over-long name, an unreadable parent
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"cannot use the data directory {str(text)!r}: {reason}") from None
+    if not stat.S_ISDIR(mode):  # a file there would be passed over in silence, and the data looked for elsewhere
+        from amp_suite.safe_files import describe_mode
+
+        raise UsageError(f"the data directory {str(text)!r} is {describe_mode(mode)}, not a directory")
 
 
 def download(url: str, target: Path, spec: DatasetFile) -> None:

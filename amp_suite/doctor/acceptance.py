@@ -106,6 +106,8 @@ DP_PER_FRAMEWORK_S = 120.0
 TERM_GRACE_S = 30
 
 # An empty configuration: the sweeps run from the packaged catalog, whatever ./benchmarks.toml says.
+# How the acceptance report's first line begins: how a later run knows a report it may replace.
+REPORT_FIRST_WORDS = "# amp-suite acceptance:"
 NEUTRAL_CONFIG = ("# amp-suite doctor --acceptance: declares nothing, so the sweeps run from the\n"
                   "# packaged catalog whatever ./benchmarks.toml in the working directory says.\n")
 FUSED_CONFIG = ("# amp-suite doctor --acceptance: PyTorch's fused optimizer, channels-last convolutions.\n"
@@ -1123,7 +1125,7 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
     unfinished = bool(pending or run.running or run.interrupted or len(run.outcomes) < len(plan.checks))
     verdict = "FAILED" if run.failed else ("INCOMPLETE" if unfinished else "PASSED")
     environment, env_path = _environment(run)
-    lines = [f"# amp-suite acceptance: {verdict}", "",
+    lines = [f"{REPORT_FIRST_WORDS} {verdict}", "",
              f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped "
              f"({plan.mode.upper()} mode; skipped checks are not failures).", ""]
     if run.running:
@@ -1289,21 +1291,25 @@ def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict
                    report: str | None = None, plugins: Sequence[str] = (), executor: Executor = subprocess_executor,
                    emit: Callable[[str], None] = print, progress: Callable[[str], None] | None = None,
                    workdir: Path | None = None, command_line: str | None = None,
-                   checks: Sequence[str] = (), budget_s: float | None = None, resume: bool = False) -> int:
+                   checks: Sequence[str] = (), budget_s: float | None = None, resume: bool = False, force: bool = False) -> int:
     """``amp-suite doctor --acceptance``: plan, run, print, write the report; the exit code (1 when a check failed).
 
     ``checks`` (keys or numbers) and ``budget_s`` make this run one phase; ``resume`` continues the phase
     the report's state file recorded, keeping what it judged.  The report and its state are written
-    before each command and after each check, and once more when a signal stops the phase.
+    before each command and after each check, and once more when a signal stops the phase.  An existing
+    report file is replaced only when an acceptance run wrote it, or with ``force``.
     """
     from amp_suite.doctor.acceptance_state import AcceptanceState, StoredOutcome, load_state, state_path
     from amp_suite.doctor.phases import select
     from amp_suite.errors import UsageError
+    from amp_suite.owned_paths import check_replaceable
     from amp_suite.safe_files import write_file_atomically
 
     report_path = Path(report or DEFAULT_REPORT)
     if report_path.exists() and not report_path.is_file():
         raise UsageError(f"--report {report_path} exists and is not a regular file")
+    check_replaceable(report_path, command="amp-suite doctor --acceptance", first_line=REPORT_FIRST_WORDS,
+                      force=force)
     state_file = state_path(report_path)
     previous = load_state(state_file) if resume else None
     requested = tuple(frameworks) if frameworks else default_frameworks(list(known))

@@ -7,6 +7,12 @@ host, installed editable, so workers run the very code the host planned with
 instead).  It is built with uv (``uv venv`` + ``uv pip install``); where uv
 is missing, with ``python -m venv`` and pip, and the build says so.
 
+A build first creates the folder with amp-suite's marker in it
+(:mod:`amp_suite.owned_paths`); amp-suite removes or rebuilds only a folder
+carrying that marker (or, from builds before the marker, a stamp), checked
+without following links.  A folder of another origin with an environment's
+name is left alone and named in a one-line refusal.
+
 The file :data:`STAMP` is written last, after every install succeeded: an
 environment without it (a build killed half-way) is never called built, and
 the next ``env create`` starts it afresh.  A failed or interrupted build
@@ -34,11 +40,25 @@ from typing import Any
 import amp_suite
 from amp_suite.config.environments import EnvironmentSpec
 from amp_suite.errors import UsageError
+from amp_suite.owned_paths import (
+    NotOursError,
+    has_marker,
+    is_empty_directory,
+    is_real_directory,
+    make_marked_folder,
+    read_private_file,
+    refusal,
+    remove_marked_folder,
+)
 from amp_suite.safe_files import write_file_atomically
 
 STAMP = "amp-suite-env.json"
 # Longest resolver reason quoted in a one-line error.
 REASON_CHARS = 400
+# Longest stamp read back.
+STAMP_BYTES = 1 << 20
+# What a refusal to touch a folder amp-suite did not make tells the user to do.
+FOREIGN_FIX = "move it away, or set AMP_SUITE_ENVS to another folder"
 # Seconds a version query of an environment's interpreter may take.
 QUERY_TIMEOUT_S = 60.0
 
@@ -125,11 +145,20 @@ def query_interpreter(python: Path, names: list[str]) -> dict[str, Any]:
 
 
 def _read_stamp(folder: Path) -> dict[str, Any] | None:
-    try:
-        stamp = json.loads((folder / STAMP).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    """The stamp of a finished build (no link followed), or None."""
+    data = read_private_file(folder, STAMP, STAMP_BYTES)
+    if data is None:
         return None
-    return stamp if isinstance(stamp, dict) else None
+    try:
+        stamp = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get("fingerprint"), str) else None
+
+
+def made_by_amp_suite(folder: Path) -> bool:
+    """True for an environment folder amp-suite built: its marker, or (builds before the marker) its stamp."""
+    return has_marker(folder) or (is_real_directory(folder) and _read_stamp(folder) is not None)
 
 
 def state_of(spec: EnvironmentSpec, envs_dir: Path) -> EnvironmentState:
@@ -144,7 +173,11 @@ def state_of(spec: EnvironmentSpec, envs_dir: Path) -> EnvironmentState:
     python = interpreter_in(folder)
     stamp = _read_stamp(folder)
     if stamp is None:
-        why = ("is not built" if not folder.exists() else
+        if os.path.lexists(folder) and not made_by_amp_suite(folder) and not is_empty_directory(folder):
+            return EnvironmentState(spec, python, folder, False,
+                                    problem=f"{folder} is not an environment amp-suite built (it holds no marker); "
+                                            f"amp-suite leaves it alone: {FOREIGN_FIX}")
+        why = ("is not built" if not os.path.lexists(folder) else
                "was never finished (a build stopped half-way)")
         return EnvironmentState(spec, python, folder, False,
                                 problem=f"environment {spec.name!r} {why}: run `amp-suite env create {spec.name}`")
@@ -176,7 +209,7 @@ def build_commands(spec: EnvironmentSpec, folder: Path, uv: str | None) -> list[
     mode, source = suite_source()
     suite = ["-e", source] if mode == "editable" else [source]
     if uv is not None:
-        return [[uv, "venv", "--python", sys.executable, str(folder)],
+        return [[uv, "venv", "--allow-existing", "--python", sys.executable, str(folder)],
                 [uv, "pip", "install", "--python", python, *spec.install_options(), *spec.requirements, *suite]]
     return [[sys.executable, "-m", "venv", str(folder)],
             [python, "-m", "pip", "install", "--disable-pip-version-check", *spec.install_options(),
@@ -247,9 +280,12 @@ def create(spec: EnvironmentSpec, envs_dir: Path, *, emit: Callable[[str], None]
     if installer is None:
         emit("uv is not installed: building with python -m venv and pip (slower; pip install uv to use uv)")
     started = time.perf_counter()
+    if os.path.lexists(folder) and not made_by_amp_suite(folder) and not is_empty_directory(folder):
+        raise refusal(folder, f"build environment {spec.name!r} over it", FOREIGN_FIX)
     try:
-        _remove_folder(folder)
+        remove_marked_folder(folder, ours=made_by_amp_suite, fix=FOREIGN_FIX)
         envs_dir.mkdir(parents=True, exist_ok=True)
+        make_marked_folder(folder)
     except OSError as exc:
         raise UsageError(f"environment {spec.name!r} cannot be built in {envs_dir}: {exc.strerror or exc} "
                          "(set AMP_SUITE_ENVS to a folder you can write)") from None
@@ -266,7 +302,10 @@ def create(spec: EnvironmentSpec, envs_dir: Path, *, emit: Callable[[str], None]
                  "python": answer["python"], "versions": answer["versions"]}
         write_file_atomically(folder / STAMP, json.dumps(stamp, indent=2))
     except BaseException as exc:
-        _remove_folder(folder)
+        try:
+            remove_marked_folder(folder, fix=FOREIGN_FIX)  # made above, marker first
+        except NotOursError:  # its marker was replaced during the build: what is there now is left alone
+            pass
         if isinstance(exc, (UsageError, KeyboardInterrupt)):
             raise
         if isinstance(exc, (OSError, RuntimeError, ValueError, subprocess.SubprocessError)):
@@ -277,18 +316,14 @@ def create(spec: EnvironmentSpec, envs_dir: Path, *, emit: Callable[[str], None]
 
 
 def remove(spec: EnvironmentSpec, envs_dir: Path) -> str:
-    """Remove a managed environment's folder; what was done."""
+    """Remove a managed environment's folder; what was done.
+
+    Raises :class:`~amp_suite.owned_paths.NotOursError` (nothing removed) when
+    the folder is not one amp-suite built.
+    """
     if not spec.managed:
         return f"{spec.name} uses {spec.python}, which amp-suite did not build: left alone"
     folder = envs_dir / spec.name
-    if not folder.exists():
+    if not remove_marked_folder(folder, ours=made_by_amp_suite, fix=FOREIGN_FIX):
         return f"{spec.name} is not built: nothing to remove"
-    _remove_folder(folder)
     return f"removed {folder}"
-
-
-def _remove_folder(folder: Path) -> None:
-    if folder.is_symlink() or folder.is_file():
-        folder.unlink()
-    elif folder.exists():
-        shutil.rmtree(folder)

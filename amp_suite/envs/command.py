@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from amp_suite.config.catalog import find_config, load_config
 from amp_suite.config.environments import EnvironmentSpec, environments_dir
 from amp_suite.envs.build import create, remove, state_of
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, UsageError
+from amp_suite.owned_paths import NotOursError
 from amp_suite.schema import closest
 
 
@@ -22,6 +24,9 @@ def add_env_parser(sub: argparse._SubParsersAction) -> None:
     create_parser = actions.add_parser("create", help="build environments with uv (kept when unchanged)")
     create_parser.add_argument("names", nargs="*", metavar="NAME",
                                help="environments to build (default: every declared one but the GPU set)")
+    create_parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                               help="load an extra plugin module (repeatable): the one that provides an "
+                                    "environment's framework, when no installed plugin does")
     create_parser.add_argument("--gpu", action="store_true",
                                help="also build the GPU set: one environment per framework, each with only its "
                                     "own CUDA and cuDNN")
@@ -41,8 +46,14 @@ def _chosen(environments: dict[str, EnvironmentSpec], names: list[str]) -> list[
     return [environments[name] for name in dict.fromkeys(names)]
 
 
-def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None) -> int:
-    """Run ``amp-suite env ACTION``; the exit code."""
+def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None,
+            frameworks: Callable[[], Iterable[str]] | None = None) -> int:
+    """Run ``amp-suite env ACTION``; the exit code.
+
+    ``frameworks`` gives the frameworks the loaded plugins provide (the host is
+    the caller's: this layer loads no plugin); ``create`` builds no
+    environment for another framework.  None checks nothing.
+    """
     say = emit or (lambda line: print(line, flush=True))
     config_path = find_config(args.config)
     config = load_config(config_path)
@@ -52,12 +63,16 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
         return _list(environments, envs_dir, say)
     if args.env_action == "remove":
         orphans = orphaned(environments, envs_dir)
-        for name in args.names:
-            if name in orphans:  # built once, its table gone since
-                say(remove(EnvironmentSpec(name, "", ("orphaned",)), envs_dir))
-        for spec in _chosen(environments, [n for n in args.names if n not in orphans]):
-            say(remove(spec, envs_dir))
-        return EXIT_OK
+        chosen = [EnvironmentSpec(name, "", ("orphaned",)) for name in args.names if name in orphans]  # table gone
+        chosen += _chosen(environments, [n for n in args.names if n not in orphans])
+        refused = 0
+        for spec in chosen:
+            try:
+                say(remove(spec, envs_dir))
+            except NotOursError as exc:  # not amp-suite's: left alone, the others still removed
+                refused += 1
+                print(f"amp-suite env: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_FAILED if refused else EXIT_OK
     if args.env_action != "create":
         raise UsageError("amp-suite env needs an action: create, list or remove")
     if args.names:
@@ -68,8 +83,15 @@ def cmd_env(args: argparse.Namespace, emit: Callable[[str], None] | None = None)
     if not chosen:
         raise UsageError("no environment to build: declare [environments.\"NAME\"] in benchmarks.toml "
                          "(docs/environments.md), or build the GPU set with --gpu")
+    provided = list(frameworks()) if frameworks is not None else [s.framework for s in chosen]
     failed = 0
     for spec in chosen:
+        if spec.framework not in provided:  # no worker could run in it: a build would be minutes for nothing
+            failed += 1
+            print(f"amp-suite env: error: environment {spec.name!r} runs framework {spec.framework!r}, which no "
+                  f"loaded plugin provides (known: {', '.join(provided)}; -p MODULE loads another); not built",
+                  file=sys.stderr, flush=True)
+            continue
         say(f"amp-suite env: {spec.name} ({spec.framework}) -> {envs_dir / spec.name if spec.managed else spec.python}")
         try:
             state, done = create(spec, envs_dir, emit=_progress_printer(spec.name))
@@ -115,19 +137,20 @@ def _list(environments: dict[str, EnvironmentSpec], envs_dir: Path, say: Callabl
         if state.built and state.versions:
             say(f"  {'':<{width}}  {_versions_text(state.versions)}")
         elif state.problem and not state.built and (not spec.managed or (state.folder is not None
-                                                                         and state.folder.exists())):
+                                                                         and os.path.lexists(state.folder))):
             say(f"  {'':<{width}}  {state.problem}")
     for name in orphans:
-        say(f"  {name:<{width}}  built, but no [environments.\"{name}\"] declares it any more: "
+        say(f"  {name:<{width}}  built by amp-suite, but no [environments.\"{name}\"] declares it any more: "
             f"`amp-suite env remove {name}` deletes {envs_dir / name}")
     return EXIT_OK
 
 
 def orphaned(environments: dict[str, EnvironmentSpec], envs_dir: Path) -> list[str]:
-    """Folders of the environments folder that amp-suite built (they hold a stamp) and no table declares."""
-    from amp_suite.envs.build import STAMP
+    """Folders of the environments folder that amp-suite built (marker or stamp, no link followed) and no table
+    declares."""
+    from amp_suite.envs.build import made_by_amp_suite
 
     if not envs_dir.is_dir():
         return []
     return sorted(folder.name for folder in envs_dir.iterdir()
-                  if folder.name not in environments and (folder / STAMP).is_file())
+                  if folder.name not in environments and made_by_amp_suite(folder))

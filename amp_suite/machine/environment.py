@@ -120,21 +120,37 @@ def mig_layout(smi: str | None) -> tuple[dict[int, str], dict[int, list[str]]]:
     return modes, devices
 
 
-def git_commit(start: Path | None = None) -> str | None:
-    """The commit of the amp-suite checkout, when it runs from one."""
-    where = start or Path(__file__).resolve().parent
+def git_commit(package: Path | None = None) -> str | None:
+    """The commit of the amp-suite checkout, when it runs from one.
+
+    ``package`` is the ``amp_suite`` package folder (this one by default).
+    Only a repository whose top level is the folder above it -- amp-suite's own
+    source root -- counts: a copy unpacked from a source archive inside
+    another repository has no commit of its own, and gets None rather than
+    that repository's commit.
+    """
+    where = (package or Path(__file__).resolve().parent.parent).resolve()
     try:
         out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"], cwd=where,
+            ["git", "rev-parse", "--show-toplevel", "--short=12", "HEAD"], cwd=where,
             capture_output=True, text=True, timeout=10,
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    if out.returncode != 0:
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or len(lines) != 2 or not _same_folder(Path(lines[0]), where.parent):
         return None
+    out.stdout = lines[1]
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=where,
                            capture_output=True, text=True, timeout=10).stdout.strip()
     return out.stdout.strip() + ("+dirty" if dirty else "")
+
+
+def _same_folder(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def memory_total_bytes() -> int | None:

@@ -33,6 +33,7 @@ from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
 from amp_suite.report.published import published_section
+from amp_suite.report.text import LINE_CHARS, REPORT_FIRST_LINE, markdown_cell, no_raw_html, one_line_text
 
 MIB = 1024 * 1024
 
@@ -80,13 +81,13 @@ def pooled_label(label: str, pool: str) -> str:
 
 
 def flat_text(value: Any) -> str:
-    """``value`` as text on one line (line breaks and runs of spaces become one space)."""
-    return " ".join(str(value).split())
+    """``value`` as text on one line (line breaks and runs of spaces become one space), bounded."""
+    return one_line_text(str(value), LINE_CHARS)
 
 
 def table_text(value: Any) -> str:
-    """``value`` as one markdown table cell: on one line, ``|`` escaped."""
-    return flat_text(value).replace("|", "\\|")
+    """``value`` as one markdown table cell: on one line, bounded, ``|`` escaped, no raw HTML."""
+    return markdown_cell(str(value))
 
 
 def _total_seconds(values: Any) -> float | None:
@@ -826,7 +827,7 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
     if isinstance(preset, dict) and preset.get("name"):
         lines.append(f"- preset: {preset['name']} ({preset.get('source', '?')}); flags given on the command line: "
                      + (", ".join(preset.get("command_line") or {}) or "none"))
-    return lines
+    return [flat_text(line) for line in lines]  # stored text: one line each, bounded
 
 
 # Columns of the per-run table and how each is printed.
@@ -869,7 +870,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     from amp_suite.report.variants import VARIANT_NOTE, variant_table
     from amp_suite.report.variants import environment_lines as variant_environment_lines
 
-    out = ["# amp-suite report", "", "## Environment", "", *environment_lines(environment),
+    out = [REPORT_FIRST_LINE, "", "## Environment", "", *environment_lines(environment),
            *runtime_lines(results), *variant_environment_lines(cells), ""]
     if not cells.empty:
         devices = sorted({device_label(k, [n])
@@ -961,4 +962,4 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                           + (f" / {r.devices} devices" if r.devices != 1 else "") + f" / repeat {r.repeat}: **{r.status}**"
                           f" — {r.error or 'no message'}") for r in failed.itertuples()]
         out.append("")
-    return "\n".join(out)
+    return no_raw_html("\n".join(out))

@@ -37,6 +37,7 @@ from amp_suite.config.settings import CELL_FIELDS, SweepSettings, check_names
 from amp_suite.envs.placement import Placement, place_frameworks
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
+from amp_suite.report.text import path_text
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
 from amp_suite.sweep.stored import warn_about_other_settings, warn_skipped_lines
 
@@ -254,6 +255,12 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     for name in settings.frameworks:
         if name in broken and name not in host.frameworks():
             raise UsageError(f"framework {name!r}: its plugin failed to load: {broken[name]}")
+    from amp_suite.plugins.host import DISABLE_ENV
+
+    for name in settings.frameworks:
+        if name in absent_plugins(host) and name not in host.frameworks() and name not in config.environments:
+            raise UsageError(f"framework {name!r} is disabled ({DISABLE_ENV} names it); take it out of "
+                             f"{DISABLE_ENV} to run it")
     placements = place_frameworks(settings.frameworks, config.environments, host.frameworks(),
                                   environments_dir(config.path), sweep_device_kind(config, request),
                                   timeout_s=settings.timeout)
@@ -381,7 +388,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     except OSError as exc:
         raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
-    print(f"amp-suite: {len(cells)} cell{'' if len(cells) == 1 else 's'} -> {out_dir}/", file=sys.stderr)
+    print(f"amp-suite: {len(cells)} cell{'' if len(cells) == 1 else 's'} -> {path_text(out_dir)}/", file=sys.stderr)
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
@@ -417,7 +424,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
     print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "
           f"{time.perf_counter() - started:.0f} s; wrote "
-          + (", ".join(str(p) for p in report.written) or "no report"), file=sys.stderr)
+          + (", ".join(path_text(p) for p in report.written) or "no report"), file=sys.stderr)
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome

@@ -47,6 +47,8 @@ ENVIRONMENT_FILE = "environment.json"
 SWEEP_FILES = (RESULTS_FILE, LOCK_FILE, ENVIRONMENT_FILE, "report.md", "results.csv", "results.json",
                "charts.json", "chart-speedup.png", "chart-speedup-over-tf32.png", "chart-memory.png",
                "chart-loss.png", "chart-accuracy.png")
+# Files of a sweep that nothing can rebuild: no command replaces them, whatever it is told.
+STORED_FILES = (RESULTS_FILE, ENVIRONMENT_FILE, LOCK_FILE)
 # Files a cell writes beside its log (a torchrun cell's request and result).
 CELL_FILE_SUFFIXES = ("", ".result", ".result.request", ".result.tmp")
 # Bytes written (and removed) to prove the directory can take a write.

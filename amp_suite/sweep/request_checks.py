@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +33,37 @@ def plugin_names(value: Any) -> tuple[str, ...]:
         return ()
     if isinstance(value, str):
         return tuple(part.strip() for part in value.split(",") if part.strip())
-    if isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value):
-        return tuple(value)
+    items = listed(value)
+    if isinstance(items, tuple) and all(isinstance(item, str) for item in items):
+        return items
     raise UsageError(f"plugins must be a module name or a list of module names, got {shown(value)}")
+
+
+# Most items read from a generator given for a list of names: more is no list of names.
+LISTED_ITEMS = 100_000
+
+
+def listed(value: Any) -> Any:
+    """A list, a tuple, a set or any other iterable (a generator) as a tuple; text, bytes, a mapping or a
+    non-iterable as it is (the caller's check names the wrong type)."""
+    if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(value)
+    items = []
+    iterator: Iterator[Any] = iter(value)
+    for item in iterator:
+        items.append(item)
+        if len(items) > LISTED_ITEMS:
+            raise UsageError(f"a list of names holds more than {LISTED_ITEMS} items")
+    return tuple(items)
+
+
+def directory_path(name: str, value: Any) -> Path:
+    """A sweep directory argument: text or a path-like, else a one-line :class:`UsageError`."""
+    if isinstance(value, str) or (isinstance(value, os.PathLike) and isinstance(os.fspath(value), str)):
+        return Path(value)
+    raise UsageError(f"{name} must be a sweep's output directory (a str or pathlib.Path), got {shown(value)}")
 
 
 def device_counts(value: Any) -> Any:

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from amp_suite.records import CellResult, RunSpec, cell_from_dict, to_plain
 from amp_suite.safe_files import append_line, read_regular
-from amp_suite.stored_values import number_problem
+from amp_suite.stored_values import metric_problem, name_problem, number_problem, section_problem
 
 RESULTS_FILE = "results.jsonl"
 # Longest error message kept in a result.
@@ -85,11 +85,30 @@ class SkippedLine:
 
 
 @dataclass(frozen=True)
+class DroppedField:
+    """A field of a stored result that could not be used (a wrong type, an impossible or oversized value)."""
+
+    number: int
+    field: str
+    reason: str
+
+    def describe(self) -> str:
+        return f"line {self.number}, field {self.field}: {self.reason}"
+
+
+@dataclass(frozen=True)
 class StoreContents:
-    """What a read of ``results.jsonl`` found: results in file order, and lines skipped."""
+    """What a read of ``results.jsonl`` found: results in file order, lines skipped, and fields dropped."""
 
     results: list[CellResult]
     skipped: list[SkippedLine]
+    dropped: list[DroppedField] = field(default_factory=list)
+
+    def describe_dropped(self, limit: int = 3) -> str:
+        """One line naming the dropped fields, e.g. ``line 2, field metrics.throughput: impossible value -5.0``."""
+        shown = "; ".join(d.describe() for d in self.dropped[:limit])
+        more = len(self.dropped) - limit
+        return shown + (f"; and {more} more" if more > 0 else "")
 
     def describe_skipped(self, limit: int = 3) -> str:
         """One line naming the skipped lines, e.g. ``line 4 (torn or not JSON)``."""
@@ -110,13 +129,30 @@ def _problem(data: Any) -> str | None:
     for name, kind in _OPTIONAL_TYPES.items():
         if name in data and not isinstance(data[name], kind):
             return f"field {name!r} has the wrong type"
-    return number_problem(data)  # e.g. "metrics.peak_rss_bytes is out of range"
+    return name_problem(data) or number_problem(data)  # e.g. "metrics.peak_rss_bytes is out of range"
+
+
+def _usable_fields(number: int, result: CellResult, dropped: list[DroppedField]) -> CellResult:
+    """``result`` without the values a report cannot use (metrics, config, device, applied, environment), each
+    added to ``dropped``; its error text and start time bounded."""
+    kept: dict[str, Any] = {}
+    for section in ("metrics", "config", "device", "applied", "environment"):
+        values = dict(getattr(result, section) or {})
+        for name, value in list(values.items()):
+            problem = metric_problem(name, value) if section == "metrics" else section_problem(section, name, value)
+            if problem is not None:
+                dropped.append(DroppedField(number, f"{section}.{name}", problem))
+                del values[name]
+        kept[section] = values
+    return replace(result, **kept, error=cut_text(result.error or "", ERROR_CHARS),
+                   started_at=cut_text(result.started_at or "", 100))
 
 
 def parse_lines(data: bytes) -> StoreContents:
     """Results and skipped lines of a ``results.jsonl`` file's bytes."""
     results: list[CellResult] = []
     skipped: list[SkippedLine] = []
+    dropped: list[DroppedField] = []
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if not raw.strip():
             continue
@@ -129,8 +165,8 @@ def parse_lines(data: bytes) -> StoreContents:
         if problem:
             skipped.append(SkippedLine(number, problem))
             continue
-        results.append(cell_from_dict(decoded))
-    return StoreContents(results, skipped)
+        results.append(_usable_fields(number, cell_from_dict(decoded), dropped))
+    return StoreContents(results, skipped, dropped)
 
 
 class ResultStore:

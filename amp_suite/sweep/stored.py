@@ -12,17 +12,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from amp_suite.errors import UsageError
+from amp_suite.errors import StoredValueError, UsageError
 from amp_suite.records import CellResult
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
 
 
 def warn_skipped_lines(store, contents=None) -> None:
-    """One warning naming the lines of ``results.jsonl`` that hold no result."""
+    """One warning naming the lines of ``results.jsonl`` that hold no result, one naming the fields dropped."""
     contents = store.read() if contents is None else contents
     if contents.skipped:
         print(f"amp-suite: warning: {store.path}: skipped {len(contents.skipped)} line(s) that hold no "
               f"result: {contents.describe_skipped()}", file=sys.stderr)
+    if contents.dropped:
+        print(f"amp-suite: warning: {store.path}: ignoring {len(contents.dropped)} stored value(s) a report "
+              f"cannot use: {contents.describe_dropped()}", file=sys.stderr)
 
 
 def warn_about_other_settings(directory: Path, settings: dict[str, Any]) -> None:
@@ -80,12 +83,14 @@ def _drop_unusable_fields(path: Path, environment: dict[str, Any], warn: bool) -
         print(f"amp-suite: warning: {path}: ignoring {'; '.join(dropped)}", file=sys.stderr)
 
 
-def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any]]:
+def load_results(directory: str | Path, *, strict: bool = False) -> tuple[list[CellResult], dict[str, Any]]:
     """The latest result of every cell in ``DIR/results.jsonl`` and the sweep's environment.
 
     The environment gains this machine's calibration when the sweep's has none
     (``amp-suite calibrate`` after the sweep).  Raises :class:`UsageError`
-    when ``DIR`` holds no readable ``results.jsonl``.
+    when ``DIR`` holds no readable ``results.jsonl``; with ``strict``,
+    :class:`StoredValueError` naming the first stored value a report cannot
+    use (instead of dropping it with a warning).
     """
     from amp_suite.calibration.ceiling import attach_calibration
     from amp_suite.sweep.store import RESULTS_FILE, ResultStore
@@ -104,6 +109,9 @@ def load_results(directory: str | Path) -> tuple[list[CellResult], dict[str, Any
         contents = store.read()
     except OSError as exc:
         raise UsageError(f"cannot read {str(store.path)!r}: {exc.strerror or exc}") from None
+    if strict and contents.dropped:
+        raise StoredValueError(f"{store.path}: {contents.describe_dropped(limit=1)} (load(..., strict=False) "
+                               "drops such values with a warning)")
     warn_skipped_lines(store, contents)
     environment = stored_environment(directory)
     attach_calibration(environment)

@@ -352,9 +352,12 @@ def report_sections(results: list[CellResult]) -> list[tuple[str, str]]:
     return [("Charts", "\n".join(lines))]
 
 
-@hookimpl
+@hookimpl(tryfirst=True)  # the charts are in place before report.md, which links them, is replaced
 def write_report(results: list[CellResult], out_dir: Path, environment: dict[str, Any]) -> list[Path]:
-    if not _have_matplotlib() or not any(r.status == "ok" for r in results):
+    if not any(r.status == "ok" for r in results):
+        remove_stale_charts(out_dir)  # a report of no figure links no chart: older ones would only mislead
+        return []
+    if not _have_matplotlib():
         return []  # report_sections says why
     data = chart_data(results, environment)
     drawn = draw_charts(data)
@@ -364,6 +367,26 @@ def write_report(results: list[CellResult], out_dir: Path, environment: dict[str
     contents[out_dir / SIDECAR] = json.dumps(_json_safe(sidecar), indent=2, allow_nan=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     return write_files_atomically(contents)
+
+
+def remove_stale_charts(out_dir: Path) -> None:
+    """Remove the charts an earlier report drew in ``out_dir``: only the chart files its sidecar names, each a
+    regular file (no link followed), then the sidecar."""
+    from amp_suite.owned_paths import read_private_file
+
+    data = read_private_file(out_dir, SIDECAR)
+    if data is None:
+        return
+    try:
+        sidecar = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return
+    named = {entry.get("file") for entry in sidecar.values() if isinstance(entry, dict)} \
+        if isinstance(sidecar, dict) else set()
+    for name in [n for n in CHARTS.values() if n in named] + [SIDECAR]:
+        path = out_dir / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
 
 
 def _json_safe(value: Any) -> Any:

@@ -141,7 +141,7 @@ class SweepSettings:
                                      "global batch size of every workload (unset: each workload's own)",
                                      cell="batch_size", compared=True)
     batch_sizes: tuple[int, ...] = setting(
-        (), Field(tuple, items=int, minimum=1, maximum=65_536),
+        (), Field(tuple, items=int, minimum=1, maximum=65_536, empty=True),
         "global batch sizes to sweep, comma-separated, e.g. 128,512,2048 (unset: --batch-size, else each "
         "workload's own); a batch that does not fit is an oom row", compared=True, metavar="N,M",
         parse=parse_device_counts)
@@ -194,9 +194,8 @@ class SweepSettings:
         if self.modes:
             check_names("mode", self.modes, MODES)
             if len(set(self.modes)) != len(self.modes):
-                raise UsageError(f"mode listed twice in modes {','.join(self.modes)}")
-        if len(set(self.batch_sizes)) != len(self.batch_sizes):
-            raise UsageError(f"batch size listed twice in batch_sizes {','.join(map(str, self.batch_sizes))}")
+                raise UsageError(f"modes lists a mode more than once: {','.join(self.modes)}")
+
         if self.node_rank >= self.nnodes:
             raise UsageError(f"node_rank ({self.node_rank}) must be smaller than nnodes ({self.nnodes})")
         if self.nnodes > 1:

@@ -223,7 +223,16 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
         })
     frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
     _fill_device_kind(frame)
+    _fill_batch_size(frame)
     return frame
+
+
+def _fill_batch_size(cells: pd.DataFrame) -> None:
+    """Give a cell stored without its configuration the batch size of its workload, where there is one."""
+    for _, group in cells.groupby("workload", sort=False):
+        sizes = {int(b) for b in group["batch_size"].dropna()}
+        if len(sizes) == 1:
+            cells.loc[group.index[group["batch_size"].isna()], "batch_size"] = sizes.pop()
 
 
 def _fill_device_kind(cells: pd.DataFrame) -> None:
@@ -518,7 +527,7 @@ def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
     with_modes, with_batches = shows_modes(summary), shows_batches(summary)
     table: dict[tuple[str, str, str, int, str, int], dict[str, str]] = {}
     labels: dict[tuple[str, str, str, int, str, int], str] = {}
-    for _, row in _ordered(summary).iterrows():
+    for _, row in ordered_summary(summary).iterrows():
         cell = render(row) if row["status"] == "ok" else cell_text(row)
         key = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]), str(row["mode"]),
                int(row["batch_size"]))
@@ -535,7 +544,7 @@ def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
                                           *(table_text(p) for p in precisions)])
 
 
-def _ordered(summary: pd.DataFrame) -> pd.DataFrame:
+def ordered_summary(summary: pd.DataFrame) -> pd.DataFrame:
     """Summary rows with each framework's modes (least compiled first) and batch sizes in ascending order,
     workloads and frameworks in the order they ran."""
     from amp_suite.modes import mode_order
@@ -674,7 +683,7 @@ def mode_lines(summary: pd.DataFrame) -> list[str]:
         if not bound.empty:
             names = []
             order = list(MODES)
-            for _, row in _ordered(bound).iterrows():
+            for _, row in ordered_summary(bound).iterrows():
                 mode = str(row["mode"])
                 rank = order.index(mode) if mode in order else -1
                 helping = [m for m in LAUNCH_OVERHEAD_MODES if order.index(m) > rank]

@@ -193,8 +193,6 @@ class SweepSettings:
         check_names("precision", self.precisions, PRECISIONS)
         if self.modes:
             check_names("mode", self.modes, MODES)
-            if len(set(self.modes)) != len(self.modes):
-                raise UsageError(f"modes lists a mode more than once: {','.join(self.modes)}")
 
         if self.node_rank >= self.nnodes:
             raise UsageError(f"node_rank ({self.node_rank}) must be smaller than nnodes ({self.nnodes})")

@@ -14,7 +14,7 @@ the same code a cell runs) for one workload, precision and mode, warms it up
 
     python benchmarks/profile_torch_step.py --device cuda --workload cifar10_resnet18 \\
         --precision amp_bf16 [--mode eager|compiled|cudagraphs] [--batch-size N] \\
-        [--warmup 20] [--steps 50] [--profile-steps 10] [--top 12] [--out DIR] [--trace]
+        [--forward-compile] [--warmup 20] [--steps 50] [--profile-steps 10] [--top 12] [--out DIR] [--trace]
 
 It writes a short text summary to stdout and, with ``--out DIR``, the same
 text to ``DIR/profile-WORKLOAD-PRECISION-MODE-bBATCH.txt`` (``--trace`` adds a
@@ -52,7 +52,8 @@ def build(args: argparse.Namespace) -> tuple[Any, Any, Any, Any]:
     run = RunSpec(framework="torch", workload=workload.name, precision=args.precision, steps=total,
                   warmup=args.warmup, batch_size=args.batch_size or workload.batch_size,
                   device="gpu" if args.device == "cuda" else "cpu",
-                  mode="" if args.mode == "eager" else args.mode)
+                  mode="" if args.mode == "eager" else args.mode,
+                  options={"compile": True} if args.forward_compile else {})
     workload = dataclasses.replace(workload, optimizer=dataclasses.replace(workload.optimizer, decay_steps=total))
     device = plugin.select_device(run)
     if args.mode not in plugin.MODES[device.kind]:
@@ -135,6 +136,8 @@ def main() -> int:
     parser.add_argument("--precision", default="amp_bf16", choices=("fp32", "tf32", "amp_fp16", "amp_bf16"))
     parser.add_argument("--mode", default="eager", choices=("eager", "compiled", "cudagraphs"))
     parser.add_argument("--batch-size", type=int, default=None, help="default: the workload's own")
+    parser.add_argument("--forward-compile", action="store_true",
+                        help="eager mode with the torch option compile = true (the forward pass alone compiled)")
     parser.add_argument("--warmup", type=int, default=20, help="steps before anything is measured (compilation)")
     parser.add_argument("--steps", type=int, default=50, help="timed steps (host and wall time per step)")
     parser.add_argument("--profile-steps", type=int, default=10, help="steps under torch.profiler")
@@ -149,7 +152,9 @@ def main() -> int:
         parser.error("--precision tf32 needs a GPU (TF32 is NVIDIA tensor-core math)")
     torch, model, step, staged = build(args)
     batch = args.batch_size or len(staged[0][1])
-    title = f"{args.workload} {args.precision} mode {args.mode}, batch {batch}, on {args.device}"
+    title = (f"{args.workload} {args.precision} mode {args.mode}"
+             + (" (option compile: the forward pass compiled)" if args.forward_compile else "")
+             + f", batch {batch}, on {args.device}")
     if model.device_type == "cuda":
         title += f" ({torch.cuda.get_device_name(0)})"
     lines = [f"profile of the suite's PyTorch step: {title}, torch {torch.__version__}"]
@@ -191,7 +196,7 @@ def main() -> int:
     if args.out:
         folder = Path(args.out)
         folder.mkdir(parents=True, exist_ok=True)
-        stem = f"profile-{args.workload}-{args.precision}-{args.mode}-b{batch}"
+        stem = f"profile-{args.workload}-{args.precision}-{args.mode}{'-forward-compile' if args.forward_compile else ''}-b{batch}"
         (folder / f"{stem}.txt").write_text(text, encoding="utf-8")
         if args.trace:
             profile.export_chrome_trace(str(folder / f"{stem}.trace.json"))

@@ -314,10 +314,11 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics["warmup_settled"] = plan.settled() if run.settle_warmup else None
     meter.close()
     if metrics.get("timed_steps"):
-        # The first step beyond a steady one: compilation, autotuning and first allocations, kept out of the
-        # steady-state figures and reported apart.
+        # Warm-up beyond as many steady steps: compilation, CUDA-graph recording, autotuning and first
+        # allocations, kept out of the steady-state figures and reported apart.
         steady_step_s = float(metrics["window_time_s"]) / int(metrics["timed_steps"])
-        metrics["compile_time_s"] = max(0.0, float(metrics["first_step_time_s"]) - steady_step_s)
+        warm_steps = int(metrics.get("warmup_steps") or 0)
+        metrics["compile_time_s"] = max(0.0, float(metrics.get("warmup_time_s") or 0.0) - warm_steps * steady_step_s)
     metrics["learning_rate"] = learning_rate
     metrics["learning_rate_rule"] = run.learning_rate_rule
     metrics["dataset_note"] = data.note

@@ -38,7 +38,7 @@ MIB = 1024 * 1024
 
 # Columns of the per-cell frame (results.csv), in order.
 CELL_COLUMNS = [
-    "workload", "framework", "precision", "mode", "batch_size", "repeat", "status", "devices", "error",
+    "workload", "framework", "precision", "repeat", "status", "mode", "devices", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "rss_growth_mib", "compiled_step_mib", "first_step_loss", "final_loss",
@@ -46,8 +46,9 @@ CELL_COLUMNS = [
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "plugin", "environment",
-    "interpreter", "label", "pool", "dataset", "mode_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
-    "learning_rate_rule", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
+    "interpreter", "label", "pool", "dataset",
+    "batch_size", "steps", "epochs", "warmup", "mode_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
+    "learning_rate_rule", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
     "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
     "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
     "target_accuracy", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",

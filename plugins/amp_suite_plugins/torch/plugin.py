@@ -756,6 +756,8 @@ def _compile_figures(torch: Any) -> dict[str, Any]:
         "graph_breaks": int(sum(breaks.values())),
         "graph_break_reasons": "; ".join(reasons)[:600],
         "recompiles": int(sum(dict(found.get("recompiles", {})).values())),
+        # cudagraphs mode: graphs inductor ran without CUDA graphs (a mutated input, a CPU tensor ...)
+        "cudagraph_skips": int(dict(found.get("inductor", {})).get("cudagraph_skips", 0)),
     }
 
 

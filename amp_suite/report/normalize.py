@@ -573,25 +573,27 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     counts = sorted({int(d) for d in summary["devices"]})
     precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
-    table: dict[tuple[str, str, str, str], dict[int, str]] = {}
-    labels: dict[tuple[str, str, str, str], str] = {}
-    for _, row in summary.iterrows():
+    with_modes, with_batches = shows_modes(summary), shows_batches(summary)
+    table: dict[tuple[str, str, str, str, int, str], dict[int, str]] = {}
+    labels: dict[tuple[str, str, str, str, int, str], str] = {}
+    for _, row in ordered_summary(summary).iterrows():
         if row["status"] != "ok":
-            cell = str(row["status"])
+            cell = cell_text(row)
         else:
             cell = _fmt(row["throughput"], "{:,.0f}")
             if row["devices"] != 1 and not math.isnan(row["scaling_speedup"]):
                 cell += f" ({row['scaling_speedup']:.2f}x, eff {row['scaling_efficiency'] * 100:.0f}%)"
-        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        key = (row["workload"], row["framework"], row["device_kind"], str(row["mode"]), int(row["batch_size"]),
+               row["precision"])
         table.setdefault(key, {})[int(row["devices"])] = cell
         labels.setdefault(key, row["device"])
-    workloads = list(dict.fromkeys(summary["workload"]))
-    frameworks = list(dict.fromkeys(summary["framework"]))
-    order = sorted(table, key=lambda k: (workloads.index(k[0]), frameworks.index(k[1]), k[2], precisions.index(k[3])))
-    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, p)]),
+    order = sorted(table, key=lambda k: ([key[:5] for key in table].index(k[:5]), precisions.index(k[5])))
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, m, b, p)]),
+                **({"mode": table_text(m or "–")} if with_modes else {}),
+                **({"batch": str(b)} if with_batches else {}),
                 "precision": table_text(p),
-                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, k, p)].get(n, "not run"))
-                   for n in counts}} for (w, f, k, p) in order]
+                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, k, m, b, p)].get(n, "not run"))
+                   for n in counts}} for (w, f, k, m, b, p) in order]
     return pd.DataFrame(records)
 
 
@@ -872,15 +874,17 @@ def time_to_target_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
     ok = cells[(cells["status"] == "ok") & cells["target_accuracy"].notna()]
     if ok.empty:
         return pd.DataFrame()
-    keys = ["workload", "framework", "device_kind", "devices", "precision"]
+    ok = ok.assign(batch_size=ok["batch_size"].fillna(0).astype(int))
+    with_modes, with_batches = shows_modes(ok), shows_batches(ok)
+    keys = ["workload", "framework", "device_kind", "devices", "mode", "batch_size", "precision"]
     medians: dict[tuple, float] = {}
     rows = []
     for key, group in ok.groupby(keys, sort=False):
         reached = group[group["target_reached"].fillna(False).astype(bool)]
         medians[key] = _median(reached["time_to_target_s"]) if len(reached) else math.nan
     order = {p: i for i, p in enumerate(_precision_order(list(dict.fromkeys(ok["precision"]))))}
-    for key, group in sorted(ok.groupby(keys, sort=False), key=lambda kv: (kv[0][:4], order.get(kv[0][4], 99))):
-        workload, framework, kind, devices, precision = key
+    for key, group in sorted(ok.groupby(keys, sort=False), key=lambda kv: (kv[0][:6], order.get(kv[0][6], 99))):
+        workload, framework, kind, devices, mode, batch, precision = key
         reached = group[group["target_reached"].fillna(False).astype(bool)]
         target = _first(group["target_accuracy"])
         if len(reached):
@@ -892,10 +896,12 @@ def time_to_target_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
             time, steps, epochs = "not reached", "–", "–"
             state = f"not reached: best {_median(group['best_val_accuracy']) * 100:.2f}%" \
                 if _known(_median(group["best_val_accuracy"])) else "not reached"
-        base = medians.get((workload, framework, kind, devices, BASELINE), math.nan)
+        base = medians.get((workload, framework, kind, devices, mode, batch, BASELINE), math.nan)
         ratio = medians[key] / base if precision != BASELINE and _known(base) and base > 0 else math.nan
         rows.append({"workload": table_text(workload), "framework": table_text(framework),
                      "device": table_text(device_label(kind, list(group["device"]))),
+                     **({"mode": table_text(mode or "–")} if with_modes else {}),
+                     **({"batch": str(batch)} if with_batches else {}),
                      "precision": table_text(precision), "target": f"{target * 100:.2f}%",
                      "time to target": time, "steps": steps, "epochs": epochs, "reached": table_text(state),
                      "ratio to fp32": _fmt(ratio, "{:.2f}x"),

@@ -191,3 +191,15 @@ def test_the_batch_chart_plots_the_speedup_and_memory_ratio_per_batch(tmp_path):
     paths = charts.write_report(RESULTS, tmp_path, {})
     assert tmp_path / charts.CHARTS["batch"] in paths
     assert "chart-batch.png" in charts.report_sections(RESULTS)[0][1]
+
+
+def test_keras_and_jax_declare_their_modes_and_keras_follows_the_mode_over_its_option():
+    from amp_suite_plugins.jax import plugin as jax_plugin
+    from amp_suite_plugins.keras import plugin as keras_plugin
+
+    assert keras_plugin.framework_info().modes == {"cpu": ("graph", "compiled"), "gpu": ("graph", "compiled")}
+    assert jax_plugin.framework_info().modes == {"cpu": ("compiled",), "gpu": ("compiled",)}
+    off = {"jit_compile": False}
+    assert keras_plugin._jit(RunSpec("keras", "w", "fp32", mode="compiled", options=off))
+    assert not keras_plugin._jit(RunSpec("keras", "w", "fp32", mode="graph"))
+    assert not keras_plugin._jit(RunSpec("keras", "w", "fp32", options=off))  # no mode: the option decides

@@ -707,7 +707,7 @@ def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
     from amp_suite.modes import base_mode
 
     ok = summary[(summary["status"] == "ok") & summary["throughput"].notna()] if not summary.empty else summary
-    if ok.empty or not (shows_modes(ok) or shows_batches(ok)):
+    if ok.empty:
         return []
     lines = []
     for (workload, framework, kind), group in ok.groupby(["workload", "framework", "device_kind"], sort=False):
@@ -716,15 +716,17 @@ def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
         base = base_mode(modes) if modes else ""
         baseline = group[(group["precision"] == BASELINE) & (group["mode"] == base)]
         where = f"{table_text(framework)} on {table_text(workload)} ({kind})"
-        config = (f"mode {table_text(best['mode'] or '–')}, batch {int(best['batch_size'])}, "
-                  f"{table_text(best['precision'])}: {best['throughput']:,.0f} images/s")
+        config = ((f"mode {table_text(best['mode'])}, " if best["mode"] else "")
+                  + f"batch {int(best['batch_size'])}, {table_text(best['precision'])}: "
+                  f"{best['throughput']:,.0f} images/s")
+        baseline_name = f"fp32 {base} baseline" if base else "fp32 baseline"
         if baseline.empty:
-            lines.append(f"- {where}: best configuration found is {config} (no fp32 {base or 'base-mode'} cell to "
-                         "compare with).")
+            lines.append(f"- {where}: best configuration found is {config} (no {baseline_name} cell to compare "
+                         "with).")
             continue
         reference = baseline.sort_values("batch_size").iloc[0]
         lines.append(f"- {where}: best configuration found is {config}, "
-                     f"{best['throughput'] / reference['throughput']:.2f}x the fp32 {base or 'base-mode'} baseline "
+                     f"{best['throughput'] / reference['throughput']:.2f}x the {baseline_name} "
                      f"at batch {int(reference['batch_size'])}.")
     return lines + [""]
 

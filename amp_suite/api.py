@@ -74,7 +74,9 @@ def run(
     ``timeout``, ``seed``, ``device``, ``dataset``, ``train_split``
     (``repeats="auto"``: as ``--repeats auto``),
     ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
-    ``out``, and the data-parallel ``devices`` (e.g. ``[1, 2]``),
+    ``out``, the sweep axes ``modes`` (e.g. ``["eager", "compiled"]``) and
+    ``batch_sizes`` (e.g. ``[128, 512]``) with ``learning_rate_rule``,
+    and the data-parallel ``devices`` (e.g. ``[1, 2]``),
     ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from
     ``preset`` (a ``[presets.NAME]`` table) when given, else from ``[defaults]`` (the packaged catalog's,
     or that of ``benchmarks.toml``), exactly as for ``amp-suite run``; the output directory

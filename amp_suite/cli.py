@@ -21,6 +21,7 @@ from amp_suite import __version__
 from amp_suite.config.catalog import find_config, load_config
 from amp_suite.config.settings import add_setting_flags, check_names, overrides_from_flags, parse_list
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PluginError, SweepInterrupted, UsageError
+from amp_suite.modes import MODES
 from amp_suite.precision import PRECISIONS
 
 # Signals that stop a sweep the way Ctrl-C does.
@@ -351,7 +352,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         version = next((v for d in info.distributions if (v := package_version(d))), None)
         state = f"installed {version or ''}".strip() if not missing else f"not installed ({info.install_hint()})"
         precisions = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in info.precisions.items())
-        print(f"  {name:<8} {info.display_name:<12} {state}  [{precisions}]")
+        modes = "; ".join(f"{kind}: {', '.join(m)}" for kind, m in info.modes.items())
+        print(f"  {name:<8} {info.display_name:<12} {state}  [{precisions}]"
+              + (f"  modes [{modes}; default {info.default_mode}]" if modes else ""))
     config_error = None
     try:
         config = load_config(find_config(getattr(args, "config", None)))
@@ -376,6 +379,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     print("precisions:")
     for name, text in PRECISIONS.items():
         print(f"  {name:<9} {text}")
+    print("modes (--modes):")
+    for name, text in MODES.items():
+        print(f"  {name:<10} {text}")
     from amp_suite.datasets import DATASETS
 
     print("datasets:\n  " + ", ".join(DATASETS))

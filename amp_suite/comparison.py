@@ -47,8 +47,8 @@ NO_DIFFERENCE = "no measurable difference"
 NO_VERDICT = "no verdict (no spread measured)"
 # Metrics whose regression --fail-above checks.
 GUARDED = ("throughput", "speedup")
-COLUMNS = ["metric", "workload", "framework", "precision", "devices", "device_kind", "base", "new", "ratio",
-           "low", "high", "basis", "verdict"]
+COLUMNS = ["metric", "workload", "framework", "precision", "devices", "device_kind", "mode", "batch_size", "base",
+           "new", "ratio", "low", "high", "basis", "verdict"]
 # Environment entries whose differences are listed (nested dicts are compared key by key).
 ENVIRONMENT_KEYS = ("amp_suite_version", "git_commit", "python", "platform", "cpu_model", "cpu_count", "cpu_flags",
                     "gpus", "packages")
@@ -75,9 +75,14 @@ def _memory(metrics: dict[str, Any]) -> float | None:
     return None
 
 
-def _cell_key(result: CellResult) -> tuple[str, str, str, int, str]:
+def _cell_key(result: CellResult) -> tuple[str, str, str, int, str, str, int]:
+    """(workload, framework, precision, devices, device kind, mode, batch): the mode and batch only where the sweep
+    named them (``--modes``, ``--batch-sizes``), so sweeps of default modes match whatever each framework ran."""
+    config = result.config or {}
+    batch = config.get("batch_size") if config.get("batch_axis") else 0
     return (result.workload, result.framework, result.precision, _devices(result),
-            (result.device or {}).get("kind", "") or "–")
+            (result.device or {}).get("kind", "") or "–", str(config.get("mode") or ""),
+            batch if isinstance(batch, int) else 0)
 
 
 @dataclass
@@ -175,7 +180,8 @@ def compare_results(base: list[CellResult], new: list[CellResult]) -> pd.DataFra
             else:
                 interval, basis = Interval(ratio), ""
             rows.append({"metric": metric, "workload": key[0], "framework": key[1], "precision": key[2],
-                         "devices": key[3], "device_kind": key[4], "base": b_value, "new": n_value,
+                         "devices": key[3], "device_kind": key[4], "mode": key[5], "batch_size": key[6],
+                         "base": b_value, "new": n_value,
                          "ratio": interval.value if interval.known else ratio,
                          "low": interval.low, "high": interval.high, "basis": basis,
                          "verdict": _verdict(interval, better, words, exact=b_value == n_value)})
@@ -278,12 +284,14 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
             "the variation between processes: run both with `--repeats 3` for a fair verdict). A verdict is "
             f"given only outside the noise: an interval containing 1.0 is \"{NO_DIFFERENCE}\".", ""]
     with_devices = not frame.empty and bool((frame["devices"] != 1).any())
+    with_modes = not frame.empty and bool((frame["mode"] != "").any())
+    with_batches = not frame.empty and bool((frame["batch_size"] != 0).any())
     for metric, title, better, _words in METRICS:
         rows = frame[frame["metric"] == metric] if not frame.empty else frame
         if rows.empty:
             continue
         order = {p: i for i, p in enumerate(PRECISIONS)}
-        rows = rows.sort_values(by=["workload", "framework", "precision"],
+        rows = rows.sort_values(by=["workload", "framework", "mode", "batch_size", "precision"],
                                 key=lambda s: s.map(order) if s.name == "precision" else s)
         records = []
         for r in rows.itertuples():
@@ -293,6 +301,8 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
             records.append({"workload": table_text(r.workload), "framework": table_text(r.framework),
                             "device": table_text(r.device_kind),
                             **({"devices": str(r.devices)} if with_devices else {}),
+                            **({"mode": table_text(r.mode or "–")} if with_modes else {}),
+                            **({"batch": str(r.batch_size or "–")} if with_batches else {}),
                             "precision": table_text(r.precision), "BASE": _fmt(r.base, metric),
                             "NEW": _fmt(r.new, metric), "NEW/BASE (95%)": ratio,
                             "spread from": r.basis or "–", "verdict": r.verdict})
@@ -307,8 +317,9 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
         for name, keys in only:
             if keys:
                 out.append(f"- {name} only: " + table_text("; ".join(
-                    f"{w} / {f} / {p}" + (f" / {d} devices" if d != 1 else "") + f" / {k}"
-                    for w, f, p, d, k in keys)))
+                    f"{w} / {f} / {p}" + (f" / {m}" if m else "") + (f" / batch {b}" if b else "")
+                    + (f" / {d} devices" if d != 1 else "") + f" / {k}"
+                    for w, f, p, d, k, m, b in keys)))
         out.append("")
     return "\n".join(out)
 

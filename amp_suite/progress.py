@@ -224,7 +224,10 @@ class SweepProgress:
         run = cell.run
         devices = f" x{run.devices}" if run.devices != 1 else ""
         pool = f" on {run.pool}" if run.pool else ""
-        label = f"[{index}/{total}] {run.workload} {run.label}{pool} {run.precision}{devices} r{run.repeat}"
+        mode = f" {run.mode}" if getattr(run, "mode", "") else ""
+        batch = f" batch {run.batch_size}" if getattr(run, "batch_axis", False) else ""
+        label = (f"[{index}/{total}] {run.workload} {run.label}{pool} {run.precision}{mode}{batch}{devices} "
+                 f"r{run.repeat}")
         with self.lock:
             self._clear()
             if result is None:

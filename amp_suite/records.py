@@ -58,6 +58,10 @@ class FrameworkInfo:
 
     ``options`` declares the plugin's own keys of ``[frameworks.NAME]`` (the
     loss-scaling keys every plugin reads are added by the host).
+    ``modes`` maps a device kind to the execution modes the plugin can run
+    there (:data:`amp_suite.modes.MODES`); ``default_mode`` is the one it runs
+    when the sweep asks for none.  A plugin that declares none runs only its
+    default, unnamed mode, and any mode asked of it is ``unsupported``.
     ``doctor_probe`` and ``calibration_probe`` name modules the host runs as
     ``python -m MODULE ...`` in a fresh process with ``env`` set, for
     ``amp-suite doctor`` and ``amp-suite calibrate`` (the protocols are in
@@ -77,6 +81,8 @@ class FrameworkInfo:
     options: dict[str, FrameworkOption] = field(default_factory=dict)
     doctor_probe: str = ""
     calibration_probe: str = ""
+    modes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    default_mode: str = ""
 
     def install_hint(self) -> str:
         """The command that installs the framework: ``install_command``, the extra, or the distributions."""
@@ -252,6 +258,13 @@ class RunSpec:
     node) describe a cell run as cooperating processes on several machines
     (see ``docs/distributed.md``); ``launcher`` is the framework's
     :attr:`FrameworkInfo.launcher`.
+
+    ``mode`` is the execution mode (:data:`amp_suite.modes.MODES`); empty: the
+    framework's default mode, and the key names none.  ``batch_axis`` says the
+    sweep has a batch-size axis (``--batch-sizes``): the key then names the
+    batch size.  ``learning_rate_rule`` is how the workload's learning rate
+    was scaled to ``batch_size`` (:data:`amp_suite.modes.LEARNING_RATE_RULES`;
+    the host scales it before the cell starts).
     """
 
     framework: str
@@ -293,6 +306,9 @@ class RunSpec:
     python: str = ""
     # The cluster's device pool the cell runs on ([pools.NAME]); "": wherever its executor runs cells.
     pool: str = ""
+    mode: str = ""
+    batch_axis: bool = False
+    learning_rate_rule: str = "unchanged"
 
     @property
     def label(self) -> str:
@@ -304,11 +320,15 @@ class RunSpec:
         """Identifies the cell in ``results.jsonl`` (used by ``--resume``).
 
         One-device cells keep the key they always had; a data-parallel cell
-        adds its device count (``torch/mnist_cnn/fp32/d2/r0``).
+        adds its device count (``torch/mnist_cnn/fp32/d2/r0``), a cell of a
+        mode sweep its mode and one of a batch-size sweep its batch
+        (``torch/mnist_cnn/fp32/compiled/b512/r0``).
         """
+        mode = f"{self.mode}/" if self.mode else ""
+        batch = f"b{self.batch_size}/" if self.batch_axis else ""
         devices = f"d{self.devices}/" if self.devices != 1 else ""
         pool = f"pool-{self.pool}/" if self.pool else ""
-        return f"{self.label}/{self.workload}/{self.precision}/{devices}{pool}r{self.repeat}"
+        return f"{self.label}/{self.workload}/{self.precision}/{mode}{batch}{devices}{pool}r{self.repeat}"
 
     @property
     def distributed(self) -> bool:
@@ -416,7 +436,10 @@ class CellResult:
 
     ``framework`` is the cell's label (:attr:`RunSpec.label`): an environment's
     name for a variant (``torch@2.12``), the plugin's otherwise; the plugin is
-    ``config["framework"]``.
+    ``config["framework"]``.  ``mode`` is the execution mode the cell ran in
+    (the framework's default mode named, when the sweep asked for none; empty
+    when not known: a record from before modes, or a framework that names
+    none).
     """
 
     key: str
@@ -433,6 +456,7 @@ class CellResult:
     environment: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     wall_time_s: float = 0.0
+    mode: str = ""
 
 
 def run_from_dict(data: dict[str, Any]) -> RunSpec:
@@ -462,6 +486,7 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
 
 def cell_for_run(run: RunSpec, status: str, **fields: Any) -> CellResult:
     """A :class:`CellResult` for ``run`` with its identity and configuration filled in."""
+    fields.setdefault("mode", run.mode)
     return CellResult(key=run.key, framework=run.label, workload=run.workload, precision=run.precision,
                       repeat=run.repeat, status=status, config=asdict(run), **fields)
 

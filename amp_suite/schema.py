@@ -44,8 +44,8 @@ class Field:
     ``tuple`` field with ``items=int`` holds integers within the bounds (or a
     string of ``choices``); a single value is taken as a list of one.  With
     ``names``, every string must be a valid name (:func:`check_name`); lists
-    must then be non-empty and without duplicates.  Strings must not be
-    empty unless ``empty`` allows it.
+    must then be non-empty and without duplicates.  Strings, and lists of
+    integers, must not be empty unless ``empty`` allows it.
     """
 
     kind: type
@@ -179,6 +179,8 @@ def _repeated(items: Iterable[Any]) -> list[Any]:
 
 def _check_int_list(name: str, value: Any, field: Field) -> tuple[Any, ...]:
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    if not values and field.empty:  # an empty list that means "unset" (batch_sizes)
+        return ()
     if not values:
         raise UsageError(f"{name} must name at least one")
     allowed = " or ".join(["integers", *(repr(c) for c in field.choices)])

@@ -63,8 +63,8 @@ def test_a_known_regression_is_slower_and_a_change_inside_the_noise_is_none(two_
     speedup = _row(frame, "speedup", "amp_bf16")  # NEW's paired speed-ups spread by the reversed noise
     assert speedup.ratio == pytest.approx(1.515 / 0.9 / 1.5, rel=0.01) and speedup.verdict != "slower"
     assert _row(frame, "peak_memory_mib", "fp32").verdict == NO_DIFFERENCE  # identical figures
-    assert frame.attrs["base_only"] == [("tiny", "torch", "fp32", 1, "cpu")]
-    assert frame.attrs["new_only"] == [("tiny", "fake", "amp_fp16", 1, "cpu")]
+    assert frame.attrs["base_only"] == [("tiny", "torch", "fp32", 1, "cpu", "", 0)]  # no mode or batch axis
+    assert frame.attrs["new_only"] == [("tiny", "fake", "amp_fp16", 1, "cpu", "", 0)]
     assert "packages.numpy: 2.0.0 → 2.1.0" in frame.attrs["environment_differences"]
     assert "cpu_flags: +avx512f" in frame.attrs["environment_differences"]
 

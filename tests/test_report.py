@@ -62,7 +62,7 @@ def test_failed_cells_are_kept_with_their_status():
     assert fp16.status == "oom" and math.isnan(fp16.speedup)
     table = comparison_tables(summary)["Throughput, images/s (speed-up over fp32)"]
     torch_row = table[table.framework == "torch"].iloc[0]
-    assert torch_row["amp_fp16"] == "oom"
+    assert torch_row["amp_fp16"] == "oom at batch 8"  # out of memory names the batch it tried
     assert torch_row["amp_bf16"] == "200 (2.00x)"
     assert list(table.columns) == ["workload", "framework", "device", "fp32", "amp_fp16", "amp_bf16"]
     assert torch_row["device"] == "cpu"  # the oom cell, which reached no device, joins its row
@@ -76,7 +76,7 @@ def test_markdown_has_environment_tables_and_failures():
     text = render_markdown(RESULTS, env)
     assert "amp-suite 9.9, commit abc123" in text
     assert "Test CPU" in text and "avx512_bf16" in text and "torch 2.13.0" in text
-    assert "| w          | torch       | cpu      | 100    | oom        | 200 (2.00x)" in text
+    assert "| w          | torch       | cpu      | 100    | oom at batch 8 | 200 (2.00x)" in text
     assert "w / torch / amp_fp16 / repeat 0: **oom** — MemoryError: boom" in text
     assert "90.00%" in text and "(+5.00 pt)" in text
 

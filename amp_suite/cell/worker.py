@@ -31,6 +31,7 @@ from amp_suite.host_watch import die_with_host_from_env
 from amp_suite.machine import devices, noise, telemetry
 from amp_suite.machine.environment import cpu_info
 from amp_suite.machine.loaded_libraries import loaded_cuda_libraries, numerics_environment
+from amp_suite.modes import scaled_learning_rate
 from amp_suite.plugins import host_memory
 from amp_suite.plugins.host import PluginHost, figure_problem
 from amp_suite.records import (
@@ -269,10 +270,14 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     weights, state = init_variables(workload, run.seed)
     pipeline = run_pipeline(run, workload)
     data = pipeline.dataset
-    # The cosine schedule decays over the optimizer steps this run really takes.
+    # The cosine schedule decays over the optimizer steps this run really takes; the learning rate
+    # follows the batch size by the run's rule (the workload's own batch size is the reference).
+    learning_rate = scaled_learning_rate(run.learning_rate_rule, workload.optimizer.learning_rate,
+                                         run.batch_size, workload.batch_size)
     workload = dataclasses.replace(workload, optimizer=dataclasses.replace(
-        workload.optimizer, decay_steps=pipeline.steps_per_epoch * run.epochs))
+        workload.optimizer, decay_steps=pipeline.steps_per_epoch * run.epochs, learning_rate=learning_rate))
 
+    result.mode = run.mode or info.default_mode
     device = devices.select_checked(run, info, host.select_device)  # no silent CPU fallback
     result.device = asdict(device)
     applied = host.set_precision(run, device)
@@ -320,6 +325,14 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics.update(target.figures())
     metrics["warmup_settled"] = plan.settled() if run.settle_warmup else None
     meter.close()
+    if metrics.get("timed_steps"):
+        # Warm-up beyond as many steady steps: compilation, CUDA-graph recording, autotuning and first
+        # allocations, kept out of the steady-state figures and reported apart.
+        steady_step_s = float(metrics["window_time_s"]) / int(metrics["timed_steps"])
+        warm_steps = int(metrics.get("warmup_steps") or 0)
+        metrics["compile_time_s"] = max(0.0, float(metrics.get("warmup_time_s") or 0.0) - warm_steps * steady_step_s)
+    metrics["learning_rate"] = learning_rate
+    metrics["learning_rate_rule"] = run.learning_rate_rule
     metrics["dataset_note"] = data.note
     metrics["dataset_substituted"] = data.substituted
     metrics["train_examples"] = int(data.train_labels.shape[0])
@@ -336,6 +349,8 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     for line in dropped:
         print(f"amp-suite worker: {line}", file=sys.stderr)
     metrics.update(measured)
+    if not run.mode and isinstance(measured.get("mode"), str):  # a default mode an option chose (Keras's jit_compile)
+        result.mode = measured["mode"]
     metrics.update(memory_without_inputs(measured, staged_peak))
     if measured.get("peak_rss_bytes") is not None and rss_before is not None:
         metrics["rss_growth_bytes"] = int(measured["peak_rss_bytes"]) - int(rss_before)

@@ -29,6 +29,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from amp_suite.errors import UsageError
+from amp_suite.modes import LEARNING_RATE_RULES, MODES
 from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
 from amp_suite.schema import Field, check_value, closest, shown
 
@@ -88,6 +89,10 @@ class SweepSettings:
         ("fp32", "amp_fp16", "amp_bf16"), Field(tuple, names=True),
         f"precisions, comma-separated: {', '.join(p for p in PRECISIONS if p not in REFERENCE_PRECISIONS)} "
         f"(and {', '.join(REFERENCE_PRECISIONS)}: a float64 reference for checking arithmetic, not an AMP mode)")
+    modes: tuple[str, ...] = setting(
+        (), Field(tuple),
+        f"execution modes, comma-separated: {', '.join(MODES)} (unset: each framework's default mode); a mode a "
+        "framework lacks makes its cells unsupported", compared=True, metavar="NAMES")
     dataset: str = setting(
         "synthetic", Field(str, names=True), "synthetic, mnist or cifar10", cell="dataset", compared=True,
         metavar="NAME")
@@ -135,6 +140,15 @@ class SweepSettings:
     batch_size: int | None = setting(None, Field(int, minimum=1, maximum=65_536, optional=True),
                                      "global batch size of every workload (unset: each workload's own)",
                                      cell="batch_size", compared=True)
+    batch_sizes: tuple[int, ...] = setting(
+        (), Field(tuple, items=int, minimum=1, maximum=65_536, empty=True),
+        "global batch sizes to sweep, comma-separated, e.g. 128,512,2048 (unset: --batch-size, else each "
+        "workload's own); a batch that does not fit is an oom row", compared=True, metavar="N,M",
+        parse=parse_device_counts)
+    learning_rate_rule: str = setting(
+        "unchanged", Field(str, choices=tuple(LEARNING_RATE_RULES)),
+        "how the learning rate follows the batch size: unchanged, or linear (times batch / the workload's "
+        "own batch)", cell="learning_rate_rule", compared=True)
     repeats: int = setting(1, Field(int, minimum=1, maximum=1_000),
                            "runs of each cell, in fresh processes, interleaved; 2 or more give every speed-up a "
                            "95% interval; auto: start with 2 and add repeats (up to 5) until every interval "
@@ -177,6 +191,9 @@ class SweepSettings:
                 "no step would be timed"
             )
         check_names("precision", self.precisions, PRECISIONS)
+        if self.modes:
+            check_names("mode", self.modes, MODES)
+
         if self.node_rank >= self.nnodes:
             raise UsageError(f"node_rank ({self.node_rank}) must be smaller than nnodes ({self.nnodes})")
         if self.nnodes > 1:
@@ -278,7 +295,7 @@ def _range(schema: Field) -> str:
 
 
 def _default_text(value: Any) -> str:
-    if value is None:
+    if value is None or value == ():
         return "unset"
     if isinstance(value, bool):
         return "true" if value else "false"

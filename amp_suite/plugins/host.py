@@ -345,7 +345,8 @@ class PluginHost:
         return self._first("select_device", run=run)
 
     def set_precision(self, run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
-        """The plugin's answer; a precision its ``FrameworkInfo.precisions`` declares for no device kind is refused.
+        """The plugin's answer; a precision its ``FrameworkInfo.precisions`` declares for no device kind is refused,
+        and so is a mode its ``FrameworkInfo.modes`` declares for none on this kind of device (``unsupported``).
 
         The plugin itself explains a precision it declares for another kind of
         device (``tf32`` on a CPU); one it never declares (``fp64`` of a plugin
@@ -357,6 +358,13 @@ class PluginHost:
             declared = list(dict.fromkeys(name for names in info.precisions.values() for name in names))
             raise UnsupportedError(f"{info.display_name} does not run precision {run.precision!r}; its plugin "
                                    f"declares {', '.join(declared) or 'none'} (FrameworkInfo.precisions)")
+        if info is not None and run.mode and run.mode not in info.modes.get(device.kind, ()):
+            here = info.modes.get(device.kind, ())
+            elsewhere = [kind for kind, names in info.modes.items() if run.mode in names]
+            raise UnsupportedError(
+                f"{info.display_name} has no mode {run.mode!r} on a {device.kind}"
+                + (f" (only on a {', '.join(elsewhere)})" if elsewhere else "")
+                + f"; its plugin declares {', '.join(here) or 'none'} there (FrameworkInfo.modes)")
         return self._first("set_precision", run=run, device=device)
 
     def build_model(

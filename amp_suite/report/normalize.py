@@ -39,7 +39,7 @@ MIB = 1024 * 1024
 
 # Columns of the per-cell frame (results.csv), in order.
 CELL_COLUMNS = [
-    "workload", "framework", "precision", "repeat", "status", "devices", "error",
+    "workload", "framework", "precision", "repeat", "status", "mode", "devices", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "rss_growth_mib", "compiled_step_mib", "first_step_loss", "final_loss",
@@ -48,7 +48,8 @@ CELL_COLUMNS = [
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "plugin", "environment",
     "interpreter", "label", "pool", "dataset",
-    "batch_size", "steps", "epochs", "warmup", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
+    "batch_size", "steps", "epochs", "warmup", "mode_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
+    "learning_rate_rule", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
     "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
     "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
     "target_accuracy", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
@@ -147,6 +148,12 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "label": r.framework,
             "pool": pool,
             "precision": r.precision,
+            "mode": r.mode or "",
+            "mode_axis": bool((r.config or {}).get("mode")),
+            "gpu_busy_pct": _num(m.get("gpu_utilization_pct_mean")),
+            "compile_time_s": _num(m.get("compile_time_s")),
+            "learning_rate": _num(m.get("learning_rate")),
+            "learning_rate_rule": (r.config or {}).get("learning_rate_rule", "unchanged"),
             "devices": _devices(r),
             "repeat": r.repeat,
             "status": r.status,
@@ -218,7 +225,16 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
         })
     frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
     _fill_device_kind(frame)
+    _fill_batch_size(frame)
     return frame
+
+
+def _fill_batch_size(cells: pd.DataFrame) -> None:
+    """Give a cell stored without its configuration the batch size of its workload, where there is one."""
+    for _, group in cells.groupby("workload", sort=False):
+        sizes = {int(b) for b in group["batch_size"].dropna()}
+        if len(sizes) == 1:
+            cells.loc[group.index[group["batch_size"].isna()], "batch_size"] = sizes.pop()
 
 
 def _fill_device_kind(cells: pd.DataFrame) -> None:
@@ -263,7 +279,11 @@ def _ms(seconds: Any) -> float | None:
     return None if value is None else value * 1000.0
 
 
-SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", "precision", "status", "ok_repeats",
+# A summary row's identity without its precision: AMP is compared with fp32 within it (the same mode and batch).
+GROUP = ["workload", "framework", "device_kind", "devices", "mode", "batch_size"]
+
+SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", "mode", "batch_size", "precision",
+                   "status", "ok_repeats",
                    "repeats", "throughput", "throughput_min", "throughput_max", "window_cv",
                    "speedup", "speedup_low", "speedup_high", "speedup_pairs", "speedup_over_tf32",
                    "speedup_over_tf32_low", "speedup_over_tf32_high", "peak_memory_mib", "memory_ratio",
@@ -271,12 +291,17 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "energy_per_image_mj", "energy_ratio", "flagged", "final_loss",
                    "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
-                   "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency", "error"]
+                   "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
+                   "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "error"]
 
 
 def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per workload x framework x device kind x precision, normalized to that fp32.
+    """One row per workload x framework x device kind x mode x batch size x precision, normalized to that fp32.
 
+    Each AMP figure is over fp32 in the same mode and at the same batch size;
+    ``speedup_over_base_mode`` is the throughput over the same precision in
+    the framework's least compiled mode of the sweep (``base_mode``: eager for
+    PyTorch).  A cell that ran out of memory keeps its row (status ``oom``).
     Figures are medians over the ``ok`` repeats.  ``status`` is ``ok`` when at
     least one repeat is ok, else the last repeat's status.  CPU and GPU runs of
     one framework are separate rows and never each other's baseline.
@@ -287,11 +312,15 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     if cells.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
     rows = []
-    for (workload, framework, kind, devices, precision), group in cells.groupby(
-            ["workload", "framework", "device_kind", "devices", "precision"], sort=False):
+    cells["batch_size"] = cells["batch_size"].fillna(0).astype(int)
+    for (workload, framework, kind, devices, mode, batch_size, precision), group in cells.groupby(
+            [*GROUP, "precision"], sort=False):
         ok = group[group["status"] == "ok"]
         rows.append({
             "workload": workload, "framework": framework, "device_kind": kind, "devices": int(devices),
+            "mode": mode, "batch_size": int(batch_size), "mode_axis": bool(group["mode_axis"].any()),
+            "gpu_busy_pct": _median(ok["gpu_busy_pct"]) if len(ok) else math.nan,
+            "compile_time_s": _median(ok["compile_time_s"]) if len(ok) else math.nan,
             "precision": precision, "device": device_label(kind, list(group["device"])),
             "status": "ok" if len(ok) else group["status"].iloc[-1],
             "ok_repeats": len(ok), "repeats": len(group),
@@ -315,11 +344,10 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "error": "" if len(ok) else group["error"].iloc[-1],
         })
     summary = pd.DataFrame(rows)
-    base = summary[summary["precision"] == BASELINE].set_index(["workload", "framework", "device_kind", "devices"])
-    keys = list(zip(summary["workload"], summary["framework"], summary["device_kind"], summary["devices"], strict=True))
+    base = summary[summary["precision"] == BASELINE].set_index(GROUP)
+    keys = list(zip(*(summary[column] for column in GROUP), strict=True))
 
-    tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] == "ok")].set_index(
-        ["workload", "framework", "device_kind", "devices"])
+    tf32 = summary[(summary["precision"] == "tf32") & (summary["status"] == "ok")].set_index(GROUP)
 
     def relative(column: str, how: str, to: pd.DataFrame = base) -> list[float]:
         out = []
@@ -344,10 +372,13 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     summary["cost_saving_per_million"] = saving
     summary["cost_saving_fraction"] = [s / b if b and not math.isnan(b) else math.nan
                                        for s, b in zip(saving, base_cost, strict=True)]
-    one = summary[summary["devices"] == 1].set_index(["workload", "framework", "device_kind", "precision"])
+    _over_base_mode(summary)
+    one = summary[summary["devices"] == 1].set_index(["workload", "framework", "device_kind", "mode", "batch_size",
+                                                      "precision"])
     scaling, efficiency = [], []
     for _, row in summary.iterrows():
-        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        key = (row["workload"], row["framework"], row["device_kind"], row["mode"], row["batch_size"],
+               row["precision"])
         ref = one["throughput"].get(key, math.nan) if key in one.index else math.nan
         ratio = row["throughput"] / ref if ref and not math.isnan(ref) else math.nan
         scaling.append(ratio)
@@ -357,14 +388,38 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     return summary
 
 
+def _over_base_mode(summary: pd.DataFrame) -> None:
+    """``speedup_over_base_mode``: throughput over the same precision and batch in the framework's least compiled
+    mode of the sweep (``base_mode``); NaN in that mode itself and where it has no ok row."""
+    from amp_suite.modes import base_mode
+
+    ratios, bases = [], []
+    places = ["workload", "framework", "device_kind", "devices", "batch_size", "precision"]
+    ok = summary[summary["status"] == "ok"]
+    throughput = {tuple(row[c] for c in [*places, "mode"]): row["throughput"] for _, row in ok.iterrows()}
+    modes: dict[tuple, list[str]] = {}
+    for _, row in summary.iterrows():
+        modes.setdefault((row["workload"], row["framework"], row["device_kind"]), []).append(row["mode"])
+    for _, row in summary.iterrows():
+        present = [m for m in modes[(row["workload"], row["framework"], row["device_kind"])] if m]
+        base = base_mode(present) if present else ""
+        bases.append(base)
+        ref = throughput.get((*(row[c] for c in places), base), math.nan) if base else math.nan
+        ratios.append(row["throughput"] / ref if row["mode"] != base and ref and not math.isnan(ref) else math.nan)
+    summary["speedup_over_base_mode"] = ratios
+    summary["base_mode"] = bases
+
+
 def _per_repeat(cells: pd.DataFrame, column: str) -> dict[tuple, dict[int, float]]:
-    """``{(workload, framework, device_kind, devices, precision): {repeat: figure}}`` of the ok cells."""
+    """``{(workload, framework, device_kind, devices, mode, batch_size, precision): {repeat: figure}}`` of the ok
+    cells."""
     out: dict[tuple, dict[int, float]] = {}
     ok = cells[cells["status"] == "ok"]
     for row in ok.itertuples():
         value = _num(getattr(row, column))
         if value is not None and not math.isnan(value):
-            key = (row.workload, row.framework, row.device_kind, int(row.devices), row.precision)
+            key = (row.workload, row.framework, row.device_kind, int(row.devices), row.mode, int(row.batch_size),
+                   row.precision)
             out.setdefault(key, {})[int(row.repeat)] = value
     return out
 
@@ -394,7 +449,8 @@ def _paired_intervals(summary: pd.DataFrame, cells: pd.DataFrame) -> None:
         for position, (_, row) in enumerate(summary.iterrows()):
             if row["precision"] == reference or row["status"] != "ok":
                 continue
-            cell = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
+            cell = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]), row["mode"],
+                    int(row["batch_size"]))
             ratios = paired_ratios(source.get((*cell, row["precision"]), {}), source.get((*cell, reference), {}))
             groups.setdefault(str(row["device_kind"]), []).append((position, ratios))
         for members in groups.values():
@@ -439,26 +495,71 @@ def _precision_order(precisions: list[str]) -> list[str]:
     return known + [p for p in precisions if p not in known]
 
 
+def shows_modes(summary: pd.DataFrame) -> bool:
+    """Whether tables need a mode column: the sweep named modes, or one framework ran in several."""
+    if summary.empty or "mode" not in summary:
+        return False
+    if "mode_axis" in summary and bool(summary["mode_axis"].fillna(False).astype(bool).any()):
+        return True
+    return bool((summary.groupby(["workload", "framework"])["mode"].nunique() > 1).any())
+
+
+def shows_batches(summary: pd.DataFrame) -> bool:
+    """Whether tables need a batch column: some workload ran at more than one batch size."""
+    if summary.empty or "batch_size" not in summary:
+        return False
+    return bool((summary.groupby("workload")["batch_size"].nunique() > 1).any())
+
+
+def cell_text(row: Any) -> str:
+    """What a table shows for a row that is not ``ok``: its status; out of memory names the batch it tried."""
+    if row["status"] == "oom" and _known(row.get("batch_size")) and int(row["batch_size"]) > 0:
+        return f"oom at batch {int(row['batch_size'])}"
+    return str(row["status"])
+
+
 def _pivot(summary: pd.DataFrame, render) -> pd.DataFrame:
-    """Rows workload x framework x device (x devices, when a cell ran on several), a column per precision.
+    """Rows workload x framework x device (x devices, when a cell ran on several; x mode and x batch size, when
+    the sweep has those axes), a column per precision.
 
     Each cell is rendered by ``render(row)``.
     """
     precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
     with_devices = bool((summary["devices"] != 1).any())
-    table: dict[tuple[str, str, str, int], dict[str, str]] = {}
-    labels: dict[tuple[str, str, str, int], str] = {}
-    for _, row in summary.iterrows():
-        cell = render(row) if row["status"] == "ok" else str(row["status"])
-        key = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]))
+    with_modes, with_batches = shows_modes(summary), shows_batches(summary)
+    table: dict[tuple[str, str, str, int, str, int], dict[str, str]] = {}
+    labels: dict[tuple[str, str, str, int, str, int], str] = {}
+    for _, row in ordered_summary(summary).iterrows():
+        cell = render(row) if row["status"] == "ok" else cell_text(row)
+        key = (row["workload"], row["framework"], row["device_kind"], int(row["devices"]), str(row["mode"]),
+               int(row["batch_size"]))
         table.setdefault(key, {})[row["precision"]] = cell
         labels.setdefault(key, row["device"])
-    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, d)]),
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, d, m, b)]),
                 **({"devices": str(d)} if with_devices else {}),
+                **({"mode": table_text(m or "–")} if with_modes else {}),
+                **({"batch": str(b)} if with_batches else {}),
                 **{table_text(p): table_text(cells.get(p, "not run")) for p in precisions}}
-               for (w, f, k, d), cells in table.items()]
+               for (w, f, k, d, m, b), cells in table.items()]
     return pd.DataFrame(records, columns=["workload", "framework", "device", *(["devices"] if with_devices else []),
+                                          *(["mode"] if with_modes else []), *(["batch"] if with_batches else []),
                                           *(table_text(p) for p in precisions)])
+
+
+def ordered_summary(summary: pd.DataFrame) -> pd.DataFrame:
+    """Summary rows with each framework's modes (least compiled first) and batch sizes in ascending order,
+    workloads and frameworks in the order they ran."""
+    from amp_suite.modes import mode_order
+
+    if summary.empty:
+        return summary
+    workloads = list(dict.fromkeys(summary["workload"]))
+    frameworks = list(dict.fromkeys(summary["framework"]))
+    modes = mode_order(list(dict.fromkeys(str(m) for m in summary["mode"])))
+    keyed = summary.assign(_w=summary["workload"].map(workloads.index), _f=summary["framework"].map(frameworks.index),
+                           _m=summary["mode"].map(lambda m: modes.index(str(m))))
+    return keyed.sort_values(["_w", "_f", "device_kind", "devices", "_m", "batch_size"], kind="stable").drop(
+        columns=["_w", "_f", "_m"])
 
 
 def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -473,25 +574,27 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame()
     counts = sorted({int(d) for d in summary["devices"]})
     precisions = _precision_order(list(dict.fromkeys(summary["precision"])))
-    table: dict[tuple[str, str, str, str], dict[int, str]] = {}
-    labels: dict[tuple[str, str, str, str], str] = {}
-    for _, row in summary.iterrows():
+    with_modes, with_batches = shows_modes(summary), shows_batches(summary)
+    table: dict[tuple[str, str, str, str, int, str], dict[int, str]] = {}
+    labels: dict[tuple[str, str, str, str, int, str], str] = {}
+    for _, row in ordered_summary(summary).iterrows():
         if row["status"] != "ok":
-            cell = str(row["status"])
+            cell = cell_text(row)
         else:
             cell = _fmt(row["throughput"], "{:,.0f}")
             if row["devices"] != 1 and not math.isnan(row["scaling_speedup"]):
                 cell += f" ({row['scaling_speedup']:.2f}x, eff {row['scaling_efficiency'] * 100:.0f}%)"
-        key = (row["workload"], row["framework"], row["device_kind"], row["precision"])
+        key = (row["workload"], row["framework"], row["device_kind"], str(row["mode"]), int(row["batch_size"]),
+               row["precision"])
         table.setdefault(key, {})[int(row["devices"])] = cell
         labels.setdefault(key, row["device"])
-    workloads = list(dict.fromkeys(summary["workload"]))
-    frameworks = list(dict.fromkeys(summary["framework"]))
-    order = sorted(table, key=lambda k: (workloads.index(k[0]), frameworks.index(k[1]), k[2], precisions.index(k[3])))
-    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, p)]),
+    order = sorted(table, key=lambda k: ([key[:5] for key in table].index(k[:5]), precisions.index(k[5])))
+    records = [{"workload": table_text(w), "framework": table_text(f), "device": table_text(labels[(w, f, k, m, b, p)]),
+                **({"mode": table_text(m or "–")} if with_modes else {}),
+                **({"batch": str(b)} if with_batches else {}),
                 "precision": table_text(p),
-                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, k, p)].get(n, "not run"))
-                   for n in counts}} for (w, f, k, p) in order]
+                **{f"{n} device{'s' if n > 1 else ''}": table_text(table[(w, f, k, m, b, p)].get(n, "not run"))
+                   for n in counts}} for (w, f, k, m, b, p) in order]
     return pd.DataFrame(records)
 
 
@@ -557,6 +660,78 @@ def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = N
     return [line for text in lines for line in (text, "")]
 
 
+# Marks a GPU cell whose GPU ran a kernel less than BOUND_BELOW_PCT % of the time (NVML utilization).
+BOUND_MARK = "↯"
+BOUND_BELOW_PCT = 50.0
+
+
+def mode_lines(summary: pd.DataFrame) -> list[str]:
+    """What the mode ratios, the GPU-busy figures and the ↯ mark mean, naming each launch- or input-bound cell
+    and the modes that would help it."""
+    from amp_suite.modes import LAUNCH_OVERHEAD_MODES, MODES
+
+    if summary.empty:
+        return []
+    lines = []
+    ok = summary[summary["status"] == "ok"]
+    if "speedup_over_base_mode" in ok and ok["speedup_over_base_mode"].notna().any():
+        lines.append("Each AMP speed-up is over fp32 in the same mode and at the same batch size; "
+                     "'over eager' (or over a framework's least compiled mode of the sweep: Keras's graph, JAX's "
+                     "compiled) divides by the same precision and batch in that mode. Compilation is kept out of "
+                     "every throughput: it happens in the warm-up steps (compile time: the every-run table).")
+    gpu = ok[(ok["device_kind"] == "gpu") & ok["gpu_busy_pct"].notna()] if "gpu_busy_pct" in ok else ok[:0]
+    if not gpu.empty:
+        lines.append("GPU % is the mean NVML utilization over the timed windows: the fraction of time the GPU ran "
+                     "any kernel.")
+        bound = gpu[gpu["gpu_busy_pct"] < BOUND_BELOW_PCT]
+        if not bound.empty:
+            names = []
+            order = list(MODES)
+            for _, row in ordered_summary(bound).iterrows():
+                mode = str(row["mode"])
+                rank = order.index(mode) if mode in order else -1
+                helping = [m for m in LAUNCH_OVERHEAD_MODES if order.index(m) > rank]
+                advice = (f"try {', '.join(helping)} (where the framework has them: `amp-suite list`) or a larger "
+                          "batch" if helping else "try a larger batch")
+                names.append(f"{table_text(row['workload'])} / {table_text(row['framework'])} / "
+                             f"{table_text(mode or '–')} / batch {int(row['batch_size'])} / "
+                             f"{table_text(row['precision'])} ({float(row['gpu_busy_pct']):.0f}%: {advice})")
+            lines.append(f"{BOUND_MARK} marks a cell whose GPU was busy less than {BOUND_BELOW_PCT:.0f}% of the "
+                         "time: the step is launch- or input-bound (the GPU waits on the host), so a faster "
+                         "kernel, AMP's included, barely shortens it. " + "; ".join(names) + ".")
+    return [line for text in lines for line in (text, "")]
+
+
+def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
+    """One sentence per framework and workload: the fastest configuration found (mode, batch, precision) and its
+    speed-up over fp32 in the framework's base mode at the workload's smallest batch of the sweep."""
+    from amp_suite.modes import base_mode
+
+    ok = summary[(summary["status"] == "ok") & summary["throughput"].notna()] if not summary.empty else summary
+    if ok.empty:
+        return []
+    lines = []
+    for (workload, framework, kind), group in ok.groupby(["workload", "framework", "device_kind"], sort=False):
+        best = group.loc[group["throughput"].idxmax()]
+        modes = [str(m) for m in group["mode"] if m]
+        base = base_mode(modes) if modes else ""
+        baseline = group[(group["precision"] == BASELINE) & (group["mode"] == base)]
+        where = f"{table_text(framework)} on {table_text(workload)} ({kind})"
+        config = ((f"mode {table_text(best['mode'])}, " if best["mode"] else "")
+                  + f"batch {int(best['batch_size'])}, {table_text(best['precision'])}: "
+                  f"{best['throughput']:,.0f} images/s")
+        baseline_name = f"fp32 {base} baseline" if base else "fp32 baseline"
+        if baseline.empty:
+            lines.append(f"- {where}: best configuration found is {config} (no {baseline_name} cell to compare "
+                         "with).")
+            continue
+        reference = baseline.sort_values("batch_size").iloc[0]
+        lines.append(f"- {where}: best configuration found is {config}, "
+                     f"{best['throughput'] / reference['throughput']:.2f}x the {baseline_name} "
+                     f"at batch {int(reference['batch_size'])}.")
+    return lines + [""]
+
+
 def incomplete_lines(environment: dict[str, Any]) -> list[str]:
     """A warning for the report's header when the sweep stopped before every planned cell ran
     (``environment["incomplete"]``, written by the sweep that stopped; a later ``--resume`` drops it)."""
@@ -606,14 +781,23 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
 
     def throughput(row) -> str:
         text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
+        parts = []
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
             over_tf32 = speedup_interval(row, "speedup_over_tf32")
             ceiling = row.get("ceiling_ratio")
-            text += (f" ({NOISIER_MARK + ' ' if row.get('speedup_noisier') else ''}"
-                     f"{_ratio_text(speedup_interval(row))}"
-                     + (f"; {_ratio_text(over_tf32)} over tf32"
-                        if row["precision"] != "tf32" and _known(over_tf32.value) else "")
-                     + (f"; ceiling {ceiling:.2f}x)" if _known(ceiling) else ")"))
+            parts.append(f"{NOISIER_MARK + ' ' if row.get('speedup_noisier') else ''}"
+                         f"{_ratio_text(speedup_interval(row))}")
+            if row["precision"] != "tf32" and _known(over_tf32.value):
+                parts.append(f"{_ratio_text(over_tf32)} over tf32")
+            if _known(ceiling):
+                parts.append(f"ceiling {ceiling:.2f}x")
+        if _known(row.get("speedup_over_base_mode")):
+            parts.append(f"{row['speedup_over_base_mode']:.2f}x over {row['base_mode']}")
+        if parts:
+            text += f" ({'; '.join(parts)})"
+        if row.get("device_kind") == "gpu" and _known(row.get("gpu_busy_pct")):
+            busy = float(row["gpu_busy_pct"])
+            text += f", GPU {busy:.0f}%" + (f" {BOUND_MARK}" if busy < BOUND_BELOW_PCT else "")
         return text
 
     def energy(row) -> str:
@@ -655,8 +839,13 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         return text
 
     has_tf32 = bool(((summary["precision"] == "tf32") & (summary["status"] == "ok")).any())
+    has_modes = bool(summary["speedup_over_base_mode"].notna().any()) if "speedup_over_base_mode" in summary else False
+    has_busy = bool(((summary["device_kind"] == "gpu") & summary["gpu_busy_pct"].notna()).any()) \
+        if "gpu_busy_pct" in summary else False
     tables = {
-        "Throughput, images/s (speed-up over fp32" + ("; over tf32" if has_tf32 else "") + ")":
+        "Throughput, images/s (speed-up over fp32" + (" in the same mode" if has_modes else "")
+        + ("; over tf32" if has_tf32 else "") + ("; over the base mode" if has_modes else "") + ")"
+        + ("; GPU busy %" if has_busy else ""):
             _pivot(summary, throughput),
         "Peak memory, MiB (ratio to fp32)": _pivot(summary, memory),
         "Validation accuracy (difference from fp32)": _pivot(summary, accuracy),
@@ -708,15 +897,17 @@ def time_to_target_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
     ok = cells[(cells["status"] == "ok") & cells["target_accuracy"].notna()]
     if ok.empty:
         return pd.DataFrame()
-    keys = ["workload", "framework", "device_kind", "devices", "precision"]
+    ok = ok.assign(batch_size=ok["batch_size"].fillna(0).astype(int))
+    with_modes, with_batches = shows_modes(ok), shows_batches(ok)
+    keys = ["workload", "framework", "device_kind", "devices", "mode", "batch_size", "precision"]
     medians: dict[tuple, float] = {}
     rows = []
     for key, group in ok.groupby(keys, sort=False):
         reached = group[group["target_reached"].fillna(False).astype(bool)]
         medians[key] = _median(reached["time_to_target_s"]) if len(reached) else math.nan
     order = {p: i for i, p in enumerate(_precision_order(list(dict.fromkeys(ok["precision"]))))}
-    for key, group in sorted(ok.groupby(keys, sort=False), key=lambda kv: (kv[0][:4], order.get(kv[0][4], 99))):
-        workload, framework, kind, devices, precision = key
+    for key, group in sorted(ok.groupby(keys, sort=False), key=lambda kv: (kv[0][:6], order.get(kv[0][6], 99))):
+        workload, framework, kind, devices, mode, batch, precision = key
         reached = group[group["target_reached"].fillna(False).astype(bool)]
         target = _first(group["target_accuracy"])
         if len(reached):
@@ -728,10 +919,12 @@ def time_to_target_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataF
             time, steps, epochs = "not reached", "–", "–"
             state = f"not reached: best {_median(group['best_val_accuracy']) * 100:.2f}%" \
                 if _known(_median(group["best_val_accuracy"])) else "not reached"
-        base = medians.get((workload, framework, kind, devices, BASELINE), math.nan)
+        base = medians.get((workload, framework, kind, devices, mode, batch, BASELINE), math.nan)
         ratio = medians[key] / base if precision != BASELINE and _known(base) and base > 0 else math.nan
         rows.append({"workload": table_text(workload), "framework": table_text(framework),
                      "device": table_text(device_label(kind, list(group["device"]))),
+                     **({"mode": table_text(mode or "–")} if with_modes else {}),
+                     **({"batch": str(batch)} if with_batches else {}),
                      "precision": table_text(precision), "target": f"{target * 100:.2f}%",
                      "time to target": time, "steps": steps, "epochs": epochs, "reached": table_text(state),
                      "ratio to fp32": _fmt(ratio, "{:.2f}x"),
@@ -832,13 +1025,13 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
 
 # Columns of the per-run table and how each is printed.
 DETAIL_FORMATS = {
-    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "repeat": "{:d}",
-    "status": "{}", "devices": "{:d}",
+    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "mode": "{}", "batch_size": "{:d}",
+    "repeat": "{:d}", "status": "{}", "devices": "{:d}",
     "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
     "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "timed_steps": "{:d}", "peak_memory_mib": "{:,.0f}",
     "rss_growth_mib": "{:,.0f}", "compiled_step_mib": "{:,.1f}", "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
     "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "peak_fraction": "{:.3f}",
-    "compilation": "{}",
+    "compilation": "{}", "compile_time_s": "{:.2f}", "gpu_busy_pct": "{:.0f}",
     "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
 }
 
@@ -912,7 +1105,11 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     for title, table in comparison_tables(summary, environment).items():
         out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
         if title.startswith("Throughput"):
-            out += interval_lines(summary, environment)
+            out += interval_lines(summary, environment) + mode_lines(summary)
+            best = best_configuration_lines(summary)
+            if best:
+                out += ["Best configuration per framework (fastest mode, batch and precision of the sweep):", "",
+                        *best]
         if title.startswith("Peak memory"):
             out += memory_noise_lines(summary)
     from amp_suite.report.cross_pool import CROSS_POOL_NOTE, cross_pool_table, pool_lines

@@ -36,7 +36,7 @@ from amp_suite.config.environments import environments_dir
 from amp_suite.config.settings import CELL_FIELDS, SweepSettings, check_names
 from amp_suite.envs.placement import Placement, place_frameworks
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
-from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec
+from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec, Workload
 from amp_suite.report.text import path_text
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
 from amp_suite.sweep.stored import warn_about_other_settings, warn_skipped_lines
@@ -147,6 +147,11 @@ def device_counts(settings: SweepSettings) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def batch_sizes_of(settings: SweepSettings, workload: Workload) -> tuple[int, ...]:
+    """The global batch sizes a workload's cells run: ``--batch-sizes``, else ``--batch-size``, else its own."""
+    return tuple(settings.batch_sizes) or (settings.batch_size or workload.batch_size,)
+
+
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
                placements: dict[str, Placement] | None = None):
@@ -183,13 +188,15 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
             precisions = settings.precisions if repeat % 2 == 0 else tuple(reversed(settings.precisions))
-            for name, pool, devices, precision in itertools.product(
-                    settings.frameworks, settings.pools or ("",), counts, precisions):
+            for name, pool, devices, mode, batch_size, precision in itertools.product(
+                    settings.frameworks, settings.pools or ("",), counts, settings.modes or ("",),
+                    batch_sizes_of(settings, workload), precisions):
                 place = (placements or {}).get(name) or Placement(name, name)
                 framework = place.framework
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                    **{**per_cell, "steps": steps, "batch_size": settings.batch_size or workload.batch_size},
+                    **{**per_cell, "steps": steps, "batch_size": batch_size},
+                    mode=mode, batch_axis=bool(settings.batch_sizes),
                     options=dict(config.framework_options.get(framework, {})),
                     plugin_modules=plugin_modules, devices=devices,
                     launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",
@@ -273,11 +280,12 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     check_names("dataset", (settings.dataset,), DATASETS)
     for name in settings.workloads:
         workload = config.workloads[name]
-        check_request(settings.dataset, workload, settings.train_split, settings.val_split,
-                      batch_size=settings.batch_size or workload.batch_size)
-        for count in settings.devices:
-            assert isinstance(count, int), count  # "all" was resolved above
-            check_batch_split(name, settings.batch_size or workload.batch_size, count)
+        for batch_size in batch_sizes_of(settings, workload):
+            check_request(settings.dataset, workload, settings.train_split, settings.val_split,
+                          batch_size=batch_size)
+            for count in settings.devices:
+                assert isinstance(count, int), count  # "all" was resolved above
+                check_batch_split(name, batch_size, count)
     if request.inline:
         print("amp-suite: note: --inline runs every cell in this process, without a timeout", file=sys.stderr)
     from amp_suite.datasets.fetch import DATA_DIR_ENV, check_data_dir
@@ -353,7 +361,7 @@ def _fit_preset_devices(config: SuiteConfig, settings: SweepSettings, record: di
     from amp_suite.launchers import visible_devices
 
     visible = visible_devices(settings.device)
-    batches = [settings.batch_size or config.workloads[name].batch_size for name in settings.workloads]
+    batches = [batch for name in settings.workloads for batch in batch_sizes_of(settings, config.workloads[name])]
     fitted = fit_device_counts(tuple(int(n) for n in settings.devices), visible, batches)
     if fitted != tuple(settings.devices):
         record["adjusted"].append(

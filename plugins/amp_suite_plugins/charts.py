@@ -12,7 +12,14 @@ as in the report's tables):
   one panel per workload x framework (from ``step_losses`` when the results
   record them);
 * ``chart-accuracy.png``: validation accuracy per precision, the difference
-  from fp32 written on each bar (n/a on synthetic data).
+  from fp32 written on each bar (n/a on synthetic data);
+* ``chart-batch.png``, when the sweep ran a workload at several batch sizes
+  (``--batch-sizes``): the AMP speed-up over fp32 against the batch size, one
+  line per framework, mode and AMP precision, and the peak-memory ratio
+  beside it.
+
+With several modes or batch sizes, each bar group is a workload x framework x
+mode x batch size.
 
 Every chart's plotted values are written to ``charts.json`` (the file, its
 size in pixels and the series), so tests and other tools can check them
@@ -48,6 +55,7 @@ CHARTS = {
     "memory": "chart-memory.png",
     "loss": "chart-loss.png",
     "accuracy": "chart-accuracy.png",
+    "batch": "chart-batch.png",
 }
 DPI = 100
 BACKGROUND = "#f7f7f5"  # opaque and light: dark text on it reads in dark and light viewers
@@ -76,8 +84,10 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _label(workload: str, framework: str, workloads: int) -> str:
+def _label(workload: str, framework: str, workloads: int, mode: str = "", batch: int | None = None) -> str:
     text = framework if workloads == 1 else f"{framework}\n{workload}"
+    text += f"\n{mode}" if mode else ""
+    text += f"\nbatch {batch}" if batch else ""
     return "\n".join(textwrap.fill(line, 14) for line in text.split("\n"))
 
 
@@ -86,17 +96,23 @@ def _label(workload: str, framework: str, workloads: int) -> str:
 
 def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[str, Any]:
     """The values of every chart, from the same summary as the report's tables."""
-    from amp_suite.report.normalize import summary_frame
+    from amp_suite.report.normalize import ordered_summary, shows_batches, shows_modes, summary_frame
 
     summary = summary_frame(results, environment)
-    ok = summary[summary["status"] == "ok"] if not summary.empty else summary
-    groups = list(dict.fromkeys(zip(ok["workload"], ok["framework"], strict=True))) if not ok.empty else []
+    ok = ordered_summary(summary[summary["status"] == "ok"]) if not summary.empty else summary
+    with_modes, with_batches = shows_modes(ok), shows_batches(ok)
+    # A bar group: workload x framework, and x mode and x batch size where the sweep has those axes.
+    places = list(dict.fromkeys(zip(ok["workload"], ok["framework"], ok["mode"], ok["batch_size"], strict=True))) \
+        if not ok.empty else []
+    groups = [(w, f) for w, f, _, _ in places]
     workloads = len({w for w, _ in groups})
     precisions = _order(ok["precision"]) if not ok.empty else []
     amp = [p for p in precisions if p != BASELINE]
 
-    def value(workload: str, framework: str, precision: str, column: str) -> float | None:
-        rows = ok[(ok["workload"] == workload) & (ok["framework"] == framework) & (ok["precision"] == precision)]
+    def value(place: tuple, precision: str, column: str) -> float | None:
+        workload, framework, mode, batch = place
+        rows = ok[(ok["workload"] == workload) & (ok["framework"] == framework) & (ok["precision"] == precision)
+                  & (ok["mode"] == mode) & (ok["batch_size"] == batch)]
         if rows.empty:
             return None
         number = rows[column].iloc[0]
@@ -105,16 +121,19 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
     def bars(column: str, wanted: list[str], extra: str | None = None) -> list[dict[str, Any]]:
         out = []
         for precision in wanted:
-            series = {"precision": precision, "values": [value(w, f, precision, column) for w, f in groups]}
+            series = {"precision": precision, "values": [value(p, precision, column) for p in places]}
             if extra:
-                series[extra] = [value(w, f, precision, extra) for w, f in groups]
+                series[extra] = [value(p, precision, extra) for p in places]
             if f"{column}_low" in ok.columns:  # a 95% interval from paired repeats, where there is one
-                series["low"] = [value(w, f, precision, f"{column}_low") for w, f in groups]
-                series["high"] = [value(w, f, precision, f"{column}_high") for w, f in groups]
+                series["low"] = [value(p, precision, f"{column}_low") for p in places]
+                series["high"] = [value(p, precision, f"{column}_high") for p in places]
             out.append(series)
         return out
 
-    labels = [{"workload": w, "framework": f, "label": _label(w, f, workloads)} for w, f in groups]
+    labels = [{"workload": w, "framework": f, **({"mode": m} if with_modes else {}),
+               **({"batch_size": int(b)} if with_batches else {}),
+               "label": _label(w, f, workloads, m if with_modes else "", int(b) if with_batches else None)}
+              for w, f, m, b in places]
     synthetic = _synthetic(results)
     half = [p for p in amp if p != "tf32"]
     over_tf32 = ({"speedup_tf32": {"groups": labels, "series": bars("speedup_over_tf32", half),
@@ -126,8 +145,24 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
         "memory": {"groups": labels, "series": bars("memory_ratio", amp), "unit": "x fp32"},
         "accuracy": {"groups": labels, "series": bars("val_accuracy", precisions, extra="accuracy_delta"),
                      "unit": "fraction of validation images", "synthetic": synthetic},
-        "loss": {"panels": _loss_panels(results, groups, precisions)},
+        "loss": {"panels": _loss_panels(results, list(dict.fromkeys(groups)), precisions)},
+        **({"batch": _batch_lines(ok, amp)} if with_batches and amp else {}),
     }
+
+
+def _batch_lines(ok: Any, amp: list[str]) -> dict[str, Any]:
+    """Per workload x framework x mode x AMP precision: speed-up over fp32 and memory ratio at each batch size."""
+    series = []
+    for (workload, framework, mode, precision), rows in ok[ok["precision"].isin(amp)].groupby(
+            ["workload", "framework", "mode", "precision"], sort=False):
+        rows = rows.sort_values("batch_size")
+        if len(rows) < 2:
+            continue
+        series.append({"workload": workload, "framework": framework, "mode": mode, "precision": precision,
+                       "batch_sizes": [int(b) for b in rows["batch_size"]],
+                       "speedup": [float(v) if _finite(v) else None for v in rows["speedup"]],
+                       "memory_ratio": [float(v) if _finite(v) else None for v in rows["memory_ratio"]]})
+    return {"series": series, "unit": "x over fp32 in the same mode and batch"}
 
 
 def _synthetic(results: list[CellResult]) -> bool:
@@ -284,6 +319,41 @@ def _loss_figure(panels: list[dict[str, Any]]):
     return fig
 
 
+def _batch_figure(data: dict[str, Any]):
+    """AMP speed-up against batch size (left) and the memory ratio (right), one line per framework, mode and
+    precision; a log-scaled batch axis."""
+    fig = _figure(12.0, 4.8)
+    left, right = fig.subplots(1, 2)
+    _style(left, title="AMP speed-up over fp32 by batch size", ylabel="speed-up over fp32 (x)",
+           xlabel="global batch size")
+    _style(right, title="Peak memory relative to fp32 by batch size", ylabel="peak memory / fp32 (x)",
+           xlabel="global batch size")
+    workloads = len({item["workload"] for item in data["series"]})
+    lines = list(dict.fromkeys((item["framework"], item["mode"], item["workload"]) for item in data["series"]))
+    for item in data["series"]:
+        colour = EXTRA_COLOURS[lines.index((item["framework"], item["mode"], item["workload"])) % len(EXTRA_COLOURS)]
+        name = " ".join(part for part in (item["framework"], item["mode"],
+                                          item["workload"] if workloads > 1 else "", item["precision"]) if part)
+        style = "-" if item["precision"] == "amp_bf16" else "--" if item["precision"] == "amp_fp16" else ":"
+        for ax, column in ((left, "speedup"), (right, "memory_ratio")):
+            points = [(b, v) for b, v in zip(item["batch_sizes"], item[column], strict=True) if v is not None]
+            if points:
+                ax.plot([b for b, _ in points], [v for _, v in points], marker="o", linestyle=style, color=colour,
+                        linewidth=1.4, label=name)
+    for ax in (left, right):
+        ax.axhline(1.0, color="#aa3333", linewidth=1.0, linestyle="--")
+        ax.set_xscale("log", base=2)
+        batches = sorted({b for item in data["series"] for b in item["batch_sizes"]})
+        if batches:
+            ax.set_xticks(batches, [str(b) for b in batches])
+    if data["series"]:
+        right.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, labelcolor=TEXT, fontsize=8)
+    else:
+        left.text(0.5, 0.5, "no AMP cell ran at two batch sizes", ha="center", va="center", color=TEXT,
+                  transform=left.transAxes)
+    return fig
+
+
 def _png(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
@@ -310,6 +380,8 @@ def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]
                                   if data["accuracy"]["synthetic"] else ""),
         "loss": _loss_figure(data["loss"]["panels"]),
     }
+    if "batch" in data:
+        figures["batch"] = _batch_figure(data["batch"])
     if "speedup_tf32" in data:  # a GPU with TF32: AMP against what an untouched model runs there
         figures["speedup_tf32"] = _grouped_bars(
             data["speedup_tf32"], title="Training speed-up over tf32 (higher is better)",
@@ -343,6 +415,12 @@ def report_sections(results: list[CellResult]) -> list[tuple[str, str]]:
           if {"tf32"} < {r.precision for r in results if r.status == "ok"} - {BASELINE} else []),
         f"![Peak memory ratio]({CHARTS['memory']})",
         "",
+        *([f"![AMP speed-up and memory ratio by batch size]({CHARTS['batch']})", "",
+           "AMP's speed-up over fp32 (left) and its peak-memory ratio (right) against the batch size, one line per "
+           "framework, mode and AMP precision (solid bf16, dashed fp16), each point over fp32 at the same batch "
+           "and in the same mode.", ""]
+          if len({(r.workload, (r.config or {}).get("batch_size")) for r in results if r.status == "ok"})
+          > len({r.workload for r in results if r.status == "ok"}) else []),
         f"![Training loss per step]({CHARTS['loss']})",
         "",
         f"![Validation accuracy]({CHARTS['accuracy']})",

@@ -90,6 +90,10 @@ def framework_info() -> FrameworkInfo:
         options=OPTIONS,
         doctor_probe="amp_suite_plugins.keras.doctor",
         calibration_probe="amp_suite_plugins.keras.calibration",
+        # graph: tf.function without XLA (jit_compile=False); compiled: jit_compile=True.  The mode, when the sweep
+        # names one, wins over the jit_compile option.
+        modes={"cpu": ("graph", "compiled"), "gpu": ("graph", "compiled")},
+        default_mode="compiled",
     )
 
 
@@ -115,6 +119,8 @@ def _inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | No
 
 
 def _jit(run: RunSpec) -> bool:
+    if run.mode:  # --modes graph,compiled
+        return run.mode == "compiled"
     return bool(run.options.get("jit_compile", OPTIONS["jit_compile"].default))
 
 
@@ -524,6 +530,7 @@ def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, An
         "framework_version": f"tensorflow {tf.__version__}, keras {package_version('keras') or '?'}",
         "train_step_traces": int(model.train_step.experimental_get_tracing_count()),
         "compilation": "XLA (jit_compile)" if _jit(run) else "tf.function graph",
+        "mode": "compiled" if _jit(run) else "graph",
     }
     if device.kind == "gpu":
         gpus = [f"GPU:{i}" for i in range(run.local_devices)] if model.strategy is not None else ["GPU:0"]

@@ -96,6 +96,12 @@ OPTIONS = {
 }
 
 
+# eager; the whole training step through torch.compile; the same replayed as CUDA graphs (GPU only).
+MODES = {"cpu": ("eager", "compiled"), "gpu": ("eager", "compiled", "cudagraphs")}
+# torch.compile's mode argument for each compiled execution mode.
+COMPILE_MODES = {"compiled": None, "cudagraphs": "reduce-overhead"}
+
+
 @hookimpl
 def framework_info() -> FrameworkInfo:
     return FrameworkInfo(
@@ -109,7 +115,14 @@ def framework_info() -> FrameworkInfo:
         options=OPTIONS,
         doctor_probe="amp_suite_plugins.torch.doctor",
         calibration_probe="amp_suite_plugins.torch.calibration",
+        modes=MODES,
+        default_mode="eager",
     )
+
+
+def mode_of(run: RunSpec) -> str:
+    """The run's execution mode: ``eager`` unless the sweep asked for another."""
+    return run.mode or "eager"
 
 
 def option(run: RunSpec, name: str) -> Any:
@@ -133,6 +146,8 @@ class TorchModel:
     train_forward: Any  # the module, its DistributedDataParallel wrapper, or torch.compile's wrapper
     process: Any = None  # the DistributedSpec of a data-parallel cell, else None
     stored_dtype: Any = None  # parameters, statistics, images, logits and loss: torch.float64 under fp64, else float32
+    mode: str = "eager"  # the execution mode (MODES)
+    compiled_step: Any = None  # compiled and cudagraphs modes: torch.compile of the whole step (see make_step)
 
 
 @hookimpl
@@ -172,8 +187,16 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         torch.backends.cudnn.benchmark = bool(option(run, "cudnn_benchmark"))
         notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
     notes.append(f"channels_last={bool(option(run, 'channels_last'))}")
-    if option(run, "compile"):
-        notes.append("torch.compile=inductor (compiled in the warm-up steps)")
+    mode = mode_of(run)
+    if mode == "compiled":
+        notes.append("mode=compiled: the whole training step (forward, backward, optimizer) through torch.compile "
+                     "(inductor), compiled in the warm-up steps")
+    elif mode == "cudagraphs":
+        notes.append("mode=cudagraphs: the whole training step through torch.compile(mode='reduce-overhead'), "
+                     "replayed as CUDA graphs, compiled and recorded in the warm-up steps")
+    elif option(run, "compile"):
+        notes.append("torch.compile=inductor on the forward pass only (option compile; compiled in the warm-up "
+                     "steps); mode compiled compiles the whole step")
     if option(run, "fused"):
         notes.append("optimizer=fused (torch.optim ... fused=True: one kernel per step; the figure "
                      "optimizer_implementation confirms it)")
@@ -336,11 +359,14 @@ def _load(torch: Any, net: Any, variables: dict[str, np.ndarray], flattened: dic
 
 
 def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool = False,
-                    device_type: str = "cpu") -> tuple[Any, Any]:
+                    device_type: str = "cpu", tensor_lr: bool = False) -> tuple[Any, Any]:
     """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient).
 
     ``fused`` asks for the single-kernel implementation; an optimizer or device
-    without one raises :class:`UnsupportedError`.
+    without one raises :class:`UnsupportedError`.  ``tensor_lr`` holds the
+    learning rate in a 0-d tensor on the parameters' device (the compiled
+    modes): a schedule then fills it in place, where a changing Python float
+    would make torch.compile recompile the optimizer step at every step.
     """
     params = list(params)
     kwargs: dict[str, Any]
@@ -355,6 +381,8 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
                                              eps=spec.epsilon, weight_decay=spec.weight_decay)
     else:
         raise ValueError(f"torch plugin has no optimizer {spec.name!r}")
+    if tensor_lr and spec.schedule != "constant":
+        kwargs["lr"] = torch.tensor(spec.learning_rate, dtype=torch.float32, device=params[0].device)
     if fused:
         import inspect
 
@@ -413,8 +441,10 @@ def build_model(
     stored = getattr(torch, applied.param_dtype)  # float64 only under fp64: every float32 value casts exactly
     net = net.to(dev, stored, memory_format=memory_format)
     net.train()
+    mode = mode_of(run)
     optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters(),
-                                           fused=bool(option(run, "fused")), device_type=dev.type)
+                                           fused=bool(option(run, "fused")), device_type=dev.type,
+                                           tensor_lr=mode in COMPILE_MODES)
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     scaler = None
     if applied.loss_scaling == "dynamic":
@@ -429,10 +459,13 @@ def build_model(
     if dev.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    if option(run, "compile"):
+    if option(run, "compile") and mode == "eager":
         train_forward = torch.compile(train_forward)
-    return TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
-                      train_forward, process, stored)
+    model = TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
+                       train_forward, process, stored, mode)
+    if mode in COMPILE_MODES:
+        model.compiled_step = torch.compile(_whole_step(torch, model), mode=COMPILE_MODES[mode])
+    return model
 
 
 def _data_parallel(torch: Any, run: RunSpec, net: Any, device: DeviceInfo) -> tuple[Any, Any]:
@@ -504,13 +537,51 @@ def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any, masks
         return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype), labels)
 
 
+def _whole_step(torch: Any, model: TorchModel):
+    """The training step the compiled modes hand to torch.compile: forward, loss, backward, loss scaling and
+    the optimizer's update (the schedule's step stays outside: it only fills the tensor learning rate)."""
+
+    def whole_step(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
+        model.optimizer.zero_grad(set_to_none=True)
+        loss = _forward_loss(torch, model, images, labels, masks)
+        if model.scaler is None:
+            loss.backward()
+            model.optimizer.step()
+            return loss.detach(), None
+        model.scaler.scale(loss).backward()
+        before = model.scaler._get_scale_async().clone()  # see make_step
+        model.scaler.step(model.optimizer)
+        model.scaler.update()
+        return loss.detach(), model.scaler._get_scale_async() >= before
+
+    return whole_step
+
+
 def make_step(torch: Any, model: TorchModel):
     """One optimizer step on a staged batch; returns (loss, applied) without waiting for the device.
 
     ``applied`` is a device tensor under loss scaling (the scale did not drop,
     read through ``GradScaler``'s asynchronous scale tensor instead of the
-    synchronizing ``get_scale()``), else ``True``.
+    synchronizing ``get_scale()``), else ``True``.  The compiled modes run
+    :func:`_whole_step` through torch.compile; under CUDA graphs each step
+    opens a new replay (``cudagraph_mark_step_begin``) and its outputs are
+    copied out before the next replay overwrites them.
     """
+    if model.compiled_step is not None:
+        graphs = model.mode == "cudagraphs"
+
+        def compiled(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+            if graphs:
+                torch.compiler.cudagraph_mark_step_begin()
+            loss, applied = model.compiled_step(*batch)
+            if graphs:
+                loss = loss.clone()
+                applied = applied.clone() if applied is not None else None
+            if model.scheduler is not None:
+                model.scheduler.step()
+            return loss, True if applied is None else applied
+
+        return compiled
 
     def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
         images, labels, masks = batch
@@ -654,9 +725,14 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
         "framework_version": f"torch {package_version('torch') or torch.__version__}",
         "torch_num_threads": torch.get_num_threads(),
         # from the option, not the object: a data-parallel cell's DDP wrapper is not the module either
-        "compilation": "torch.compile (inductor)" if option(run, "compile") else "eager",
+        "compilation": {"compiled": "torch.compile (inductor): the whole step",
+                        "cudagraphs": "torch.compile (inductor, reduce-overhead: CUDA graphs): the whole step",
+                        }.get(model.mode, "torch.compile (inductor): the forward pass" if option(run, "compile")
+                              else "eager"),
         "optimizer_implementation": optimizer_implementation(torch, model.optimizer),
     }
+    if model.compiled_step is not None or option(run, "compile"):
+        figures.update(_compile_figures(torch))
     if model.device_type == "cuda":
         torch.cuda.synchronize()
         figures["device_peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
@@ -664,6 +740,25 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
     if model.process is not None:
         figures.update(_per_rank_memory(torch, figures))
     return figures
+
+
+def _compile_figures(torch: Any) -> dict[str, Any]:
+    """What torch.compile made of the run: graphs compiled, graph breaks and recompilations (dynamo's counters)."""
+    try:
+        from torch._dynamo.utils import counters  # private, read-only: no public accessor in torch 2.13
+    except ImportError:
+        return {}
+    found: dict[str, Any] = dict(counters)
+    breaks: dict[str, int] = dict(found.get("graph_break", {}))
+    reasons = sorted({(str(reason).splitlines() or [""])[0][:120] for reason in breaks})
+    return {
+        "compiled_graphs": int(dict(found.get("stats", {})).get("unique_graphs", 0)),
+        "graph_breaks": int(sum(breaks.values())),
+        "graph_break_reasons": "; ".join(reasons)[:600],
+        "recompiles": int(sum(dict(found.get("recompiles", {})).values())),
+        # cudagraphs mode: graphs inductor ran without CUDA graphs (a mutated input, a CPU tensor ...)
+        "cudagraph_skips": int(dict(found.get("inductor", {})).get("cudagraph_skips", 0)),
+    }
 
 
 @hookimpl

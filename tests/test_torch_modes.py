@@ -1,0 +1,95 @@
+"""PyTorch's execution modes: eager, the whole step through torch.compile, and CUDA graphs (faked on a CPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from amp_suite.records import RunSpec  # noqa: E402
+from amp_suite.workloads.workload import init_variables, workload_from_config  # noqa: E402
+from amp_suite_plugins.torch import plugin as torch_plugin  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a real framework on 2 cores
+
+
+def _build(mode: str, precision: str = "fp32"):
+    workload = workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "batch_size": 4,
+                                             "optimizer": "sgd", "momentum": 0.9, "schedule": "cosine"})
+    workload = dataclasses.replace(workload, optimizer=dataclasses.replace(workload.optimizer, decay_steps=10))
+    run = RunSpec(framework="torch", workload="tiny", precision=precision, steps=4, warmup=1, batch_size=4,
+                  device="cpu", mode=mode)
+    device = torch_plugin.select_device(run)
+    applied = torch_plugin.set_precision(run, device)
+    weights, state = init_variables(workload, run.seed)
+    model = torch_plugin.build_model(run, workload, weights, state, applied, device)
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.rand(4, 1, 8, 8, generator=generator).contiguous(memory_format=model.memory_format),
+                torch.randint(0, 10, (4,), generator=generator), {}) for _ in range(3)]
+    return run, model, device, applied, batches
+
+
+def _losses(model, batches) -> list[float]:
+    step = torch_plugin.make_step(torch, model)
+    return [float(step(batch)[0]) for batch in batches]
+
+
+def test_the_plugin_declares_its_modes():
+    info = torch_plugin.framework_info()
+    assert info.modes == {"cpu": ("eager", "compiled"), "gpu": ("eager", "compiled", "cudagraphs")}
+    assert info.default_mode == "eager"
+
+
+def test_cudagraphs_compiles_the_whole_step_with_reduce_overhead_and_copies_each_steps_outputs(monkeypatch):
+    """CUDA graphs need a GPU: torch.compile and the step marker are faked, the step itself runs eagerly."""
+    compiled: list[dict] = []
+    marks: list[int] = []
+    outputs: list = []
+
+    def fake_compile(function, **kwargs):
+        compiled.append(kwargs)
+
+        def replay(*args):
+            outputs.append(function(*args))
+            return outputs[-1]
+        return replay
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
+    _, eager, _, _, batches = _build("")
+    expected = _losses(eager, batches)
+    run, model, device, applied, _ = _build("cudagraphs")
+    assert compiled == [{"mode": "reduce-overhead"}]
+    assert any("replayed as CUDA graphs" in note for note in applied.notes)
+    step = torch_plugin.make_step(torch, model)
+    results = [step(batch) for batch in batches]
+    assert len(marks) == len(batches)  # one replay opened per step
+    for (loss, _), (inner, _) in zip(results, outputs, strict=True):
+        assert loss is not inner and float(loss) == float(inner)  # copied out before the next replay
+    assert [float(loss) for loss, _ in results] == pytest.approx(expected, rel=1e-6)
+    # Under the cosine schedule the learning rate is a tensor the scheduler fills in place (no recompile).
+    lr = model.optimizer.param_groups[0]["lr"]
+    assert isinstance(lr, torch.Tensor)
+    assert float(lr) < workload_lr(model) and model.optimizer.param_groups[0]["lr"] is lr
+    figures = torch_plugin.measure(run, model, device)
+    assert "CUDA graphs" in figures["compilation"]
+
+
+def workload_lr(model) -> float:
+    return float(model.scheduler.base_lrs[0])
+
+
+def test_the_compiled_mode_trains_like_eager_through_torch_compile():
+    """The one test that really compiles (tens of seconds on 2 cores): the same first losses as eager."""
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    _, eager, _, _, batches = _build("")
+    run, model, device, _, _ = _build("compiled")
+    compiled = _losses(model, batches)
+    assert compiled == pytest.approx(_losses(eager, batches), rel=1e-4)
+    figures = torch_plugin.measure(run, model, device)
+    assert figures["compilation"] == "torch.compile (inductor): the whole step"
+    assert figures["compiled_graphs"] >= 1
+    assert figures["recompiles"] == 0  # the tensor learning rate kept the schedule from recompiling

@@ -135,7 +135,8 @@ NONNEGATIVE_METRICS = (
     "cpu_freq_mhz_before", "cpu_freq_mhz_after",
 )
 SIGNED_METRICS = ("final_loss", "first_step_loss", "val_loss", "loss_scale_final")
-NUMBER_LIST_METRICS = ("window_throughputs", "step_losses", "epoch_times_s")
+NUMBER_LIST_METRICS = ("window_throughputs", "epoch_times_s")
+NUMBER_LISTS_METRICS = ("step_losses",)
 TEXT_METRICS = ("dataset_note", "compilation", "telemetry_source", "latency_source", "framework_version")
 TEXT_LIST_METRICS = ("measurement_flags",)
 FLAG_METRICS = ("dataset_substituted", "target_reached")
@@ -172,6 +173,11 @@ def metric_problem(name: str, value: Any) -> str | None:
     if name in NUMBER_LIST_METRICS:
         if not isinstance(value, list) or len(value) > LIST_ITEMS or not all(map(_is_number, value)):
             return f"not a list of numbers: {shown}"
+        return None
+    if name in NUMBER_LISTS_METRICS:  # one list of numbers per epoch
+        if not isinstance(value, list) or len(value) > LIST_ITEMS or not all(
+                isinstance(v, list) and len(v) <= LIST_ITEMS and all(map(_is_number, v)) for v in value):
+            return f"not a list of lists of numbers: {shown}"
         return None
     if name in TEXT_LIST_METRICS:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):

@@ -470,3 +470,13 @@ def test_the_acceptance_report_replaces_only_its_own_file_unless_forced(tmp_path
     assert "--force" in _stderr_lines(capsys)[-1] and notes.read_text() == "# my notes\n"
     assert main(["doctor", "--force"]) == 2  # --force belongs to --acceptance
     assert "--force goes with --acceptance" in _stderr_lines(capsys)[-1]
+
+
+def test_step_losses_one_list_per_epoch_are_kept():
+    """The store writes step_losses as one list per epoch; the first check dropped them all as 'not a list of numbers'."""
+    from amp_suite.stored_values import metric_problem
+
+    assert metric_problem("step_losses", [[2.31, 2.29], [2.1]]) is None
+    assert metric_problem("step_losses", [[2.31, "nan"]]) is None  # a diverged loss is stored as text
+    assert "not a list of lists of numbers" in metric_problem("step_losses", [[2.31, "lots"]])
+    assert "not a list of lists of numbers" in metric_problem("step_losses", [2.31])

@@ -116,6 +116,15 @@ def test_an_unknown_name_lists_frameworks_and_environments(tmp_path):
         lambda: place_frameworks(["mx@1"], {"mx@1": other}, ["torch"], tmp_path))
 
 
+def test_an_unknown_backend_of_a_framework_with_backends_lists_them(tmp_path):
+    known = ["torch", "keras", "keras@jax", "keras@torch", "jax"]
+    message = _error(lambda: place_frameworks(["keras@mxnet"], {}, known, tmp_path))
+    assert message == "unknown backend 'mxnet' of keras ('keras@mxnet'); allowed: keras, keras@jax, keras@torch"
+    # a framework without backends keeps the framework message (an undeclared environment, say)
+    assert "unknown framework 'torch@2.12'" in _error(lambda: place_frameworks(["torch@2.12"], {}, known, tmp_path))
+    assert place_frameworks(["keras@jax"], {}, known, tmp_path)["keras@jax"].framework == "keras@jax"
+
+
 def test_the_gpu_set_runs_plain_names_only_on_a_gpu_and_once_built(tmp_path):
     gpu = EnvironmentSpec("torch@gpu", "torch", ("torch==2.13.0",), gpu=True)
     envs = {"torch@gpu": gpu}

@@ -79,10 +79,13 @@ extra_index_urls = ["https://example.invalid/simple"]
 
 def test_the_packaged_gpu_set_gives_each_framework_its_own_cuda_stack():
     gpu = {s.framework: s for s in load_config(None).environments.values() if s.gpu}
-    assert set(gpu) == {"torch", "keras", "jax"}
+    assert set(gpu) == {"torch", "keras", "jax", "keras@jax", "keras@torch"}
     assert any("and-cuda" in r for r in gpu["keras"].requirements)
-    assert not any("tensorflow" in r for r in gpu["torch"].requirements + gpu["jax"].requirements)
-    assert not any(r.startswith("torch") for r in gpu["keras"].requirements + gpu["jax"].requirements)
+    without_tf = [r for name in ("torch", "jax", "keras@jax", "keras@torch") for r in gpu[name].requirements]
+    assert not any("tensorflow" in r for r in without_tf)
+    assert not any(r.startswith("torch") for r in gpu["keras"].requirements + gpu["jax"].requirements
+                   + gpu["keras@jax"].requirements)
+    assert not any(r.startswith("jax") for r in gpu["keras@torch"].requirements)
 
 
 # --- placing -----------------------------------------------------------------------------------------

@@ -13,14 +13,32 @@ Keras is passed in by the hooks; this module imports no framework.
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
+from amp_suite.errors import UnsupportedError
 from amp_suite.plugins.kit import loss_scale_growth_interval
 from amp_suite.records import PrecisionApplied, RunSpec, Workload
 from amp_suite_plugins.keras.model import POLICIES
 
 # Framework name -> the KERAS_BACKEND it runs on.
 BACKENDS = {"keras": "tensorflow", "keras@jax": "jax", "keras@torch": "torch"}
+# Names the backend a probe process is for (FrameworkInfo.env): KERAS_BACKEND itself may be the user's.
+PROBE_BACKEND_ENV = "AMP_SUITE_KERAS_BACKEND"
+
+
+def import_keras(backend: str) -> Any:
+    """Keras on ``backend``: ``KERAS_BACKEND`` set to it before the first import (a value the user exported for
+    another backend does not win here), and refused when Keras already runs on another one in this process."""
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = backend
+    import keras
+
+    if keras.backend.backend() != backend:
+        raise UnsupportedError(f"Keras already runs on {keras.backend.backend()!r} in this process, not on "
+                               f"{backend!r} (KERAS_BACKEND is read once, when Keras is first imported)")
+    return keras
 
 
 def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str, ...]:

@@ -55,7 +55,13 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite_plugins.keras.backends import make_training_optimizer, mean_cross_entropy, set_policy
+from amp_suite_plugins.keras.backends import (
+    PROBE_BACKEND_ENV,
+    import_keras,
+    make_training_optimizer,
+    mean_cross_entropy,
+    set_policy,
+)
 from amp_suite_plugins.keras.model import build_keras_model, dropouts, model_inputs, named_layers, read_variables
 
 NAME = "keras@jax"
@@ -72,9 +78,10 @@ def framework_info() -> FrameworkInfo:
         modules=("keras", "jax", "jaxlib"),
         extra="keras-jax",
         precisions=STANDARD_PRECISIONS_AND_FP64,
-        env={"KERAS_BACKEND": "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        env={"KERAS_BACKEND": "jax", PROBE_BACKEND_ENV: "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("keras", "jax"),
         options=OPTIONS,
+        doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.jax.calibration",
     )
 
@@ -111,6 +118,7 @@ def select_device(run: RunSpec) -> DeviceInfo:
                                "way Keras offers); run it on one device")
     if run.device == "cpu":
         jax.config.update("jax_platforms", "cpu")
+    import_keras("jax")  # after the platform is chosen, before any other hook imports Keras
     try:
         gpus = jax.devices("gpu") if run.device != "cpu" else []
     except RuntimeError:
@@ -303,7 +311,12 @@ def measure(run: RunSpec, model: KerasJaxModel, device: DeviceInfo) -> dict[str,
 
 @hookimpl
 def runtime_versions(run: RunSpec) -> dict[str, str]:
-    """The CUDA runtime and cuDNN versions of JAX's CUDA plugin (none without one; JAX's private module)."""
+    """The CUDA runtime and cuDNN versions of JAX's CUDA plugin (none without one)."""
+    return cuda_versions()
+
+
+def cuda_versions() -> dict[str, str]:
+    """``cuda_runtime_version`` and ``cudnn_version`` of JAX's CUDA plugin, from JAX's private record."""
     try:
         from jax._src.lib import cuda_versions as versions
     except Exception:  # a JAX that moved its private module: no versions

@@ -58,7 +58,13 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite_plugins.keras.backends import make_training_optimizer, mean_cross_entropy, set_policy
+from amp_suite_plugins.keras.backends import (
+    PROBE_BACKEND_ENV,
+    import_keras,
+    make_training_optimizer,
+    mean_cross_entropy,
+    set_policy,
+)
 from amp_suite_plugins.keras.model import build_keras_model, dropouts, model_inputs, named_layers, read_variables
 
 NAME = "keras@torch"
@@ -76,9 +82,10 @@ def framework_info() -> FrameworkInfo:
         modules=("keras", "torch"),
         extra="keras-torch",
         precisions=STANDARD_PRECISIONS_AND_FP64,
-        env={"KERAS_BACKEND": "torch"},
+        env={"KERAS_BACKEND": "torch", PROBE_BACKEND_ENV: "torch"},
         distributions=("keras", "torch"),
         options=OPTIONS,
+        doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.torch.calibration",
     )
 
@@ -106,6 +113,7 @@ def select_device(run: RunSpec) -> DeviceInfo:
     if run.distributed:
         raise UnsupportedError("keras@torch has no data parallel: Keras offers none on its PyTorch backend "
                                "(keras.distribution is JAX only); run it on one device")
+    import_keras("torch")  # before any other hook imports Keras
     if require_device_kind(run, torch.cuda.is_available(), "PyTorch") == "cpu":
         return cpu_device()
     props = torch.cuda.get_device_properties(0)

@@ -64,7 +64,7 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite_plugins.keras.backends import set_policy
+from amp_suite_plugins.keras.backends import import_keras, set_policy
 from amp_suite_plugins.keras.model import (
     build_keras_model,
     dropouts,
@@ -118,6 +118,7 @@ def _jit(run: RunSpec) -> bool:
 
 @hookimpl
 def select_device(run: RunSpec) -> DeviceInfo:
+    import_keras("tensorflow")  # first: a KERAS_BACKEND exported for another backend does not win here
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")

@@ -870,9 +870,9 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory on a GPU is the training step's device memory without the staged input batches "
-        "(PyTorch and Keras: the allocator's peak after warm-up, less the bytes of the largest window's "
-        "batches; JAX, whose peak cannot be reset: XLA's memory analysis of the compiled step, less its "
-        "batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
+        "(PyTorch, and Keras on TensorFlow or PyTorch: the allocator's peak after warm-up, less the bytes of the "
+        "largest window's batches; JAX and Keras on JAX, whose peak cannot be reset: XLA's memory analysis of the "
+        "compiled step, less its batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
         "step times) is single steps each waited for on the host, in every framework. Energy, where a "
         "table shows it, is the GPU's energy counter (NVML) or the CPU package's (RAPL) over the timed "
         "windows, divided by the images trained in them. Figures are medians over ok repeats; every ratio "

@@ -196,8 +196,10 @@ def build_model(
         trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
         return (trainable, non_trainable, optimizer_values), loss, finite
 
-    state = ([v.value for v in model.trainable_variables], [v.value for v in model.non_trainable_variables],
-             [v.value for v in optimizer.variables])
+    # Copies: the step donates its state's buffers (on a GPU), and the Keras variables keep their own.
+    state = jax.tree_util.tree_map(jax.numpy.copy, ([v.value for v in model.trainable_variables],
+                                                    [v.value for v in model.non_trainable_variables],
+                                                    [v.value for v in optimizer.variables]))
     train_step = jax.jit(step, donate_argnums=(0,)) if _jit(run) else step
     return KerasJaxModel(model, optimizer, train_step, state, target, loss_scaled, named_layers(workload),
                          mask_names, stored, scale_index, traces=traces)
@@ -214,14 +216,15 @@ def stage_batches(run: RunSpec, model: KerasJaxModel, batches: list[Batch]) -> l
     return staged
 
 
-def _write_back(model: KerasJaxModel) -> None:
-    """The state's values into the Keras variables (for predict, get_variables and the loss scale)."""
+def _write_back(jax: Any, model: KerasJaxModel) -> None:
+    """Copies of the state's values into the Keras variables (for get_variables); the next step donates the
+    state's own buffers."""
     trainable, non_trainable, optimizer_values = model.state
     for variables, values in ((model.model.trainable_variables, trainable),
                               (model.model.non_trainable_variables, non_trainable),
                               (model.optimizer.variables, optimizer_values)):
         for variable, value in zip(variables, values, strict=True):
-            variable.assign(value)
+            variable.assign(jax.numpy.copy(value))
 
 
 @hookimpl
@@ -238,7 +241,7 @@ def train_epoch(run: RunSpec, model: KerasJaxModel, staged: list[tuple[Any, Any,
 
     result = timed_window(staged, one, wait=lambda outcome: jax.block_until_ready(outcome[0]),
                           fetch=lambda outcomes: fetch(outcomes) if outcomes else ([], []))
-    _write_back(model)
+    _write_back(jax, model)
     if model.loss_scaled:
         result.loss_scale_final = float(np.asarray(model.state[2][model.scale_index]))
     result.extra["traces"] = model.traces[0]

@@ -201,8 +201,13 @@ def train_epoch(run: RunSpec, model: KerasTorchModel, staged: list[tuple[Any, An
     import torch
 
     def fetch(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
-        losses = [float(loss) for loss, _ in outcomes]
-        return losses, [True if finite is None else bool(finite) for _, finite in outcomes]
+        """One read-back for the window's losses (and one for its finite flags under loss scaling)."""
+        if not outcomes:
+            return [], []
+        losses = [float(v) for v in torch.stack([loss for loss, _ in outcomes]).tolist()]
+        if outcomes[0][1] is None:
+            return losses, [True] * len(losses)
+        return losses, [bool(v) for v in torch.stack([finite for _, finite in outcomes]).tolist()]
 
     with keras.device(model.device_name):
         result = timed_window(staged, lambda batch: model.train_step(*batch),

@@ -20,7 +20,18 @@ its optimizer the suite's inside Keras's own ``LossScaleOptimizer`` under
 * **Device memory** (GPU): XLA's memory analysis of the compiled step, less its
   batch, and the allocator's peak since the process started (JAX cannot reset it).
 
-No data parallel yet: cells on several devices are ``unsupported``.
+* **Data parallel** (``--devices N``, one machine): the same stateless step
+  under ``jax.jit`` of a ``jax.shard_map`` over a 1-D mesh, as the JAX plugin
+  does it: variables replicated, device i takes the contiguous slice i of each
+  global batch, the gradient of the global batch's mean loss (shard_map's
+  autodiff sums the replicas' gradients; divided by N), loss and BatchNorm
+  statistics averaged with ``lax.pmean``.  BatchNorm normalizes each shard
+  with its own moments (per replica); ``--sync-batch-norm`` is declined and
+  said so, since Keras's synchronized BatchNormalization is TensorFlow's only.
+  ``keras.distribution.DataParallel`` is not used: under it XLA partitions
+  the step as one program over the global batch, which makes BatchNorm's
+  moments the global batch's, a different step from the suite's per-replica one.
+
 No module here imports TensorFlow.
 """
 
@@ -80,6 +91,7 @@ def framework_info() -> FrameworkInfo:
         precisions=STANDARD_PRECISIONS_AND_FP64,
         env={"KERAS_BACKEND": "jax", PROBE_BACKEND_ENV: "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("keras", "jax"),
+        launcher="process",  # one worker drives every device of the machine
         options=OPTIONS,
         doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.jax.calibration",
@@ -107,15 +119,32 @@ class KerasJaxModel:
     scale_index: int = -1  # the loss scale's place among the optimizer's variables (-1: no loss scaling)
     batch_shapes: Any = None  # the first staged batch's shapes, for XLA's memory analysis
     traces: list[int] = field(default_factory=lambda: [0])
+    mesh: Any = None  # the data-parallel Mesh of a cell on several devices, else None
+
+
+def _host_devices(run: RunSpec) -> None:
+    """The CPU as ``run.devices`` XLA devices: the flag before JAX starts, else JAX's own option."""
+    import os
+    import sys
+
+    if "jax" not in sys.modules:
+        flag = f"--xla_force_host_platform_device_count={run.devices}"
+        os.environ["XLA_FLAGS"] = " ".join(
+            [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag.split("=")[0])] + [flag])
+    else:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", run.devices)
 
 
 @hookimpl
 def select_device(run: RunSpec) -> DeviceInfo:
+    if run.distributed:
+        if run.nnodes > 1:
+            raise UnsupportedError("keras@jax runs data parallel on the devices of one machine only (nnodes=1)")
+        _host_devices(run)
     import jax
 
-    if run.distributed:
-        raise UnsupportedError("keras@jax has no data-parallel engine in amp-suite yet (keras.distribution is the "
-                               "way Keras offers); run it on one device")
     if run.device == "cpu":
         jax.config.update("jax_platforms", "cpu")
     import_keras("jax")  # after the platform is chosen, before any other hook imports Keras
@@ -124,12 +153,17 @@ def select_device(run: RunSpec) -> DeviceInfo:
     except RuntimeError:
         gpus = []
     if require_device_kind(run, bool(gpus), "JAX") == "cpu":
-        return cpu_device()
+        if run.distributed and len(jax.devices("cpu")) < run.devices:
+            raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(jax.devices('cpu'))} CPU devices")
+        return dataclasses.replace(cpu_device(), count=run.devices)
+    if run.distributed and len(gpus) < run.devices:
+        raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(gpus)} GPUs")
     dev = gpus[0]
     capability = str(getattr(dev, "compute_capability", "") or "")
     major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
     stats = dev.memory_stats() or {}
-    return DeviceInfo(kind="gpu", platform=dev.platform, name=dev.device_kind, count=len(gpus),
+    return DeviceInfo(kind="gpu", platform=dev.platform, name=dev.device_kind,
+                      count=run.devices if run.distributed else len(gpus),
                       driver=getattr(dev.client, "platform_version", ""), compute_capability=capability,
                       memory_total_bytes=stats.get("bytes_limit"), supports_tf32=major >= 8)
 
@@ -149,6 +183,14 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         f"jax_default_matmul_precision={matmul}",
         f"jit_compile={_jit(run)} ({'XLA through jax.jit' if _jit(run) else 'op by op, no XLA program'})",
     )
+    if run.distributed:
+        notes += (f"data_parallel=jax.jit(shard_map) of Keras's stateless step over a 1-D Mesh of {run.devices} "
+                  f"{device.kind} devices; gradients summed by shard_map autodiff and divided by N, loss and "
+                  "BatchNorm statistics averaged with lax.pmean",
+                  f"sharding=contiguous slice of {run.shard_size} per replica of each global batch",
+                  "batch_norm_statistics=per replica; moving statistics the replicas' mean"
+                  + (" (sync_batch_norm declined: Keras's synchronized BatchNormalization is TensorFlow's only)"
+                     if run.sync_batch_norm else ""))
     return dataclasses.replace(applied, notes=notes)
 
 
@@ -175,6 +217,7 @@ def build_model(
                    if loss_scaled else -1)
     mask_names = tuple(item.layer.name for item in dropouts(workload))
     traces = [0]
+    replicas = run.devices if run.distributed else 1
 
     def loss_and_state(trainable: Any, non_trainable: Any, scale: Any, images: Any, labels: Any,
                        masks: Any) -> tuple[Any, tuple[Any, Any]]:
@@ -192,6 +235,8 @@ def build_model(
         trainable, non_trainable, optimizer_values = state
         scale = optimizer_values[scale_index] if loss_scaled else None
         (_, (loss, non_trainable)), grads = gradient(trainable, non_trainable, scale, images, labels, masks)
+        if replicas > 1:  # inside shard_map: the replicas' summed gradient (see _replica_step), made their mean
+            grads = [g / replicas for g in grads]
         finite = optimizer.check_finite(grads) if loss_scaled else jax.numpy.bool_(True)
         trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
         return (trainable, non_trainable, optimizer_values), loss, finite
@@ -200,31 +245,76 @@ def build_model(
     state = jax.tree_util.tree_map(jax.numpy.copy, ([v.value for v in model.trainable_variables],
                                                     [v.value for v in model.non_trainable_variables],
                                                     [v.value for v in optimizer.variables]))
-    train_step = jax.jit(step, donate_argnums=(0,)) if _jit(run) else step
+    mesh = None
+    if run.distributed:
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        mesh = Mesh(np.array(jax.devices(device.kind)[:run.devices]), (AXIS,))
+        state = jax.device_put(state, NamedSharding(mesh, P()))  # replicated on every device
+        step = jax.shard_map(_replica_step(jax, step), mesh=mesh,
+                             in_specs=(P(), P(AXIS), P(AXIS), P(AXIS)), out_specs=P())
+    train_step = jax.jit(step, donate_argnums=(0,)) if _jit(run) or mesh is not None else step
     return KerasJaxModel(model, optimizer, train_step, state, target, loss_scaled, named_layers(workload),
-                         mask_names, stored, scale_index, traces=traces)
+                         mask_names, stored, scale_index, traces=traces, mesh=mesh)
+
+
+AXIS = "data"
+
+
+def _replica_step(jax: Any, step: Any) -> Any:
+    """``step`` on one replica's shard, made the global batch's step.
+
+    Inside ``shard_map`` the gradient of the replicated variables comes out of
+    autodiff already summed over the mesh (JAX's rule for a replicated input's
+    cotangent); ``step`` divides it by N before the loss-scale optimizer's
+    finite check and update, which then run as on one device, the same on
+    every replica.  Loss and BatchNorm statistics are averaged with ``lax.pmean``.
+    """
+    def replica(state: Any, images: Any, labels: Any, masks: Any) -> tuple[Any, Any, Any]:
+        (trainable, non_trainable, optimizer_values), loss, finite = step(state, images, labels, masks)
+        loss, non_trainable = jax.lax.pmean((loss, non_trainable), AXIS)
+        return (trainable, non_trainable, optimizer_values), loss, finite
+
+    return replica
 
 
 @hookimpl
 def stage_batches(run: RunSpec, model: KerasJaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
     import jax
 
-    staged = [jax.device_put((b.images, b.labels, dict(b.masks)), model.device)
+    target: Any = model.device
+    if model.mesh is not None:  # device i holds the contiguous slice i of every array (masks too)
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        target = NamedSharding(model.mesh, P(AXIS))
+    staged = [jax.device_put((b.images, b.labels, dict(b.masks)), target)
               for b in (batch.astype(model.stored_dtype) for batch in batches)]
     if staged and model.batch_shapes is None:
-        model.batch_shapes = jax.tree_util.tree_map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), staged[0])
+        model.batch_shapes = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
     return staged
 
 
 def _write_back(jax: Any, model: KerasJaxModel) -> None:
     """Copies of the state's values into the Keras variables (for get_variables); the next step donates the
     state's own buffers."""
-    trainable, non_trainable, optimizer_values = model.state
+    trainable, non_trainable, optimizer_values = _local(model, model.state)
     for variables, values in ((model.model.trainable_variables, trainable),
                               (model.model.non_trainable_variables, non_trainable),
                               (model.optimizer.variables, optimizer_values)):
         for variable, value in zip(variables, values, strict=True):
             variable.assign(jax.numpy.copy(value))
+
+
+def _local(model: KerasJaxModel, tree: Any) -> Any:
+    """One device's copy of a replicated tree (the tree itself on one device)."""
+    if model.mesh is None:
+        return tree
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x.addressable_data(0), tree)
 
 
 @hookimpl
@@ -243,7 +333,7 @@ def train_epoch(run: RunSpec, model: KerasJaxModel, staged: list[tuple[Any, Any,
                           fetch=lambda outcomes: fetch(outcomes) if outcomes else ([], []))
     _write_back(jax, model)
     if model.loss_scaled:
-        result.loss_scale_final = float(np.asarray(model.state[2][model.scale_index]))
+        result.loss_scale_final = float(np.asarray(_local(model, model.state[2][model.scale_index])))
     result.extra["traces"] = model.traces[0]
     return result
 
@@ -259,7 +349,7 @@ def predict(run: RunSpec, model: KerasJaxModel, images: np.ndarray, training: bo
     import keras
 
     x = jax.device_put(np.asarray(images, dtype=model.stored_dtype), model.device)
-    trainable, non_trainable, _ = model.state
+    trainable, non_trainable, _ = _local(model, model.state)
     # Stateless: a training-mode call's moved statistics are dropped, not written back.
     logits, _ = model.model.stateless_call(trainable, non_trainable, model_inputs(model.mask_names, x, None),
                                            training=training)
@@ -306,6 +396,8 @@ def measure(run: RunSpec, model: KerasJaxModel, device: DeviceInfo) -> dict[str,
         if step and model.batch_shapes is not None:
             batch = sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
                         for leaf in jax.tree_util.tree_leaves(model.batch_shapes))
+            if model.mesh is not None:  # each device holds its slice of the batch
+                batch //= model.mesh.devices.size
             figures["device_peak_memory_bytes"] = max(step["compiled_step_memory_bytes"] - batch, 0)
             figures["device_peak_memory_excludes_inputs"] = True
             figures["device_peak_memory_method"] = "XLA memory analysis of the compiled train step, less its batch"

@@ -347,13 +347,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     host = _host(args.plugin)
     print("frameworks:")
-    for name, info in host.frameworks().items():
+    frameworks = host.frameworks()
+    width = max([8, *(len(name) for name in frameworks)])
+    display = max([12, *(len(info.display_name) for info in frameworks.values())])
+    for name, info in frameworks.items():
         missing = info.missing_modules()
         version = next((v for d in info.distributions if (v := package_version(d))), None)
         state = f"installed {version or ''}".strip() if not missing else f"not installed ({info.install_hint()})"
         precisions = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in info.precisions.items())
         modes = "; ".join(f"{kind}: {', '.join(m)}" for kind, m in info.modes.items())
-        print(f"  {name:<8} {info.display_name:<12} {state}  [{precisions}]"
+        print(f"  {name:<{width}} {info.display_name:<{display}} {state}  [{precisions}]"
               + (f"  modes [{modes}; default {info.default_mode}]" if modes else ""))
     config_error = None
     try:

@@ -228,6 +228,12 @@ def test_the_built_in_plugins_name_their_own_probes():
         assert info.calibration_probe == f"amp_suite_plugins.{name}.calibration"
         for module in (info.doctor_probe, info.calibration_probe):
             assert importlib.util.find_spec(module) is not None, module
+    # Keras on JAX and on PyTorch: one Keras probe for both, and the ceiling of the backend's own probe
+    for name, backend in (("keras@jax", "jax"), ("keras@torch", "torch")):
+        info = frameworks[name]
+        assert info.doctor_probe == "amp_suite_plugins.keras.backend_doctor"
+        assert info.calibration_probe == f"amp_suite_plugins.{backend}.calibration"
+        assert info.env["KERAS_BACKEND"] == backend
 
 
 def test_a_probe_that_crashed_is_a_failed_row():

@@ -80,10 +80,13 @@ extra_index_urls = ["https://example.invalid/simple"]
 
 def test_the_packaged_gpu_set_gives_each_framework_its_own_cuda_stack():
     gpu = {s.framework: s for s in load_config(None).environments.values() if s.gpu}
-    assert set(gpu) == {"torch", "keras", "jax"}
+    assert set(gpu) == {"torch", "keras", "jax", "keras@jax", "keras@torch"}
     assert any("and-cuda" in r for r in gpu["keras"].requirements)
-    assert not any("tensorflow" in r for r in gpu["torch"].requirements + gpu["jax"].requirements)
-    assert not any(r.startswith("torch") for r in gpu["keras"].requirements + gpu["jax"].requirements)
+    without_tf = [r for name in ("torch", "jax", "keras@jax", "keras@torch") for r in gpu[name].requirements]
+    assert not any("tensorflow" in r for r in without_tf)
+    assert not any(r.startswith("torch") for r in gpu["keras"].requirements + gpu["jax"].requirements
+                   + gpu["keras@jax"].requirements)
+    assert not any(r.startswith("jax") for r in gpu["keras@torch"].requirements)
 
 
 # --- placing -----------------------------------------------------------------------------------------
@@ -115,6 +118,15 @@ def test_an_unknown_name_lists_frameworks_and_environments(tmp_path):
     other = EnvironmentSpec("mx@1", "mxnet", ("mxnet",))
     assert "runs framework 'mxnet', which no loaded plugin provides" in _error(
         lambda: place_frameworks(["mx@1"], {"mx@1": other}, ["torch"], tmp_path))
+
+
+def test_an_unknown_backend_of_a_framework_with_backends_lists_them(tmp_path):
+    known = ["torch", "keras", "keras@jax", "keras@torch", "jax"]
+    message = _error(lambda: place_frameworks(["keras@mxnet"], {}, known, tmp_path))
+    assert message == "unknown backend 'mxnet' of keras ('keras@mxnet'); allowed: keras, keras@jax, keras@torch"
+    # a framework without backends keeps the framework message (an undeclared environment, say)
+    assert "unknown framework 'torch@2.12'" in _error(lambda: place_frameworks(["torch@2.12"], {}, known, tmp_path))
+    assert place_frameworks(["keras@jax"], {}, known, tmp_path)["keras@jax"].framework == "keras@jax"
 
 
 def test_the_gpu_set_runs_plain_names_only_on_a_gpu_and_once_built(tmp_path):

@@ -42,6 +42,21 @@ class TestJaxConformance(BackendConformance):
     inspect = "layer_dtypes:of_jax"
 
 
+class TestKerasOnJaxConformance(BackendConformance):
+    framework = "keras@jax"
+    reference = "jax"  # the native framework of its backend
+    param_count = MNIST_CNN_PARAMS
+    inspect = "layer_dtypes:of_keras"
+
+
+class TestKerasOnTorchConformance(BackendConformance):
+    framework = "keras@torch"
+    reference = "torch"
+    param_count = MNIST_CNN_PARAMS
+    inspect = "layer_dtypes:of_keras"
+    compiles = False  # eager by default (jit_compile = false, Keras's own choice on PyTorch)
+
+
 @pytest.mark.skipif(not framework_installed("torch"), reason="torch is not installed")
 def test_torch_compile_is_an_option_compiled_in_warm_up(tmp_path):
     from amp_suite.sweep.runner import Cell, run_in_worker

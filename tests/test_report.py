@@ -161,3 +161,30 @@ def test_the_memory_table_states_the_figures_noise_from_fp32_against_tf32():
     assert "torch cifar10_resnet18: 17% (916 vs 758 MiB)" in line and blank == ""
     cpu = summary[summary["precision"] != "tf32"]  # a CPU has no tf32: nothing to state
     assert memory_noise_lines(cpu) == []
+
+
+def test_keras_on_a_backend_is_compared_with_that_backends_own_framework():
+    def keras_cell(framework, backend, precision, throughput, memory_mib):
+        result = cell(framework, precision, throughput=throughput, memory_mib=memory_mib, accuracy=0.9)
+        result.metrics.update(keras_backend=backend, framework_version=f"keras 3.15.1, {backend} 1.0")
+        return result
+
+    results = [*RESULTS[:4], *RESULTS[5:],
+               keras_cell("keras@jax", "jax", "fp32", 40.0, 200), keras_cell("keras@jax", "jax", "amp_bf16", 80.0, 100),
+               keras_cell("keras@torch", "torch", "fp32", 25.0, 800),
+               keras_cell("keras", "tensorflow", "fp32", 30.0, 500)]
+    from amp_suite.report.keras_backends import keras_cost_table
+
+    table = keras_cost_table(summary_frame(results), results_frame(results))
+    rows = {(r["keras"], r["precision"]): r for r in table.to_dict("records")}
+    assert set(rows) == {("keras@jax", "fp32"), ("keras@jax", "amp_bf16"), ("keras@torch", "fp32")}  # no native TF
+    assert rows[("keras@jax", "fp32")]["native"] == "jax" and rows[("keras@jax", "fp32")]["throughput"] == "0.80x"
+    assert rows[("keras@jax", "fp32")]["peak memory"] == "2.50x"  # 200 MiB against jax's 80 on the device
+    assert rows[("keras@jax", "amp_bf16")]["throughput"] == "1.07x"  # 80 against jax's 75
+    assert rows[("keras@jax", "amp_bf16")]["speed-up over fp32"] == "1.50x -> 2.00x"  # each over its own fp32
+    assert rows[("keras@torch", "fp32")]["throughput"] == "0.25x"  # against torch's fp32, 100
+    report = render_markdown(results, {})
+    assert "## Keras against its backend's own framework" in report
+    backends = next(line for line in report.splitlines() if line.startswith("- Keras backends: "))
+    assert "keras@jax: Keras on jax" in backends and "keras: Keras on tensorflow" in backends
+    assert "## Keras against" not in render_markdown(RESULTS, {})  # no Keras, no section

@@ -68,7 +68,7 @@ COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
 }
 # The frameworks of the packaged plugins: their tables (the catalog has some) are accepted on a
 # machine where the plugin is not loaded, so one config serves every machine.
-BUILT_IN_FRAMEWORKS = ("torch", "keras", "jax")
+BUILT_IN_FRAMEWORKS = ("torch", "keras", "keras@jax", "keras@torch", "jax")
 
 
 def framework_option_fields(framework: FrameworkInfo) -> dict[str, Field]:

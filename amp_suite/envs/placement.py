@@ -59,6 +59,7 @@ def place_frameworks(requested: Iterable[str], environments: Mapping[str, Enviro
         if spec is None:
             if name not in known:
                 others = [n for n in environments if n not in known]
+                _refuse_unknown_backend(name, known, others)
                 raise UsageError(f"unknown framework {shown(name)}; allowed: {', '.join(known)}"
                                  f"{closest(name, [*known, *others])}"
                                  + (f"; or an environment: {', '.join(others)}" if others else ""))
@@ -75,6 +76,15 @@ def place_frameworks(requested: Iterable[str], environments: Mapping[str, Enviro
         placements[name] = Placement(name, spec.framework, spec.name,
                                      str(state.python) if state.built and not problem else "", problem, state.stale)
     return placements
+
+
+def _refuse_unknown_backend(name: str, known: list[str], others: list[str]) -> None:
+    """``keras@mxnet``: a framework's backend it does not have, refused naming the backends it has."""
+    family, _, backend = name.partition("@")
+    backends = [n for n in known if n == family or n.startswith(f"{family}@")]
+    if backend and any(n.startswith(f"{family}@") for n in backends):
+        raise UsageError(f"unknown backend {shown(backend)} of {family} ({shown(name)}); allowed: {', '.join(backends)}"
+                         + (f"; or an environment: {', '.join(others)}" if others else ""))
 
 
 def _built_gpu_environment(framework: str, environments: Mapping[str, EnvironmentSpec],

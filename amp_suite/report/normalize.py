@@ -46,8 +46,8 @@ CELL_COLUMNS = [
     "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
-    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "plugin", "environment",
-    "interpreter", "label", "pool", "dataset",
+    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "keras_backend", "plugin",
+    "environment", "interpreter", "label", "pool", "dataset",
     "batch_size", "steps", "epochs", "warmup", "mode_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
     "learning_rate_rule", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
     "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
@@ -193,6 +193,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "device": (r.device or {}).get("name", ""),
             "device_kind": kind,
             "framework_version": m.get("framework_version", ""),
+            "keras_backend": flat_text(m.get("keras_backend", "")),
             "plugin": plugin,
             "environment": (r.config or {}).get("environment", ""),
             "interpreter": (r.environment or {}).get("interpreter", ""),
@@ -1060,11 +1061,12 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
     summary = summary_frame(results, environment)
     cells = results_frame(results, environment)
+    from amp_suite.report.keras_backends import KERAS_COST_NOTE, backend_lines, keras_cost_table
     from amp_suite.report.variants import VARIANT_NOTE, variant_table
     from amp_suite.report.variants import environment_lines as variant_environment_lines
 
     out = [REPORT_FIRST_LINE, "", "## Environment", "", *environment_lines(environment),
-           *runtime_lines(results), *variant_environment_lines(cells), ""]
+           *runtime_lines(results), *variant_environment_lines(cells), *backend_lines(cells), ""]
     if not cells.empty:
         devices = sorted({device_label(k, [n])
                           for k, n in zip(cells["device_kind"], cells["device"], strict=True) if k})
@@ -1082,9 +1084,9 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     out += [
         "Throughput is steady-state training images per second (warm-up steps excluded). "
         "Peak memory on a GPU is the training step's device memory without the staged input batches "
-        "(PyTorch and Keras: the allocator's peak after warm-up, less the bytes of the largest window's "
-        "batches; JAX, whose peak cannot be reset: XLA's memory analysis of the compiled step, less its "
-        "batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
+        "(PyTorch, and Keras on TensorFlow or PyTorch: the allocator's peak after warm-up, less the bytes of the "
+        "largest window's batches; JAX and Keras on JAX, whose peak cannot be reset: XLA's memory analysis of the "
+        "compiled step, less its batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
         "step times) is single steps each waited for on the host, in every framework. Energy, where a "
         "table shows it, is the GPU's energy counter (NVML) or the CPU package's (RAPL) over the timed "
         "windows, divided by the images trained in them. Figures are medians over ok repeats; every ratio "
@@ -1123,6 +1125,10 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     if not variants.empty:
         out += ["## Framework variants (each against the first of its framework)", "", VARIANT_NOTE, "",
                 variants.to_markdown(index=False, disable_numparse=True), ""]
+    keras_cost = keras_cost_table(summary, cells)
+    if not keras_cost.empty:
+        out += ["## Keras against its backend's own framework (the cost of the Keras layer)", "",
+                KERAS_COST_NOTE, "", keras_cost.to_markdown(index=False, disable_numparse=True), ""]
     target = time_to_target_table(summary, cells)
     if not target.empty:
         out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",

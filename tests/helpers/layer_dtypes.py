@@ -71,10 +71,10 @@ def layer_dtypes(framework: str, model, images: np.ndarray) -> dict[str, list[st
         inputs = [images] + [None] * (len(model.model.inputs) - 1) if len(model.model.inputs) > 1 else images
         outputs = probe(inputs, training=False)
         for layer, value in zip(layers, outputs, strict=True):
-            out[kinds[layer.name]].add(str(value.dtype.name))
+            out[kinds[layer.name]].add(keras.backend.standardize_dtype(value.dtype))  # any backend
         for layer in model.model.layers:
             if isinstance(layer, keras.layers.BatchNormalization):
-                out["bn_variable"].update(v.dtype for v in layer.weights)
+                out["bn_variable"].update(keras.backend.standardize_dtype(v.dtype) for v in layer.weights)
     elif framework == "jax":
         import haiku as hk
         import jax

@@ -1,1 +1,4 @@
-"""The Keras (TensorFlow) backend: the plugin (``plugin``) and its model parts (``parts``), its doctor probe (``doctor``) and its calibration probe (``calibration``)."""
+"""Keras 3 on TensorFlow (``plugin``, framework ``keras``), JAX (``on_jax``, ``keras@jax``) and PyTorch
+(``on_torch``, ``keras@torch``): one model of a workload (``model``, ``parts``), what the backends share
+(``backends``), the doctor probes (``doctor`` on TensorFlow, ``backend_doctor``) and TensorFlow's calibration
+probe (``calibration``)."""

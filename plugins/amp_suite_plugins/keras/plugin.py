@@ -64,11 +64,16 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite.workloads.layers import iter_layers, walk
+from amp_suite_plugins.keras.backends import import_keras, set_policy
+from amp_suite_plugins.keras.model import (
+    build_keras_model,
+    dropouts,
+    model_inputs,
+    named_layers,
+    read_variables,
+)
 
 NAME = "keras"
-POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16",
-            "fp64": "float64"}
 # The keys of [frameworks.keras] this plugin reads (the loss-scaling keys every plugin reads come on top).
 OPTIONS = {
     "jit_compile": FrameworkOption(Field(bool), True, "compile the train step with XLA (jit_compile=True); "
@@ -111,13 +116,6 @@ class KerasModel:
     stored_dtype: str = "float32"  # variables, inputs, masks, logits and loss: "float64" under fp64
 
 
-def _inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | None) -> Any:
-    """The model's inputs: ``images`` alone without dropout, else ``[images, *masks]`` (None: no dropout)."""
-    if not mask_names:
-        return images
-    return [images, *((masks or {}).get(name) for name in mask_names)]
-
-
 def _jit(run: RunSpec) -> bool:
     if run.mode:  # --modes graph,compiled
         return run.mode == "compiled"
@@ -126,6 +124,7 @@ def _jit(run: RunSpec) -> bool:
 
 @hookimpl
 def select_device(run: RunSpec) -> DeviceInfo:
+    import_keras("tensorflow")  # first: a KERAS_BACKEND exported for another backend does not win here
     import tensorflow as tf
 
     gpus = tf.config.list_physical_devices("GPU")
@@ -164,21 +163,10 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     applied = standard_precision(run, device)
     tf32 = run.precision == "tf32"
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
-    # Process-global, so set both ways: floatx is the dtype of the optimizer's learning rate and of inputs.
-    keras.config.set_floatx(applied.param_dtype)
-    keras.mixed_precision.set_global_policy(POLICIES[run.precision])
-    notes: tuple[str, ...] = (
-        f"dtype_policy={keras.mixed_precision.global_policy().name}",
+    notes = set_policy(keras, run, applied) + (
         f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
-        f"jit_compile={_jit(run)}",
+        f"jit_compile={_jit(run)} ({'XLA' if _jit(run) else 'a tf.function graph, no XLA'})",
     )
-    if applied.compute_dtype == "float64":
-        notes += (f"floatx={keras.config.floatx()}; variables (BatchNorm statistics and optimizer state included), "
-                  "inputs, dropout masks, logits and loss in float64",)
-    elif applied.compute_dtype != "float32":
-        notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",
-                  f"sigmoid={applied.compute_dtype} (Activation layers, the squeeze-and-excitation gate included, "
-                  f"compute in the policy's compute dtype); dropout masks multiplied in {applied.compute_dtype}")
     if run.distributed:
         engine = "MultiWorkerMirroredStrategy (TF_CONFIG)" if run.nnodes > 1 else "MirroredStrategy"
         notes += (f"data_parallel={engine} over {run.devices} {device.kind} devices"
@@ -191,106 +179,6 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   else "batch_norm_statistics=per replica; moving statistics of replica 0 (each replica updates "
                   "its own copy, Keras's default)")
     return dataclasses.replace(applied, notes=notes)
-
-
-def _conv(keras: Any, spec: LayerSpec, x: Any) -> Any:
-    """conv2d or depthwise_conv2d with symmetric zero padding: 'same' where Keras's own padding is the same thing."""
-    padding = "valid"
-    if spec.padding and spec.stride == 1 and spec.kernel_size % 2 == 1 and spec.padding == spec.kernel_size // 2:
-        padding = "same"
-    elif spec.padding:
-        x = keras.layers.ZeroPadding2D(spec.padding, name=f"{spec.name}_pad")(x)
-    if spec.kind == "depthwise_conv2d":  # kernel (k, k, c, 1): the canonical layout
-        return keras.layers.DepthwiseConv2D(spec.kernel_size, strides=spec.stride, padding=padding,
-                                            depth_multiplier=1, use_bias=spec.use_bias, name=spec.name)(x)
-    return keras.layers.Conv2D(spec.features, spec.kernel_size, strides=spec.stride, padding=padding,
-                               use_bias=spec.use_bias, name=spec.name)(x)
-
-
-def _mask_input(keras: Any, item: Any, dtype: str) -> Any:
-    """The optional model input carrying a dropout layer's host mask: (n,) per sample, else (n, *activation)."""
-    shape = () if item.layer.per_sample else tuple(item.input_shape)
-    return keras.Input(shape=shape, name=f"{item.layer.name}_mask", optional=True, dtype=dtype)
-
-
-def _apply(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False,
-           masks: dict[str, Any] | None = None) -> Any:
-    """Translate the layer vocabulary into Keras functional calls on ``x``; ``masks``: dropout name -> mask input."""
-    from amp_suite_plugins.keras.parts import HostDropout, UnbiasedBatchNormalization
-
-    layers = keras.layers
-    masks = masks or {}
-    for spec in specs:
-        kind = spec.kind
-        if kind in ("conv2d", "depthwise_conv2d"):
-            x = _conv(keras, spec, x)
-        elif kind == "batch_norm":
-            # PyTorch's momentum 0.1 is Keras's 0.9 (the weight of the old value).
-            x = UnbiasedBatchNormalization(momentum=1.0 - spec.momentum, epsilon=spec.epsilon, name=spec.name,
-                                           synchronized=synchronized)(x)
-        elif kind == "relu":
-            x = layers.ReLU()(x)
-        elif kind == "relu6":
-            x = layers.ReLU(max_value=6.0)(x)
-        elif kind in ("swish", "sigmoid"):  # Keras's swish is x * sigmoid(x)
-            x = layers.Activation(kind)(x)
-        elif kind == "residual":
-            body = _apply(keras, spec.body, x, synchronized, masks)
-            x = layers.Add()([body, _apply(keras, spec.shortcut, x, synchronized, masks)])
-        elif kind == "multiply":  # squeeze-and-excitation: body(x) is (1, 1, c), broadcast
-            x = layers.Multiply()([x, _apply(keras, spec.body, x, synchronized, masks)])
-        elif kind == "dropout":
-            x = HostDropout(per_sample=spec.per_sample, name=spec.name)(x, masks[spec.name])
-        elif kind == "zero_pad":
-            top, bottom, left, right = spec.pads
-            x = layers.ZeroPadding2D(((top, bottom), (left, right)))(x)
-        elif kind == "max_pool":
-            x = layers.MaxPooling2D(spec.window, strides=spec.stride)(x)
-        elif kind == "avg_pool":
-            x = layers.AveragePooling2D(spec.window, strides=spec.stride)(x)
-        elif kind == "global_avg_pool":
-            x = layers.GlobalAveragePooling2D(keepdims=spec.keepdims)(x)
-        elif kind == "flatten":
-            x = layers.Flatten()(x)
-        elif kind == "dense":
-            x = layers.Dense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
-        else:
-            raise ValueError(f"keras plugin cannot build layer kind {kind!r}")
-    return x
-
-
-# canonical leaf -> Keras weight position, per layer kind (Keras orders a layer's weights so)
-_LEAVES = {"conv2d": ("w", "b"), "depthwise_conv2d": ("w", "b"), "dense": ("w", "b"),
-           "batch_norm": ("scale", "offset", "mean", "var")}
-
-
-def _named_layers(workload: Workload) -> dict[str, LayerSpec]:
-    return {spec.name: spec for spec in iter_layers(workload.layers) if spec.kind in _LEAVES}
-
-
-def _dropouts(workload: Workload) -> list[Any]:
-    """The dropout layers with the activation shapes they see, in definition order."""
-    return [item for item in walk(workload.layers, workload.input_shape) if item.layer.kind == "dropout"]
-
-
-def _build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
-                       synchronized: bool = False, stored_dtype: str = "float32") -> Any:
-    """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`_inputs`).
-
-    ``stored_dtype`` is the dtype of the inputs and the logits (float64 under fp64).
-    """
-    inputs = keras.Input(shape=workload.input_shape, dtype=stored_dtype)
-    masks = {item.layer.name: _mask_input(keras, item, stored_dtype) for item in _dropouts(workload)}
-    # Logits leave the mixed-precision region in float32 (float64 under fp64).
-    outputs = keras.layers.Activation("linear", dtype=stored_dtype, name="logits_float32")(
-        _apply(keras, workload.layers, inputs, synchronized, masks))
-    model = keras.Model([inputs, *masks.values()] if masks else inputs, outputs, name=workload.name)
-    # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
-    for name, spec in _named_layers(workload).items():
-        leaves = [leaf for leaf in _LEAVES[spec.kind] if f"{name}/{leaf}" in variables]
-        layer = model.get_layer(name)
-        layer.set_weights([np.asarray(variables[f"{name}/{leaf}"], layer.variable_dtype) for leaf in leaves])
-    return model
 
 
 @hookimpl
@@ -308,7 +196,7 @@ def build_model(
     device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
     stored = applied.output_dtype
     with tf.device(device_name):
-        model = _build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
+        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
         optimizer = make_optimizer(workload.optimizer)
         loss_scaled = applied.loss_scaling == "dynamic"
         if loss_scaled:
@@ -318,11 +206,11 @@ def build_model(
             )
         optimizer.build(model.trainable_variables)
     variables = model.trainable_variables
-    mask_names = tuple(item.layer.name for item in _dropouts(workload))
+    mask_names = tuple(item.layer.name for item in dropouts(workload))
 
     def step(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), stored)
+            logits = tf.cast(model(model_inputs(mask_names, images, masks), training=True), stored)
             loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits))
             target = optimizer.scale_loss(loss) if loss_scaled else loss
         grads = tape.gradient(target, variables)
@@ -332,14 +220,14 @@ def build_model(
         return loss, finite
 
     def forward(images: Any) -> Any:
-        return tf.cast(model(_inputs(mask_names, images, None), training=False), stored)
+        return tf.cast(model(model_inputs(mask_names, images, None), training=False), stored)
 
     train_step = tf.function(step, jit_compile=_jit(run), reduce_retracing=True)
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     if device.kind == "gpu":
         tf.config.experimental.reset_memory_stats("GPU:0")
     return KerasModel(model, optimizer, train_step, predict_fn, device_name, loss_scaled,
-                      _named_layers(workload), mask_names=mask_names, stored_dtype=stored)
+                      named_layers(workload), mask_names=mask_names, stored_dtype=stored)
 
 
 def _strategy(tf: Any, run: RunSpec, device: DeviceInfo) -> Any:
@@ -374,7 +262,7 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     loss_scaled = applied.loss_scaling == "dynamic"
     stored = applied.output_dtype
     with strategy.scope():
-        model = _build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored)
+        model = build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored)
         inner = make_optimizer(workload.optimizer)
         inner.gradients_reduced = True  # the step all-reduces the gradients itself
         optimizer = inner
@@ -383,11 +271,11 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
                 inner, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))
         optimizer.build(model.trainable_variables)
     variables_ = model.trainable_variables
-    mask_names = tuple(item.layer.name for item in _dropouts(workload))
+    mask_names = tuple(item.layer.name for item in dropouts(workload))
 
     def gradients(images: Any, labels: Any, masks: dict[str, Any]) -> tuple[Any, Any]:
         with tf.GradientTape() as tape:
-            logits = tf.cast(model(_inputs(mask_names, images, masks), training=True), stored)
+            logits = tf.cast(model(model_inputs(mask_names, images, masks), training=True), stored)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             target = optimizer.scale_loss(loss) if loss_scaled else loss
@@ -411,12 +299,12 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
         return strategy.experimental_local_results(loss)[0], strategy.experimental_local_results(finite)[0]
 
     def forward(images: Any) -> Any:
-        return tf.cast(model(_inputs(mask_names, images, None), training=False), stored)
+        return tf.cast(model(model_inputs(mask_names, images, None), training=False), stored)
 
     train_step = tf.function(step, reduce_retracing=True)
     predict_fn = tf.function(forward, jit_compile=_jit(run), reduce_retracing=True)
     return KerasModel(model, optimizer, train_step, predict_fn, "/CPU:0" if device.kind == "cpu" else "/GPU:0",
-                      loss_scaled, _named_layers(workload), strategy, mask_names, stored)
+                      loss_scaled, named_layers(workload), strategy, mask_names, stored)
 
 
 def _distribute(tf: Any, run: RunSpec, model: KerasModel, batch: Batch) -> tuple[Any, Any, Any]:
@@ -505,7 +393,8 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
         # A training-mode call moves the moving statistics: put them back afterwards.
         saved = [v.numpy() for v in model.model.non_trainable_variables]
         try:
-            return tf.cast(model.model(_inputs(model.mask_names, x, None), training=True), model.stored_dtype).numpy()
+            return tf.cast(model.model(model_inputs(model.mask_names, x, None), training=True),
+                           model.stored_dtype).numpy()
         finally:
             for variable, value in zip(model.model.non_trainable_variables, saved, strict=True):
                 variable.assign(value)
@@ -513,12 +402,7 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
 
 @hookimpl
 def get_variables(run: RunSpec, model: KerasModel) -> dict[str, np.ndarray]:
-    out = {}
-    for name, spec in model.named.items():
-        values = model.model.get_layer(name).get_weights()
-        for leaf, value in zip(_LEAVES[spec.kind], values, strict=False):
-            out[f"{name}/{leaf}"] = np.asarray(value, dtype=model.stored_dtype)
-    return out
+    return read_variables(model.model, model.named, model.stored_dtype)
 
 
 @hookimpl
@@ -531,6 +415,7 @@ def measure(run: RunSpec, model: KerasModel, device: DeviceInfo) -> dict[str, An
         "train_step_traces": int(model.train_step.experimental_get_tracing_count()),
         "compilation": "XLA (jit_compile)" if _jit(run) else "tf.function graph",
         "mode": "compiled" if _jit(run) else "graph",
+        "keras_backend": "tensorflow",
     }
     if device.kind == "gpu":
         gpus = [f"GPU:{i}" for i in range(run.local_devices)] if model.strategy is not None else ["GPU:0"]

@@ -1,0 +1,74 @@
+"""What the Keras plugins share across backends: names, dtype policy, optimizer, loss.
+
+Keras 3 runs the same model code on TensorFlow, JAX or PyTorch, picked by
+``KERAS_BACKEND`` before ``import keras``.  The suite names each backend as a
+framework of its own: ``keras`` (TensorFlow, ``plugin``), ``keras@jax``
+(``on_jax``) and ``keras@torch`` (``on_torch``); the worker sets
+``KERAS_BACKEND`` from :attr:`FrameworkInfo.env`.  The model is the one of
+:mod:`amp_suite_plugins.keras.model` on every backend; what differs, and lives
+in each backend's module, is small and named there: the train step and its
+compilation, device placement, the TF32 switch and the device-memory figure.
+Keras is passed in by the hooks; this module imports no framework.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from amp_suite.errors import UnsupportedError
+from amp_suite.plugins.kit import loss_scale_growth_interval
+from amp_suite.records import PrecisionApplied, RunSpec, Workload
+from amp_suite_plugins.keras.model import POLICIES
+
+# Framework name -> the KERAS_BACKEND it runs on.
+BACKENDS = {"keras": "tensorflow", "keras@jax": "jax", "keras@torch": "torch"}
+# Names the backend a probe process is for (FrameworkInfo.env): KERAS_BACKEND itself may be the user's.
+PROBE_BACKEND_ENV = "AMP_SUITE_KERAS_BACKEND"
+
+
+def import_keras(backend: str) -> Any:
+    """Keras on ``backend``: ``KERAS_BACKEND`` set to it before the first import (a value the user exported for
+    another backend does not win here), and refused when Keras already runs on another one in this process."""
+    if "keras" not in sys.modules:
+        os.environ["KERAS_BACKEND"] = backend
+    import keras
+
+    if keras.backend.backend() != backend:
+        raise UnsupportedError(f"Keras already runs on {keras.backend.backend()!r} in this process, not on "
+                               f"{backend!r} (KERAS_BACKEND is read once, when Keras is first imported)")
+    return keras
+
+
+def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str, ...]:
+    """The global dtype policy and floatx of ``run``'s precision (process globals, set both ways); notes."""
+    keras.config.set_floatx(applied.param_dtype)
+    keras.mixed_precision.set_global_policy(POLICIES[run.precision])
+    notes: tuple[str, ...] = (f"keras_backend={keras.backend.backend()}",
+                              f"dtype_policy={keras.mixed_precision.global_policy().name}")
+    if applied.compute_dtype == "float64":
+        notes += (f"floatx={keras.config.floatx()}; variables (BatchNorm statistics and optimizer state included), "
+                  "inputs, dropout masks, logits and loss in float64",)
+    elif applied.compute_dtype != "float32":
+        notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",
+                  f"sigmoid={applied.compute_dtype} (Activation layers, the squeeze-and-excitation gate included, "
+                  f"compute in the policy's compute dtype); dropout masks multiplied in {applied.compute_dtype}")
+    return notes
+
+
+def make_training_optimizer(keras: Any, run: RunSpec, workload: Workload, applied: PrecisionApplied) -> Any:
+    """The suite's optimizer, inside Keras's own ``LossScaleOptimizer`` under dynamic loss scaling (amp_fp16)."""
+    from amp_suite_plugins.keras.parts import make_optimizer
+
+    optimizer = make_optimizer(workload.optimizer)
+    if applied.loss_scaling == "dynamic":
+        optimizer = keras.optimizers.LossScaleOptimizer(
+            optimizer, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))
+    return optimizer
+
+
+def mean_cross_entropy(keras: Any, labels: Any, logits: Any) -> Any:
+    """The mean softmax cross-entropy of integer ``labels`` (keras.ops: the same on every backend)."""
+    ops = keras.ops
+    return ops.mean(ops.sparse_categorical_crossentropy(labels, logits, from_logits=True))

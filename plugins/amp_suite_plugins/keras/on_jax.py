@@ -1,0 +1,428 @@
+"""The ``keras@jax`` plugin: Keras 3 on its JAX backend (``KERAS_BACKEND=jax``).
+
+The model is the one every Keras backend builds (:mod:`amp_suite_plugins.keras.model`),
+its optimizer the suite's inside Keras's own ``LossScaleOptimizer`` under
+``amp_fp16`` (:mod:`amp_suite_plugins.keras.backends`).  What is JAX's here:
+
+* **Train step**: Keras's stateless API, as Keras's own JAX trainer does it:
+  ``model.stateless_call`` inside ``jax.value_and_grad``, the loss scaled by
+  ``LossScaleOptimizer.scale_loss`` reading the step's scale, and
+  ``optimizer.stateless_apply`` (the loss-scale optimizer unscales, skips a
+  non-finite step, halves or grows its scale).  The variables' values travel
+  through the step as arrays and are written back to the Keras variables after
+  each epoch.
+* **Compilation**: ``jit_compile = true`` (the default) is ``jax.jit`` of the
+  whole step, i.e. XLA, as on TensorFlow; ``false`` runs the step op by op.
+* **Device**: JAX's default device, the first GPU where JAX sees one (``--device
+  cpu`` pins JAX to its CPU platform before it starts).
+* **TF32**: ``jax_default_matmul_precision`` (``tensorfloat32`` under tf32,
+  ``highest`` otherwise), as in the JAX plugin; fp64 turns on ``jax_enable_x64``.
+* **Device memory** (GPU): XLA's memory analysis of the compiled step, less its
+  batch, and the allocator's peak since the process started (JAX cannot reset it).
+
+* **Data parallel** (``--devices N``, one machine): the same stateless step
+  under ``jax.jit`` of a ``jax.shard_map`` over a 1-D mesh, as the JAX plugin
+  does it: variables replicated, device i takes the contiguous slice i of each
+  global batch, the gradient of the global batch's mean loss (shard_map's
+  autodiff sums the replicas' gradients; divided by N), loss and BatchNorm
+  statistics averaged with ``lax.pmean``.  BatchNorm normalizes each shard
+  with its own moments (per replica); ``--sync-batch-norm`` is declined and
+  said so, since Keras's synchronized BatchNormalization is TensorFlow's only.
+  ``keras.distribution.DataParallel`` is not used: under it XLA partitions
+  the step as one program over the global batch, which makes BatchNorm's
+  moments the global batch's, a different step from the suite's per-replica one.
+
+No module here imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from amp_suite import hookimpl
+from amp_suite.errors import UnsupportedError
+from amp_suite.machine.environment import package_version
+from amp_suite.plugins.kit import (
+    STANDARD_PRECISIONS_AND_FP64,
+    cpu_device,
+    read_cuda_versions,
+    require_device_kind,
+    standard_precision,
+    timed_window,
+)
+from amp_suite.records import (
+    Batch,
+    DeviceInfo,
+    EpochResult,
+    FrameworkInfo,
+    FrameworkOption,
+    LayerSpec,
+    PrecisionApplied,
+    RunSpec,
+    Workload,
+)
+from amp_suite.schema import Field
+from amp_suite_plugins.keras.backends import (
+    PROBE_BACKEND_ENV,
+    import_keras,
+    make_training_optimizer,
+    mean_cross_entropy,
+    set_policy,
+)
+from amp_suite_plugins.keras.model import build_keras_model, dropouts, model_inputs, named_layers, read_variables
+
+NAME = "keras@jax"
+OPTIONS = {
+    "jit_compile": FrameworkOption(Field(bool), True, "compile the train step with XLA (jax.jit); false: op by op"),
+}
+
+
+@hookimpl
+def framework_info() -> FrameworkInfo:
+    return FrameworkInfo(
+        name=NAME,
+        display_name="Keras (JAX)",
+        modules=("keras", "jax", "jaxlib"),
+        extra="keras-jax",
+        precisions=STANDARD_PRECISIONS_AND_FP64,
+        env={"KERAS_BACKEND": "jax", PROBE_BACKEND_ENV: "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
+        distributions=("keras", "jax"),
+        launcher="process",  # one worker drives every device of the machine
+        options=OPTIONS,
+        doctor_probe="amp_suite_plugins.keras.backend_doctor",
+        calibration_probe="amp_suite_plugins.jax.calibration",
+    )
+
+
+def _jit(run: RunSpec) -> bool:
+    return bool(run.options.get("jit_compile", OPTIONS["jit_compile"].default))
+
+
+@dataclass
+class KerasJaxModel:
+    """The Keras model and the values of its variables between steps (``state``: trainable, non-trainable,
+    optimizer)."""
+
+    model: Any
+    optimizer: Any
+    train_step: Any
+    state: Any
+    device: Any
+    loss_scaled: bool
+    named: dict[str, LayerSpec]
+    mask_names: tuple[str, ...] = ()
+    stored_dtype: str = "float32"
+    scale_index: int = -1  # the loss scale's place among the optimizer's variables (-1: no loss scaling)
+    batch_shapes: Any = None  # the first staged batch's shapes, for XLA's memory analysis
+    traces: list[int] = field(default_factory=lambda: [0])
+    mesh: Any = None  # the data-parallel Mesh of a cell on several devices, else None
+
+
+def _host_devices(run: RunSpec) -> None:
+    """The CPU as ``run.devices`` XLA devices: the flag before JAX starts, else JAX's own option."""
+    import os
+    import sys
+
+    if "jax" not in sys.modules:
+        flag = f"--xla_force_host_platform_device_count={run.devices}"
+        os.environ["XLA_FLAGS"] = " ".join(
+            [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag.split("=")[0])] + [flag])
+    else:
+        import jax
+
+        jax.config.update("jax_num_cpu_devices", run.devices)
+
+
+@hookimpl
+def select_device(run: RunSpec) -> DeviceInfo:
+    if run.distributed:
+        if run.nnodes > 1:
+            raise UnsupportedError("keras@jax runs data parallel on the devices of one machine only (nnodes=1)")
+        _host_devices(run)
+    import jax
+
+    if run.device == "cpu":
+        jax.config.update("jax_platforms", "cpu")
+    import_keras("jax")  # after the platform is chosen, before any other hook imports Keras
+    try:
+        gpus = jax.devices("gpu") if run.device != "cpu" else []
+    except RuntimeError:
+        gpus = []
+    if require_device_kind(run, bool(gpus), "JAX") == "cpu":
+        if run.distributed and len(jax.devices("cpu")) < run.devices:
+            raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(jax.devices('cpu'))} CPU devices")
+        return dataclasses.replace(cpu_device(), count=run.devices)
+    if run.distributed and len(gpus) < run.devices:
+        raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(gpus)} GPUs")
+    dev = gpus[0]
+    capability = str(getattr(dev, "compute_capability", "") or "")
+    major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
+    stats = dev.memory_stats() or {}
+    return DeviceInfo(kind="gpu", platform=dev.platform, name=dev.device_kind,
+                      count=run.devices if run.distributed else len(gpus),
+                      driver=getattr(dev.client, "platform_version", ""), compute_capability=capability,
+                      memory_total_bytes=stats.get("bytes_limit"), supports_tf32=major >= 8)
+
+
+@hookimpl
+def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
+    import jax
+
+    applied = standard_precision(run, device)
+    # Before Keras makes any array: x64 for fp64, and the float32 matmul precision (TF32 or full).
+    matmul = "tensorfloat32" if run.precision == "tf32" else "highest"
+    jax.config.update("jax_enable_x64", applied.param_dtype == "float64")
+    jax.config.update("jax_default_matmul_precision", matmul)
+    import keras
+
+    notes = set_policy(keras, run, applied) + (
+        f"jax_default_matmul_precision={matmul}",
+        f"jit_compile={_jit(run)} ({'XLA through jax.jit' if _jit(run) else 'op by op, no XLA program'})",
+    )
+    if run.distributed:
+        notes += (f"data_parallel=jax.jit(shard_map) of Keras's stateless step over a 1-D Mesh of {run.devices} "
+                  f"{device.kind} devices; gradients summed by shard_map autodiff and divided by N, loss and "
+                  "BatchNorm statistics averaged with lax.pmean",
+                  f"sharding=contiguous slice of {run.shard_size} per replica of each global batch",
+                  "batch_norm_statistics=per replica; moving statistics the replicas' mean"
+                  + (" (sync_batch_norm declined: Keras's synchronized BatchNormalization is TensorFlow's only)"
+                     if run.sync_batch_norm else ""))
+    return dataclasses.replace(applied, notes=notes)
+
+
+def _device(jax: Any, device: DeviceInfo) -> Any:
+    return jax.devices("gpu")[0] if device.kind == "gpu" else jax.devices("cpu")[0]
+
+
+@hookimpl
+def build_model(
+    run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
+    initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo,
+) -> KerasJaxModel:
+    import jax
+    import keras
+
+    stored = applied.output_dtype
+    target = _device(jax, device)
+    with jax.default_device(target):
+        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
+        optimizer = make_training_optimizer(keras, run, workload, applied)
+        optimizer.build(model.trainable_variables)
+    loss_scaled = applied.loss_scaling == "dynamic"
+    scale_index = ([id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
+                   if loss_scaled else -1)
+    mask_names = tuple(item.layer.name for item in dropouts(workload))
+    traces = [0]
+    replicas = run.devices if run.distributed else 1
+
+    def loss_and_state(trainable: Any, non_trainable: Any, scale: Any, images: Any, labels: Any,
+                       masks: Any) -> tuple[Any, tuple[Any, Any]]:
+        logits, non_trainable = model.stateless_call(trainable, non_trainable,
+                                                     model_inputs(mask_names, images, masks), training=True)
+        loss = mean_cross_entropy(keras, labels, keras.ops.cast(logits, stored))
+        # LossScaleOptimizer.scale_loss, with this step's scale (the stateless form of its variable)
+        scaled = loss * keras.ops.cast(scale, loss.dtype) if loss_scaled else loss
+        return scaled, (loss, non_trainable)
+
+    gradient = jax.value_and_grad(loss_and_state, has_aux=True)
+
+    def step(state: Any, images: Any, labels: Any, masks: Any) -> tuple[Any, Any, Any]:
+        traces[0] += 1  # runs at each trace under jax.jit
+        trainable, non_trainable, optimizer_values = state
+        scale = optimizer_values[scale_index] if loss_scaled else None
+        (_, (loss, non_trainable)), grads = gradient(trainable, non_trainable, scale, images, labels, masks)
+        if replicas > 1:  # inside shard_map: the replicas' summed gradient (see _replica_step), made their mean
+            grads = [g / replicas for g in grads]
+        finite = optimizer.check_finite(grads) if loss_scaled else jax.numpy.bool_(True)
+        trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
+        return (trainable, non_trainable, optimizer_values), loss, finite
+
+    # Copies: the step donates its state's buffers (on a GPU), and the Keras variables keep their own.
+    state = jax.tree_util.tree_map(jax.numpy.copy, ([v.value for v in model.trainable_variables],
+                                                    [v.value for v in model.non_trainable_variables],
+                                                    [v.value for v in optimizer.variables]))
+    mesh = None
+    if run.distributed:
+        from jax.sharding import Mesh, NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        mesh = Mesh(np.array(jax.devices(device.kind)[:run.devices]), (AXIS,))
+        state = jax.device_put(state, NamedSharding(mesh, P()))  # replicated on every device
+        step = jax.shard_map(_replica_step(jax, step), mesh=mesh,
+                             in_specs=(P(), P(AXIS), P(AXIS), P(AXIS)), out_specs=P())
+    train_step = jax.jit(step, donate_argnums=(0,)) if _jit(run) or mesh is not None else step
+    return KerasJaxModel(model, optimizer, train_step, state, target, loss_scaled, named_layers(workload),
+                         mask_names, stored, scale_index, traces=traces, mesh=mesh)
+
+
+AXIS = "data"
+
+
+def _replica_step(jax: Any, step: Any) -> Any:
+    """``step`` on one replica's shard, made the global batch's step.
+
+    Inside ``shard_map`` the gradient of the replicated variables comes out of
+    autodiff already summed over the mesh (JAX's rule for a replicated input's
+    cotangent); ``step`` divides it by N before the loss-scale optimizer's
+    finite check and update, which then run as on one device, the same on
+    every replica.  Loss and BatchNorm statistics are averaged with ``lax.pmean``.
+    """
+    def replica(state: Any, images: Any, labels: Any, masks: Any) -> tuple[Any, Any, Any]:
+        (trainable, non_trainable, optimizer_values), loss, finite = step(state, images, labels, masks)
+        loss, non_trainable = jax.lax.pmean((loss, non_trainable), AXIS)
+        return (trainable, non_trainable, optimizer_values), loss, finite
+
+    return replica
+
+
+@hookimpl
+def stage_batches(run: RunSpec, model: KerasJaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
+    import jax
+
+    target: Any = model.device
+    if model.mesh is not None:  # device i holds the contiguous slice i of every array (masks too)
+        from jax.sharding import NamedSharding
+        from jax.sharding import PartitionSpec as P
+
+        target = NamedSharding(model.mesh, P(AXIS))
+    staged = [jax.device_put((b.images, b.labels, dict(b.masks)), target)
+              for b in (batch.astype(model.stored_dtype) for batch in batches)]
+    if staged and model.batch_shapes is None:
+        model.batch_shapes = jax.tree_util.tree_map(
+            lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
+    return staged
+
+
+def _write_back(jax: Any, model: KerasJaxModel) -> None:
+    """Copies of the state's values into the Keras variables (for get_variables); the next step donates the
+    state's own buffers."""
+    trainable, non_trainable, optimizer_values = _local(model, model.state)
+    for variables, values in ((model.model.trainable_variables, trainable),
+                              (model.model.non_trainable_variables, non_trainable),
+                              (model.optimizer.variables, optimizer_values)):
+        for variable, value in zip(variables, values, strict=True):
+            variable.assign(jax.numpy.copy(value))
+
+
+def _local(model: KerasJaxModel, tree: Any) -> Any:
+    """One device's copy of a replicated tree (the tree itself on one device)."""
+    if model.mesh is None:
+        return tree
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x.addressable_data(0), tree)
+
+
+@hookimpl
+def train_epoch(run: RunSpec, model: KerasJaxModel, staged: list[tuple[Any, Any, Any]], epoch: int) -> EpochResult:
+    import jax
+
+    def one(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:
+        model.state, loss, finite = model.train_step(model.state, *batch)
+        return loss, finite
+
+    def fetch(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[bool]]:
+        losses, finite = jax.device_get(outcomes and tuple(zip(*outcomes, strict=True)))
+        return [float(v) for v in losses], [bool(v) for v in finite]
+
+    result = timed_window(staged, one, wait=lambda outcome: jax.block_until_ready(outcome[0]),
+                          fetch=lambda outcomes: fetch(outcomes) if outcomes else ([], []))
+    _write_back(jax, model)
+    if model.loss_scaled:
+        result.loss_scale_final = float(np.asarray(_local(model, model.state[2][model.scale_index])))
+    result.extra["traces"] = model.traces[0]
+    return result
+
+
+@hookimpl
+def reset_memory_peak(run: RunSpec, model: KerasJaxModel, device: DeviceInfo) -> None:
+    """JAX cannot reset its allocator's peak: the GPU figure is XLA's analysis of the step (see measure)."""
+
+
+@hookimpl
+def predict(run: RunSpec, model: KerasJaxModel, images: np.ndarray, training: bool) -> np.ndarray:
+    import jax
+    import keras
+
+    x = jax.device_put(np.asarray(images, dtype=model.stored_dtype), model.device)
+    trainable, non_trainable, _ = _local(model, model.state)
+    # Stateless: a training-mode call's moved statistics are dropped, not written back.
+    logits, _ = model.model.stateless_call(trainable, non_trainable, model_inputs(model.mask_names, x, None),
+                                           training=training)
+    return np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(logits, model.stored_dtype)))
+
+
+@hookimpl
+def get_variables(run: RunSpec, model: KerasJaxModel) -> dict[str, np.ndarray]:
+    return read_variables(model.model, model.named, model.stored_dtype)
+
+
+def _compiled_step_memory(model: KerasJaxModel) -> dict[str, int]:
+    """XLA's memory analysis of the compiled train step: arguments + outputs - donated + temporaries."""
+    if model.batch_shapes is None or not hasattr(model.train_step, "lower"):
+        return {}
+    try:
+        stats = model.train_step.lower(model.state, *model.batch_shapes).compile().memory_analysis()
+    except Exception:  # noqa: BLE001 - an analysis a backend does not give is no failure of the run
+        return {}
+    if stats is None:
+        return {}
+    argument, output = int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes)
+    alias, temp = int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes)
+    return {"compiled_step_memory_bytes": argument + output - alias + temp}
+
+
+@hookimpl
+def measure(run: RunSpec, model: KerasJaxModel, device: DeviceInfo) -> dict[str, Any]:
+    import jax
+    import keras
+
+    figures: dict[str, Any] = {
+        "param_count": int(sum(int(np.prod(v.shape)) for v in model.model.trainable_variables)),
+        "framework_version": f"keras {package_version('keras') or keras.__version__}, jax {jax.__version__}",
+        "keras_backend": keras.backend.backend(),
+        "train_step_traces": model.traces[0],
+        "compilation": "XLA (jax.jit)" if _jit(run) else "none (op by op)",
+    }
+    if device.kind == "gpu":
+        peak = int((model.device.memory_stats() or {}).get("peak_bytes_in_use", -1))
+        if peak >= 0:
+            figures["device_peak_memory_since_start_bytes"] = peak
+        step = _compiled_step_memory(model)
+        if step and model.batch_shapes is not None:
+            batch = sum(int(np.prod(leaf.shape)) * np.dtype(leaf.dtype).itemsize
+                        for leaf in jax.tree_util.tree_leaves(model.batch_shapes))
+            if model.mesh is not None:  # each device holds its slice of the batch
+                batch //= model.mesh.devices.size
+            figures["device_peak_memory_bytes"] = max(step["compiled_step_memory_bytes"] - batch, 0)
+            figures["device_peak_memory_excludes_inputs"] = True
+            figures["device_peak_memory_method"] = "XLA memory analysis of the compiled train step, less its batch"
+    return figures
+
+
+@hookimpl
+def runtime_versions(run: RunSpec) -> dict[str, str]:
+    """The CUDA runtime and cuDNN versions of JAX's CUDA plugin (none without one)."""
+    return cuda_versions()
+
+
+def cuda_versions() -> dict[str, str]:
+    """``cuda_runtime_version`` and ``cudnn_version`` of JAX's CUDA plugin, from JAX's private record."""
+    try:
+        from jax._src.lib import cuda_versions as versions
+    except Exception:  # a JAX that moved its private module: no versions
+        return {}
+    found = read_cuda_versions(versions)
+    names = {"cuda_runtime": "cuda_runtime_version", "cudnn": "cudnn_version"}
+    return {names[key]: value for key, value in found.items() if key in names}
+
+
+if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types
+    import amp_suite_plugins.keras.on_jax as _this_module
+    from amp_suite.plugins.framework_plugin import FrameworkPlugin
+
+    _checked: FrameworkPlugin[KerasJaxModel, list[tuple[Any, Any, Any]]] = _this_module

@@ -74,14 +74,22 @@ def _bare_environment(root: Path) -> Path:
 OFFLINE = {**os.environ, "PIP_NO_INDEX": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
 
 
-def test_the_host_installs_with_no_index_no_deps_no_build_isolation(tmp_path):
-    source = tmp_path / "src"
+def _copy_of_the_tree(root: Path) -> Path:
+    """The tracked files, copied: an editable install writes its metadata into the tree it installs, and the
+    repository's own would then shadow the test environment's."""
+    source = root / "src"
     files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
     for name in filter(None, files.decode().split("\0")):
         target = source / name
         if (REPO / name).is_file():
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes((REPO / name).read_bytes())
+            target.chmod((REPO / name).stat().st_mode)
+    return source
+
+
+def test_the_host_installs_with_no_index_no_deps_no_build_isolation(tmp_path):
+    source = _copy_of_the_tree(tmp_path)
     python = _bare_environment(tmp_path)
     done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
                            "--no-deps", "--no-build-isolation", "-e", str(source)],
@@ -101,10 +109,11 @@ def test_the_gpu_visit_script_installs_offline_runs_a_phase_and_packs_it(tmp_pat
     """benchmarks/gpu_visit.sh on a CPU: one acceptance phase (the CPU sweep) with a budget, then --resume."""
     import tarfile
 
+    source = _copy_of_the_tree(tmp_path)
     python = _bare_environment(tmp_path)
     env = {**OFFLINE, "PYTHON": str(python), "PIP": f"{sys.executable} -m pip --python {python}"}
     out = tmp_path / "visit"
-    script = [str(REPO / "benchmarks" / "gpu_visit.sh"), "--device", "cpu", "--frameworks", "torch",
+    script = [str(source / "benchmarks" / "gpu_visit.sh"), "--device", "cpu", "--frameworks", "torch",
               "--out", str(out), "--budget", "200"]
     done = subprocess.run([*script, "--checks", "sweep"], capture_output=True, text=True, env=env, timeout=600,
                           cwd=tmp_path)

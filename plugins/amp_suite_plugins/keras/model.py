@@ -51,7 +51,7 @@ def _mask_input(keras: Any, item: Any, dtype: str) -> Any:
 def apply_layers(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False,
            masks: dict[str, Any] | None = None) -> Any:
     """Translate the layer vocabulary into Keras functional calls on ``x``; ``masks``: dropout name -> mask input."""
-    from amp_suite_plugins.keras.parts import HostDropout, UnbiasedBatchNormalization
+    from amp_suite_plugins.keras.parts import GlobalAveragePooling, HostDropout, UnbiasedBatchNormalization
 
     layers = keras.layers
     masks = masks or {}
@@ -84,7 +84,7 @@ def apply_layers(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized:
         elif kind == "avg_pool":
             x = layers.AveragePooling2D(spec.window, strides=spec.stride)(x)
         elif kind == "global_avg_pool":
-            x = layers.GlobalAveragePooling2D(keepdims=spec.keepdims)(x)
+            x = GlobalAveragePooling(keepdims=spec.keepdims)(x)
         elif kind == "flatten":
             x = layers.Flatten()(x)
         elif kind == "dense":

@@ -39,10 +39,17 @@ class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
     """
 
     def call(self, inputs: Any, training: Any = None, mask: Any = None) -> Any:
-        if not (training and self.trainable):
-            return super().call(inputs, training=False, mask=mask)
-        # BatchNorm statistics in float32 under every policy but float64's (as Keras's own call does)
-        x = ops.cast(inputs, keras.backend.result_type(inputs.dtype, "float32"))
+        # BatchNorm in float32 under every policy but float64's, as Keras's own call means to: its
+        # result_type(inputs.dtype, "float32") is float32 for float64 inputs on the JAX and PyTorch backends.
+        dtype = "float64" if keras.backend.standardize_dtype(inputs.dtype) == "float64" else "float32"
+        x = ops.cast(inputs, dtype)
+        gamma = ops.cast(self.gamma, dtype) if self.scale else None
+        beta = ops.cast(self.beta, dtype) if self.center else None
+        if not (training and self.trainable):  # the moving statistics, as Keras's own evaluation call
+            out = ops.batch_normalization(x, mean=ops.cast(self.moving_mean, dtype),
+                                          variance=ops.cast(self.moving_variance, dtype), axis=self.axis,
+                                          offset=beta, scale=gamma, epsilon=self.epsilon)
+            return ops.cast(out, self.compute_dtype)
         mean, variance = self._moments(x, mask)
         count = ops.cast(ops.size(x), x.dtype) / ops.cast(ops.shape(x)[-1], x.dtype)
         if self.synchronized:
@@ -54,9 +61,24 @@ class UnbiasedBatchNormalization(keras.layers.BatchNormalization):
         unbiased = variance * count / (count - 1.0)
         self.moving_mean.assign(self.moving_mean * self.momentum + mean * (1.0 - self.momentum))
         self.moving_variance.assign(self.moving_variance * self.momentum + unbiased * (1.0 - self.momentum))
-        out = ops.batch_normalization(x, mean=mean, variance=variance, axis=self.axis, offset=self.beta,
-                                      scale=self.gamma, epsilon=self.epsilon)
+        out = ops.batch_normalization(x, mean=mean, variance=variance, axis=self.axis, offset=beta,
+                                      scale=gamma, epsilon=self.epsilon)
         return ops.cast(out, self.compute_dtype)
+
+
+class GlobalAveragePooling(keras.layers.GlobalAveragePooling2D):
+    """Keras's GlobalAveragePooling2D, whose mean stays float64 on float64 inputs on every backend.
+
+    ``ops.mean`` on the JAX and PyTorch backends computes in
+    ``result_type(dtype, "float32")``, float32 for float64 inputs; a float64
+    input is averaged as a float64 sum over the spatial size instead.  Other
+    dtypes take Keras's own call.
+    """
+
+    def call(self, inputs: Any) -> Any:
+        if keras.backend.standardize_dtype(inputs.dtype) != "float64" or self.data_format != "channels_last":
+            return super().call(inputs)
+        return ops.sum(inputs, axis=[1, 2], keepdims=self.keepdims) / float(inputs.shape[1] * inputs.shape[2])
 
 
 class HostDropout(keras.layers.Layer):

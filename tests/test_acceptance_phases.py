@@ -271,3 +271,11 @@ def test_the_figures_mark_launch_bound_cells_and_speed_ups_above_the_ceiling(tmp
     assert "| PyTorch | amp_bf16 | 24,000 | 2.40x | 1.71x | 2.0x (speed-up above it" in text
     assert "Launch- or input-bound: torch/amp_fp16 23%." in text
     assert "Above the calibrated ceiling: torch/amp_bf16" in text
+
+
+def test_keras_on_jax_is_checked_like_an_xla_framework(tmp_path):
+    """A GPU machine without TensorFlow runs Keras as keras@jax: its TF32 goes through XLA like JAX's."""
+    plan = plan_for(ONE_GPU, tmp_path, installed=("keras@jax",), frameworks=("keras@jax",))
+    tf32 = check(plan, "tf32")
+    assert not tf32.skipped and tf32.expected.startswith("keras@jax: 'fp32 matmul/conv is fp32'")
+    assert check(plan, "sweep-keras@jax").name == "four-precision ResNet-18 sweep (Keras on JAX)"

@@ -44,8 +44,10 @@ PASS, FAIL, SKIP = "pass", "fail", "skipped"
 LABELS = {PASS: "PASS", FAIL: "FAIL", SKIP: "SKIP"}
 
 BUILT_IN_FRAMEWORKS = ("torch", "keras", "jax")
-XLA_FRAMEWORKS = ("keras", "jax")
-DISPLAY = {"torch": "PyTorch", "keras": "Keras (TF)", "jax": "JAX"}
+# Frameworks whose TF32 switch goes through XLA: Keras on TensorFlow, JAX, and Keras on JAX.
+XLA_FRAMEWORKS = ("keras", "jax", "keras@jax")
+DISPLAY = {"torch": "PyTorch", "keras": "Keras (TF)", "jax": "JAX", "keras@jax": "Keras on JAX",
+           "keras@torch": "Keras on PyTorch"}
 DEFAULT_REPORT = "amp-suite-acceptance.md"
 
 # What a check may need from the machine, besides nothing.
@@ -323,7 +325,8 @@ def build_plan(machine: Machine, frameworks: Sequence[str], workdir: Path, *, de
         f"{_names(xla) or 'Keras and JAX'}: 'fp32 matmul/conv is fp32' (1024.1024, TF32 off) and "
         "'tf32 matmul/conv is TF32' (1024.0, TF32 on) rows pass",
         partial(judge_tf32, frameworks=xla),
-        needs=(NEED_TF32, " or ".join(need_framework(f) for f in XLA_FRAMEWORKS)), key="tf32", estimate_s=doctor_s))
+        needs=(NEED_TF32, " or ".join(need_framework(f) for f in XLA_FRAMEWORKS if f in requested or f != "keras@jax")),
+        key="tf32", estimate_s=doctor_s))
     tf32_ok = not machine.tf32_blocker
 
     if mode == "gpu":

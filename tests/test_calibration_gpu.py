@@ -98,14 +98,14 @@ def test_device_gpu_never_caches_a_cpu_figure(tmp_path, monkeypatch, capsys):
     from amp_suite.machine.environment import host_environment
 
     host = _host(monkeypatch, tmp_path)
-    monkeypatch.setattr(calibration, "_run_probe", lambda *a: {"kind": "cpu", "device": "cpu", "version": "1",
+    monkeypatch.setattr(calibration, "_run_probe", lambda *a, **k: {"kind": "cpu", "device": "cpu", "version": "1",
                                                                "matmul": {"fp32": 0.1}})
     assert calibration.calibrate(frameworks=("torch",), device="gpu", force=True, host=host) == 1
     assert "--device gpu, but the probe measured cpu" in capsys.readouterr().err
     cached = calibration.read_cache(host_environment()) or {}
     assert "torch" not in (cached.get("frameworks") or {})
 
-    def refused(*args):
+    def refused(*args, **kwargs):
         raise RuntimeError("probe exited with code 1: RuntimeError: --device gpu: PyTorch cannot use a GPU here "
                            "(a CPU-only build); nothing measured")
 

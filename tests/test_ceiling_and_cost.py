@@ -109,7 +109,7 @@ def test_calibrate_caches_per_machine_and_report_uses_it(tmp_path, monkeypatch, 
     monkeypatch.setenv("AMP_SUITE_CACHE", str(tmp_path / "cache"))
     probed = []
 
-    def fake_probe(framework, device, budget_s):
+    def fake_probe(framework, device, budget_s, python=""):
         probed.append(framework.name)
         return {"kind": "cpu", "device": "cpu", "version": "1.0",
                 "matmul": {"fp32": 0.1, "bf16": 0.4}, "conv": {"fp32": 0.2, "bf16": 0.3}}

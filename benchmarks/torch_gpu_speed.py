@@ -69,15 +69,21 @@ def write_inputs(workload_name: str, args: argparse.Namespace, path: Path) -> Pa
     return path
 
 
-def idiomatic(workload_name: str, precision: str, mode: str, args: argparse.Namespace, data: Path):
-    """(images/s, first step's loss) of the idiomatic loop, in a fresh process."""
+def idiomatic_spec(workload_name: str, precision: str, mode: str, args: argparse.Namespace,
+                   data: Path) -> dict:
+    """The ``SPEC_JSON`` object of ``torch_idiomatic.py`` for one row."""
     from dataclasses import asdict
 
-    run, workload = suite_run(workload_name, precision, mode, args)
-    spec = {"model": workload.model, "num_classes": workload.num_classes, "input_size": workload.input_size,
+    _, workload = suite_run(workload_name, precision, mode, args)
+    return {"model": workload.model, "num_classes": workload.num_classes, "input_size": workload.input_size,
             "channels": workload.channels, "precision": precision, "mode": mode, "device": args.device,
             "steps": args.steps, "warmup": args.warmup, "optimizer": asdict(workload.optimizer),
             "data": str(data)}
+
+
+def idiomatic(workload_name: str, precision: str, mode: str, args: argparse.Namespace, data: Path):
+    """(images/s, first step's loss) of the idiomatic loop, in a fresh process."""
+    spec = idiomatic_spec(workload_name, precision, mode, args, data)
     child = subprocess.run([sys.executable, str(REPO / "benchmarks" / "torch_idiomatic.py"), json.dumps(spec)],
                            capture_output=True, text=True)
     if child.returncode != 0:

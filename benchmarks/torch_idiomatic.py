@@ -30,6 +30,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -144,8 +145,15 @@ def make_optimizer(torch: Any, spec: dict[str, Any], params: Any, total_steps: i
         optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * min(step, total_steps) / total_steps)))
 
 
-def train(spec: dict[str, Any]) -> tuple[float, float]:
-    """(images/s after warm-up, the first step's loss)."""
+def build_loop(spec: dict[str, Any], data: Any) -> tuple[Callable[[int], Any], Callable[[], None], int]:
+    """(``step(index)``, ``sync()``, the batch size) of ``spec``'s loop, its batches staged on the device.
+
+    ``data`` is the opened ``.npz`` the module docstring describes.
+    ``step(index)`` trains on batch ``index`` and returns the loss tensor
+    without waiting for it; ``sync()`` waits for the device (nothing on a CPU).
+    ``tests/test_torch_step_ops.py`` counts the operators of this step against
+    the suite's.
+    """
     import torch
 
     device = torch.device(spec["device"])
@@ -155,11 +163,10 @@ def train(spec: dict[str, Any]) -> tuple[float, float]:
     torch.backends.cudnn.allow_tf32 = tf32
     torch.backends.cudnn.benchmark = device.type == "cuda"
     model, named = build_model(spec["model"], spec["num_classes"], spec["input_size"], spec["channels"])
-    with np.load(spec["data"]) as data:
-        load_canonical(named, data)
-        images, labels = data["images"], data["labels"]
+    load_canonical(named, data)
+    images, labels = data["images"], data["labels"]
     model = model.to(device, memory_format=torch.channels_last).train()
-    steps, warmup = spec["steps"], spec["warmup"]
+    steps = spec["steps"]
     optimizer, scheduler = make_optimizer(torch, spec["optimizer"], model.parameters(), steps)
     dtype = {"amp_fp16": torch.float16, "amp_bf16": torch.bfloat16}.get(precision)
     scaler = torch.amp.GradScaler(device.type, init_scale=2.0 ** 15) if precision == "amp_fp16" else None
@@ -174,13 +181,7 @@ def train(spec: dict[str, Any]) -> tuple[float, float]:
         if device.type == "cuda":
             torch.cuda.synchronize()
 
-    first = math.nan
-    sync()
-    start = time.perf_counter()
-    for index in range(steps):
-        if index == warmup:
-            sync()
-            start = time.perf_counter()
+    def step(index: int) -> Any:
         if mode == "cudagraphs":
             torch.compiler.cudagraph_mark_step_begin()
         optimizer.zero_grad(set_to_none=True)
@@ -195,10 +196,28 @@ def train(spec: dict[str, Any]) -> tuple[float, float]:
             scaler.update()
         if scheduler is not None:
             scheduler.step()
+        return loss
+
+    return step, sync, int(images.shape[1])
+
+
+def train(spec: dict[str, Any]) -> tuple[float, float]:
+    """(images/s after warm-up, the first step's loss)."""
+    with np.load(spec["data"]) as data:
+        step, sync, batch = build_loop(spec, data)
+    steps, warmup = spec["steps"], spec["warmup"]
+    first = math.nan
+    sync()
+    start = time.perf_counter()
+    for index in range(steps):
+        if index == warmup:
+            sync()
+            start = time.perf_counter()
+        loss = step(index)
         if index == 0:
             first = float(loss.item())  # in warm-up, before the clock starts
     sync()
-    return (steps - warmup) * images.shape[1] / (time.perf_counter() - start), first
+    return (steps - warmup) * batch / (time.perf_counter() - start), first
 
 
 if __name__ == "__main__":

@@ -70,7 +70,7 @@ def test_torch_compile_is_an_option_compiled_in_warm_up(tmp_path):
         results[compiled] = run_in_worker(Cell(run, workload), log_path=tmp_path / f"{compiled}.log")
         assert results[compiled].status == "ok", results[compiled].error
     eager, compiled = results[False].metrics, results[True].metrics
-    assert eager["compilation"] == "eager" and compiled["compilation"] == "torch.compile (inductor)"
+    assert eager["compilation"] == "eager" and compiled["compilation"] == "torch.compile (inductor): the forward pass"
     assert any("torch.compile" in note for note in results[True].applied["notes"])
     assert compiled["first_step_time_s"] > compiled["step_time_median_s"]  # compilation sits in warm-up
     np.testing.assert_allclose(compiled["step_losses"][0], eager["step_losses"][0], rtol=1e-4)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -549,7 +550,9 @@ def _whole_step(torch: Any, model: TorchModel):
             model.optimizer.step()
             return loss.detach(), None
         model.scaler.scale(loss).backward()
-        before = model.scaler._get_scale_async().clone()  # see make_step
+        # The scale as a device tensor, without a host sync: GradScaler's public get_scale() calls .item(), and
+        # torch has no public asynchronous accessor (2.13).  Traced here, the copy and comparison join the graph.
+        before = model.scaler._get_scale_async().clone()
         model.scaler.step(model.optimizer)
         model.scaler.update()
         return loss.detach(), model.scaler._get_scale_async() >= before
@@ -557,12 +560,42 @@ def _whole_step(torch: Any, model: TorchModel):
     return whole_step
 
 
+@dataclass(frozen=True)
+class FoundInf:
+    """A loss-scaled eager step's applied flag, still on the device: the step was applied when ``count`` is 0.
+
+    ``count`` is the 0-d tensor in which ``GradScaler`` counted the step's
+    inf/NaN gradients (``scaler.step`` skips the update when it is not 0, and
+    ``scaler.update`` then halves the scale).  GradScaler makes a new one each
+    step, so keeping it costs no kernel and no host sync; :func:`_fetch`
+    compares the window's counts with 0 after the clock stopped.
+    """
+
+    count: Any
+
+
+def _found_inf(torch: Any, scaler: Any, optimizer: Any) -> Any:
+    """The inf/NaN count of the step ``scaler.step(optimizer)`` just took; call it before ``scaler.update()``.
+
+    torch has no public asynchronous accessor (2.13): GradScaler's private
+    per-optimizer record is read here and nowhere else.  Several devices' counts
+    (never in this plugin: one device per process) are summed into a new tensor.
+    """
+    counts = list(scaler._found_inf_per_device(optimizer).values())
+    return counts[0] if len(counts) == 1 else torch.stack(counts).sum()
+
+
 def make_step(torch: Any, model: TorchModel):
     """One optimizer step on a staged batch; returns (loss, applied) without waiting for the device.
 
-    ``applied`` is a device tensor under loss scaling (the scale did not drop,
-    read through ``GradScaler``'s asynchronous scale tensor instead of the
-    synchronizing ``get_scale()``), else ``True``.  The compiled modes run
+    ``applied`` is ``True`` without loss scaling.  Under loss scaling it stays
+    on the device: in eager mode a :class:`FoundInf` (GradScaler's own inf/NaN
+    count of the step: no kernel added to the step), in the compiled modes a
+    bool tensor computed inside the graph (the scale did not drop, read through
+    ``GradScaler``'s asynchronous scale tensor instead of the synchronizing
+    ``get_scale()``).  Either way the step adds no host sync and no kernel to
+    what an idiomatic loop launches (``tests/test_torch_step_ops.py`` counts
+    it).  The compiled modes run
     :func:`_whole_step` through torch.compile; under CUDA graphs each step
     opens a new replay (``cudagraph_mark_step_begin``) and its outputs are
     copied out before the next replay overwrites them.
@@ -593,13 +626,11 @@ def make_step(torch: Any, model: TorchModel):
             applied: Any = True
         else:
             model.scaler.scale(loss).backward()
-            # The scale as a device tensor, without a host sync: GradScaler's public get_scale() calls .item(),
-            # which would wait for the device at every step and break the window's one wait.  torch has no
-            # public asynchronous accessor (2.13), so this private one is read here and nowhere else.
-            before = model.scaler._get_scale_async().clone()
             model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
+            # Whether it was skipped, as GradScaler counted it: no .item() (a wait at every step, which would
+            # break the window's one wait) and no kernel (a copy and a comparison of the scale were two).
+            applied = FoundInf(_found_inf(torch, model.scaler, model.optimizer))
             model.scaler.update()  # ... and then the scale is halved
-            applied = model.scaler._get_scale_async() >= before
         if model.scheduler is not None:
             model.scheduler.step()
         return loss.detach(), applied
@@ -615,9 +646,30 @@ def _fetch(torch: Any, outcomes: list[tuple[Any, Any]]) -> tuple[list[float], li
     flags = [applied for _, applied in outcomes]
     tensors = [flag for flag in flags if not isinstance(flag, bool)]
     if tensors:
-        values = iter(torch.stack(tensors).cpu().tolist())
+        if all(isinstance(flag, FoundInf) for flag in tensors):
+            on_device = torch.stack([flag.count for flag in tensors]) == 0
+        else:
+            on_device = torch.stack([flag.count == 0 if isinstance(flag, FoundInf) else flag for flag in tensors])
+        values = iter(on_device.cpu().tolist())
         flags = [flag if isinstance(flag, bool) else bool(next(values)) for flag in flags]
     return losses, flags
+
+
+def _step_marks(torch: Any, steps: int) -> tuple[Any, list[Any]]:
+    """(the current CUDA stream, ``steps + 1`` timing events): step ``i`` runs from mark ``i`` to mark ``i + 1``.
+
+    One event per boundary, not a start and an end per step: nothing is
+    enqueued between two steps, so one step's end and the next one's start are
+    the same point of the stream.  torch creates a CUDA event at its first
+    record, so each is recorded once here, before the window's clock starts;
+    inside the window a step then costs one ``cudaEventRecord`` and no event
+    creation.
+    """
+    stream = torch.cuda.current_stream()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(steps + 1)]
+    for mark in marks:
+        mark.record(stream)
+    return stream, marks
 
 
 @hookimpl
@@ -626,24 +678,32 @@ def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any, An
 
     model.module.train()
     step = make_step(torch, model)
-    events: list[tuple[Any, Any]] = []
+    step_times: Callable[[], list[float]] | None = None
     if model.device_type == "cuda":
+        stream, marks = _step_marks(torch, len(staged))
         torch.cuda.synchronize()
-        plain_step = step
+        plain_step, taken = step, 0
 
-        def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:  # noqa: F811 - the same step, between two events
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+        def step(batch: tuple[Any, Any, Any]) -> tuple[Any, Any]:  # noqa: F811 - the same step, between two marks
+            nonlocal taken
+            if taken == 0:
+                marks[0].record(stream)
             outcome = plain_step(batch)
-            end.record()
-            events.append((start, end))
+            taken += 1
+            marks[taken].record(stream)
             return outcome
+
+        def marked_times() -> list[float]:
+            return [start.elapsed_time(end) / 1000.0
+                    for start, end in zip(marks[:taken], marks[1:taken + 1], strict=True)]
+
+        step_times = marked_times
 
     result = timed_window(
         staged, step,
         wait=(lambda outcome: torch.cuda.synchronize()) if model.device_type == "cuda" else (lambda outcome: None),
         fetch=lambda outcomes: _fetch(torch, outcomes),
-        step_times=(lambda: [s.elapsed_time(e) / 1000.0 for s, e in events]) if model.device_type == "cuda" else None,
+        step_times=step_times,
     )
     result.loss_scale_final = float(model.scaler.get_scale()) if model.scaler is not None else None
     if model.process is not None:

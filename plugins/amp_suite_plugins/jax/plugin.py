@@ -41,21 +41,17 @@ coordinator, one process per node driving that node's devices.
 from __future__ import annotations
 
 import dataclasses
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from amp_suite import hookimpl
-from amp_suite.errors import UnsupportedError
 from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
-    cpu_device,
     loss_scale_growth_interval,
     read_cuda_versions,
-    require_device_kind,
     standard_precision,
     take_slowest_window,
     timed_window,
@@ -71,6 +67,7 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.workloads.layers import iter_layers
+from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
 from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
 
 NAME = "jax"
@@ -115,21 +112,6 @@ class JaxModel:
     stored_dtype: str = "float32"  # variables, images, masks, logits and loss: "float64" under fp64
 
 
-def _host_devices(run: RunSpec) -> None:
-    """Split the CPU into this process's devices: the XLA flag before JAX starts, else JAX's own option."""
-    import sys
-
-    count = run.devices // run.nnodes
-    if "jax" not in sys.modules:
-        flag = f"--xla_force_host_platform_device_count={count}"
-        os.environ["XLA_FLAGS"] = " ".join(
-            [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag.split("=")[0])] + [flag])
-    else:
-        import jax
-
-        jax.config.update("jax_num_cpu_devices", count)
-
-
 def _join_nodes(jax: Any, run: RunSpec) -> None:
     """One process per node meets the others at the coordinator (gloo collectives on CPUs)."""
     if jax.distributed.is_initialized():  # a second cell of the same process (the conformance kit's server)
@@ -142,37 +124,14 @@ def _join_nodes(jax: Any, run: RunSpec) -> None:
 @hookimpl
 def select_device(run: RunSpec) -> DeviceInfo:
     if run.distributed:
-        _host_devices(run)
+        split_host_devices(run)
     import jax
 
     if run.device == "cpu":
         jax.config.update("jax_platforms", "cpu")
     if run.nnodes > 1:
         _join_nodes(jax, run)
-    try:
-        gpus = jax.devices("gpu") if run.device != "cpu" else []
-    except RuntimeError:
-        gpus = []
-    if require_device_kind(run, bool(gpus), "JAX") == "cpu":
-        if run.distributed and len(jax.devices("cpu")) < run.devices:
-            raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(jax.devices('cpu'))} CPU devices")
-        return dataclasses.replace(cpu_device(), count=run.devices)
-    if run.distributed and len(gpus) < run.devices:
-        raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(gpus)} GPUs")
-    dev = gpus[0]
-    capability = str(getattr(dev, "compute_capability", "") or "")
-    major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
-    stats = dev.memory_stats() or {}
-    return DeviceInfo(
-        kind="gpu",
-        platform=dev.platform,
-        name=dev.device_kind,
-        count=run.devices if run.distributed else len(gpus),
-        driver=getattr(dev.client, "platform_version", ""),
-        compute_capability=capability,
-        memory_total_bytes=stats.get("bytes_limit"),
-        supports_tf32=major >= 8,
-    )
+    return jax_device_info(jax, run)
 
 
 @hookimpl

@@ -48,9 +48,7 @@ from amp_suite.errors import UnsupportedError
 from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
-    cpu_device,
     read_cuda_versions,
-    require_device_kind,
     standard_precision,
     timed_window,
 )
@@ -66,6 +64,7 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
+from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
 from amp_suite_plugins.keras.backends import (
     PROBE_BACKEND_ENV,
     import_keras,
@@ -122,50 +121,18 @@ class KerasJaxModel:
     mesh: Any = None  # the data-parallel Mesh of a cell on several devices, else None
 
 
-def _host_devices(run: RunSpec) -> None:
-    """The CPU as ``run.devices`` XLA devices: the flag before JAX starts, else JAX's own option."""
-    import os
-    import sys
-
-    if "jax" not in sys.modules:
-        flag = f"--xla_force_host_platform_device_count={run.devices}"
-        os.environ["XLA_FLAGS"] = " ".join(
-            [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(flag.split("=")[0])] + [flag])
-    else:
-        import jax
-
-        jax.config.update("jax_num_cpu_devices", run.devices)
-
-
 @hookimpl
 def select_device(run: RunSpec) -> DeviceInfo:
     if run.distributed:
         if run.nnodes > 1:
             raise UnsupportedError("keras@jax runs data parallel on the devices of one machine only (nnodes=1)")
-        _host_devices(run)
+        split_host_devices(run)
     import jax
 
     if run.device == "cpu":
         jax.config.update("jax_platforms", "cpu")
     import_keras("jax")  # after the platform is chosen, before any other hook imports Keras
-    try:
-        gpus = jax.devices("gpu") if run.device != "cpu" else []
-    except RuntimeError:
-        gpus = []
-    if require_device_kind(run, bool(gpus), "JAX") == "cpu":
-        if run.distributed and len(jax.devices("cpu")) < run.devices:
-            raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(jax.devices('cpu'))} CPU devices")
-        return dataclasses.replace(cpu_device(), count=run.devices)
-    if run.distributed and len(gpus) < run.devices:
-        raise UnsupportedError(f"{run.devices} devices asked for, JAX sees {len(gpus)} GPUs")
-    dev = gpus[0]
-    capability = str(getattr(dev, "compute_capability", "") or "")
-    major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
-    stats = dev.memory_stats() or {}
-    return DeviceInfo(kind="gpu", platform=dev.platform, name=dev.device_kind,
-                      count=run.devices if run.distributed else len(gpus),
-                      driver=getattr(dev.client, "platform_version", ""), compute_capability=capability,
-                      memory_total_bytes=stats.get("bytes_limit"), supports_tf32=major >= 8)
+    return jax_device_info(jax, run)
 
 
 @hookimpl

@@ -198,24 +198,31 @@ time.sleep(120)
 """
 
 
+@pytest.fixture
+def hanging_probe(tmp_path, monkeypatch):
+    """A probe module ``hanging_probe`` that starts a child and hangs; yields the file its child's pid lands in,
+    and afterwards checks that the child did not outlive the probe."""
+    (tmp_path / "hanging_probe.py").write_text(HANGING_PROBE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pidfile = tmp_path / "child.pid"
+    monkeypatch.setenv("ROGUE_PIDFILE", str(pidfile))
+    yield pidfile
+    _wait(lambda: pidfile.exists() and pidfile.read_text(), 5, "the probe's child pid")
+    _wait(lambda: not alive(int(pidfile.read_text())), 5, "the end of the probe's child")
+
+
 @linux_only
-def test_a_doctor_probe_past_its_timeout_leaves_no_orphan(tmp_path, monkeypatch):
+def test_a_doctor_probe_past_its_timeout_leaves_no_orphan(hanging_probe):
     """Defect: `doctor --timeout` ended the probe but left the probe's child running."""
     import dataclasses
 
     from amp_suite.doctor import runner
     from fakefw import framework_info
 
-    (tmp_path / "hanging_probe.py").write_text(HANGING_PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    pidfile = tmp_path / "child.pid"
-    monkeypatch.setenv("ROGUE_PIDFILE", str(pidfile))
     started = time.monotonic()
     with pytest.raises(runner.ProbeError, match="no answer within 1 s"):
         runner.subprocess_probe(dataclasses.replace(framework_info(), doctor_probe="hanging_probe"), "cpu", 1.0)
     assert time.monotonic() - started < 10
-    _wait(lambda: pidfile.exists() and pidfile.read_text(), 5, "the probe's child pid")
-    _wait(lambda: not alive(int(pidfile.read_text())), 5, "the end of the probe's child")
 
 
 def test_a_hanging_environment_interpreter_costs_the_sweeps_timeout_not_60_s(tmp_path):
@@ -623,21 +630,15 @@ def test_any_writes_to_a_pipe_whose_reader_leaves_never_raise():
 
 
 @linux_only
-def test_a_calibration_probe_past_its_time_limit_leaves_no_orphan(tmp_path, monkeypatch):
+def test_a_calibration_probe_past_its_time_limit_leaves_no_orphan(hanging_probe, monkeypatch):
     """Defect: a calibration probe's time limit ended only the probe; what the probe started outlived it."""
     import dataclasses
 
     from amp_suite.calibration import ceiling
     from fakefw import framework_info
 
-    (tmp_path / "hanging_probe.py").write_text(HANGING_PROBE)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    pidfile = tmp_path / "child.pid"
-    monkeypatch.setenv("ROGUE_PIDFILE", str(pidfile))
     monkeypatch.setattr(ceiling, "PROBE_TIMEOUT_S", 1.0)
     started = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         ceiling._run_probe(dataclasses.replace(framework_info(), calibration_probe="hanging_probe"), "cpu", 0.1)
     assert time.monotonic() - started < 10
-    _wait(lambda: pidfile.exists() and pidfile.read_text(), 5, "the probe's child pid")
-    _wait(lambda: not alive(int(pidfile.read_text())), 5, "the end of the probe's child")

@@ -998,6 +998,24 @@ def run_plan(plan: AcceptancePlan, *, executor: Executor = subprocess_executor,
     started = clock()
     done: dict[tuple[str, ...], CommandResult] = {}
     logs = plan.workdir / "logs"
+    def run_command(command: Command, name: str, left: float | None) -> CommandResult:
+        """The command, under the smaller of its own limit and what is left of the budget; logged."""
+        limit = command.timeout_s if left is None else min(command.timeout_s, max(left, 1.0))
+        shown = Command(_resumable(command), limit)
+        for path, text in command.files:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            Path(path).write_text(text, encoding="utf-8")
+        if progress:
+            progress(f"running {shown.display()} (time limit {limit:.0f} s)")
+        run.running = name
+        _changed(on_change, run)
+        result = executor(list(shown.args), limit)
+        run.running = ""
+        log = _save_log(logs, len(run.commands) + 1, shown, result)
+        run.commands.append(CommandRecord(shown.display(), result.describe(), result.seconds,
+                                          str(log) if log else "", run.started))
+        return result
+
     for check in plan.checks:
         choice = choices[check.key]
         if check.skipped:
@@ -1005,52 +1023,35 @@ def run_plan(plan: AcceptancePlan, *, executor: Executor = subprocess_executor,
         elif not choice.run:
             outcome = kept[check.key] if check.key in kept and not choice.reason else \
                 CheckOutcome(check, SKIP, choice.reason)
-            if check.key in kept and not choice.reason:
-                run.outcomes.append(outcome)
-                emit(outcome.line())
-                continue
         else:
             command = check.command
             result = done.get(command.args)
-            if result is None:
-                left = None if budget_s is None else budget_s - (clock() - started)
-                if left is not None and left < 0.5 * check.estimate_s:
-                    outcome = CheckOutcome(check, SKIP, f"{BUDGET_SPENT}: about {check.estimate_s:.0f} s needed, "
-                                                        f"{max(left, 0):.0f} s left; --resume runs it")
-                    run.outcomes.append(outcome)
-                    emit(outcome.line())
-                    _changed(on_change, run)
-                    continue
-                limit = command.timeout_s if left is None else min(command.timeout_s, max(left, 1.0))
-                args = _resumable(command)
-                for path, text in command.files:
-                    Path(path).parent.mkdir(parents=True, exist_ok=True)
-                    Path(path).write_text(text, encoding="utf-8")
-                if progress:
-                    progress(f"running {Command(args, limit).display()} (time limit {limit:.0f} s)")
-                run.running = check.name
-                _changed(on_change, run)
-                result = executor(list(args), limit)
-                run.running = ""
-                done[command.args] = result
-                log = _save_log(logs, len(run.commands) + 1, Command(args, limit), result)
-                run.commands.append(CommandRecord(Command(args, limit).display(), result.describe(),
-                                                  result.seconds, str(log) if log else "", run.started))
-            if result.timed_out and budget_s is not None and command.timeout_s > result.seconds + 1:
-                outcome = CheckOutcome(check, SKIP, f"{BUDGET_SPENT} while it ran (stopped after "
-                                                    f"{result.seconds:.0f} s); --resume runs it"
-                                                    + (", keeping the cells it finished" if command.out_dir else ""),
-                                       result)
+            left = None if budget_s is None else budget_s - (clock() - started)
+            if result is None and left is not None and left < 0.5 * check.estimate_s:
+                outcome = CheckOutcome(check, SKIP, f"{BUDGET_SPENT}: about {check.estimate_s:.0f} s needed, "
+                                                    f"{max(left, 0):.0f} s left; --resume runs it")
             else:
-                try:
-                    verdict = check.judge(result, command)
-                except Exception as exc:  # a judge's bug must not hide the other checks
-                    verdict = Verdict(FAIL, f"could not judge the output: {type(exc).__name__}: {exc}")
-                outcome = CheckOutcome(check, verdict.status, verdict.observed, result)
+                if result is None:
+                    result = done[command.args] = run_command(command, check.name, left)
+                outcome = _judged(check, result, stopped_by_budget=budget_s is not None)
         run.outcomes.append(outcome)
         emit(outcome.line())
         _changed(on_change, run)
     return run
+
+
+def _judged(check: AcceptanceCheck, result: CommandResult, *, stopped_by_budget: bool) -> CheckOutcome:
+    """A check's outcome from its command's result; a command the budget stopped is pending, not judged."""
+    command = check.command
+    if result.timed_out and stopped_by_budget and command.timeout_s > result.seconds + 1:
+        return CheckOutcome(check, SKIP, f"{BUDGET_SPENT} while it ran (stopped after {result.seconds:.0f} s); "
+                                         "--resume runs it" + (", keeping the cells it finished" if command.out_dir
+                                                               else ""), result)
+    try:
+        verdict = check.judge(result, command)
+    except Exception as exc:  # a judge's bug must not hide the other checks
+        verdict = Verdict(FAIL, f"could not judge the output: {type(exc).__name__}: {exc}")
+    return CheckOutcome(check, verdict.status, verdict.observed, result)
 
 
 def _changed(on_change: Callable[[AcceptanceRun], None] | None, run: AcceptanceRun) -> None:

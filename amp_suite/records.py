@@ -148,7 +148,14 @@ class LayerSpec:
       same input and added; an empty ``shortcut`` is the identity);
     * ``multiply``: ``body`` (a sequence giving ``(1, 1, c)`` from the input,
       multiplied into it: squeeze-and-excitation);
-    * ``relu``, ``relu6``, ``swish``, ``sigmoid``, ``flatten``: nothing.
+    * ``relu``, ``relu6``, ``swish``, ``sigmoid``, ``flatten``: nothing;
+    * token kinds (activations ``(tokens, features)``; see ``docs/layers.md``):
+      ``patch_embed``: ``name``, ``features``, ``kernel_size`` (the patch side,
+      also its stride); ``class_token``, ``position_embedding``: ``name``;
+      ``token_embedding``: ``name``, ``vocab_size``, ``features``;
+      ``layer_norm``, ``rms_norm``: ``name``, ``epsilon``;
+      ``multi_head_attention``: ``name``, ``heads``, ``causal``;
+      ``gelu``, ``token_mean_pool``, ``class_token_pool``: nothing.
     """
 
     kind: str
@@ -167,6 +174,9 @@ class LayerSpec:
     keepdims: bool = False
     rate: float = 0.0
     per_sample: bool = False
+    heads: int = 0
+    causal: bool = False
+    vocab_size: int = 0
 
 
 @dataclass(frozen=True)
@@ -174,7 +184,10 @@ class VariableSpec:
     """One canonical model variable an architecture declares.
 
     ``name`` is ``LAYER/LEAF`` (``conv1/w``, ``bn1/scale``, ``bn1/mean``);
-    ``init`` is ``he_uniform``, ``zeros`` or ``ones``.  Trainable variables are
+    ``init`` is ``he_uniform``, ``zeros``, ``ones`` or ``normal`` (mean 0,
+    standard deviation 0.02: embeddings, class token, positions).  ``decay``
+    says whether AdamW's decoupled weight decay applies to it (kernels: yes;
+    biases, normalization scales and offsets, embeddings: no).  Trainable variables are
     parameters; the others are model state (BatchNorm running statistics).
     ``fan_in`` is the fan-in He-uniform draws with; 0 means the product of
     every dimension but the last (a depthwise kernel ``(k, k, c, 1)`` sees
@@ -186,17 +199,24 @@ class VariableSpec:
     init: str
     trainable: bool = True
     fan_in: int = 0
+    decay: bool = False
 
 
 @dataclass(frozen=True)
 class OptimizerSpec:
     """The optimizer, with one meaning in every framework (see ``docs/workloads.md``).
 
-    ``name`` is ``sgd``, ``rmsprop`` or ``adam``.  ``weight_decay`` is added to
-    the gradient (``g + weight_decay * w``, as ``torch.optim`` does) before the
-    optimizer's own arithmetic.  ``schedule`` is ``constant`` or ``cosine``
-    (decaying to 0 over ``decay_steps`` optimizer steps; the host fills
-    ``decay_steps`` in from the run's steps and epochs).
+    ``name`` is ``sgd``, ``rmsprop``, ``adam`` or ``adamw``.  For the first
+    three ``weight_decay`` is added to the gradient (``g + weight_decay * w``,
+    as ``torch.optim`` does) before the optimizer's own arithmetic; ``adamw``
+    decouples it (``w -= lr * weight_decay * w`` beside the Adam update) and
+    applies it only to the variables whose :attr:`VariableSpec.decay` is set.
+    ``schedule`` is ``constant``, ``cosine`` (decaying to 0 over
+    ``decay_steps`` optimizer steps; the host fills ``decay_steps`` in from
+    the run's steps and epochs) or ``warmup_cosine`` (a linear warm-up from 0
+    over ``warmup_steps``, then the cosine over the rest).  ``clip_norm`` > 0
+    clips the gradients by their global norm (after unscaling them under a
+    loss scale, before weight decay and the optimizer); 0 clips nothing.
     """
 
     name: str
@@ -209,6 +229,27 @@ class OptimizerSpec:
     epsilon: float = 1e-8
     schedule: str = "constant"
     decay_steps: int = 0
+    warmup_steps: int = 0
+    clip_norm: float = 0.0
+
+
+@dataclass(frozen=True)
+class TransformerShape:
+    """The sizes of a transformer workload (``[workloads.NAME]`` keys of the same names).
+
+    ``width`` is the token features, ``depth`` the number of blocks, ``heads``
+    the attention heads (``width`` splits evenly into them), ``mlp`` the hidden
+    features of each block's MLP.  A ViT has a ``patch`` side; a language model
+    a ``vocab_size`` and a ``context`` (tokens per example).
+    """
+
+    width: int
+    depth: int
+    heads: int
+    mlp: int
+    patch: int = 0
+    vocab_size: int = 0
+    context: int = 0
 
 
 @dataclass(frozen=True)
@@ -239,10 +280,20 @@ class Workload:
     steps: int | None = None  # steps per epoch this workload trains unless --steps says otherwise
     target_accuracy: float | None = None  # time to target: validation accuracy to reach (None: not measured)
     eval_every: int = 0  # time to target: evaluate every this many steps (0: at each epoch's end)
+    dataset: str = ""  # the dataset this workload trains on ("": the sweep's --dataset)
+    transformer: TransformerShape | None = None  # the sizes of a transformer architecture
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
-        """Per-example shape in the canonical NHWC layout: (height, width, channels)."""
+    def tokens(self) -> bool:
+        """True for a workload whose inputs are token ids (a language model), not images."""
+        return self.transformer is not None and self.transformer.vocab_size > 0
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """Per-example shape: (height, width, channels), NHWC, or (context,) token ids."""
+        if self.tokens:
+            assert self.transformer is not None
+            return (self.transformer.context,)
         return (self.input_size, self.input_size, self.channels)
 
 
@@ -368,6 +419,9 @@ class PrecisionApplied:
 class Batch:
     """One training batch: NHWC float32 images, int32 labels and the dropout masks of its step.
 
+    For a token workload (:attr:`Workload.tokens`) ``images`` holds int32 token
+    ids ``(batch, context)`` and ``labels`` the int32 next tokens, the same shape.
+
     ``masks`` maps each ``dropout`` layer's name to its float32 mask, already
     scaled (0 or ``1 / (1 - rate)``): shape ``(batch, *activation_shape)``, or
     ``(batch,)`` for a per-sample dropout.  Empty for a model without dropout.
@@ -387,8 +441,9 @@ class Batch:
                      {name: mask[start:stop] for name, mask in self.masks.items()})
 
     def astype(self, dtype: Any) -> Batch:
-        """Images and masks in ``dtype`` (float64 under ``fp64``), labels as they are; no copy where already so."""
-        return Batch(np.asarray(self.images, dtype), self.labels,
+        """Images and masks in ``dtype`` (float64 under ``fp64``), labels and token ids as they are."""
+        images = self.images if np.issubdtype(self.images.dtype, np.integer) else np.asarray(self.images, dtype)
+        return Batch(images, self.labels,
                      {name: np.asarray(mask, dtype) for name, mask in self.masks.items()})
 
 
@@ -481,6 +536,8 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
     data = dict(data)
     data["layers"] = tuple(layer_from_dict(layer) for layer in data["layers"])
     data["optimizer"] = OptimizerSpec(**data["optimizer"])
+    if data.get("transformer") is not None:
+        data["transformer"] = TransformerShape(**data["transformer"])
     return Workload(**data)
 
 

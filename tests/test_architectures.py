@@ -90,7 +90,7 @@ def test_a_new_architecture_is_one_entry_made_of_known_kinds():
     ({"batch_size": [1, 2]}, "batch_size must be an integer"),
     ({"learning_rate": math.nan}, "learning_rate must be a finite number, got nan"),
     ({"augment": "false"}, "augment must be true or false"),
-    ({"optimizer": "adagrad"}, "optimizer must be one of sgd, rmsprop, adam; got 'adagrad'"),
+    ({"optimizer": "adagrad"}, "optimizer must be one of sgd, rmsprop, adam, adamw; got 'adagrad'"),
     ({"optimizer": "adam", "momentum": 0.9}, "momentum does not apply to optimizer 'adam'"),
     ({"model": "deep_cnn", "input_size": 8}, "[workloads.w]: the input is too small"),
 ])

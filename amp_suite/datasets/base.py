@@ -105,7 +105,7 @@ def _synthetic(workload: Workload, steps: int, batch_size: int, seed: int, note:
                substituted: bool = False) -> Dataset:
     from amp_suite.datasets.synthetic import make_synthetic
 
-    values = workload.input_size ** 2 * workload.channels
+    values = int(np.prod(workload.input_shape))
     val_count = max(16, min(SYNTHETIC_VAL_COUNT, SYNTHETIC_VAL_VALUES // values))
     images, labels = make_synthetic(workload, steps * batch_size + val_count, seed)
     cut = steps * batch_size

@@ -41,7 +41,7 @@ class InputPipeline:
     mean: np.ndarray | None
     std: np.ndarray | None
     layers: tuple[LayerSpec, ...] = ()
-    input_shape: tuple[int, int, int] = (0, 0, 0)
+    input_shape: tuple[int, ...] = (0, 0, 0)
 
     @property
     def steps_per_epoch(self) -> int:
@@ -67,8 +67,8 @@ class InputPipeline:
                 images = random_crop_flip(images, augmentation_rng(self.seed, epoch, step))
             images = self._normalized(images)
             masks = draw_masks(self.layers, self.input_shape, self.batch_size, self.seed, epoch, step)
-            out.append(Batch(np.ascontiguousarray(images, dtype=np.float32), np.ascontiguousarray(labels[idx]),
-                             masks))
+            dtype = np.int32 if np.issubdtype(images.dtype, np.integer) else np.float32  # token ids stay ids
+            out.append(Batch(np.ascontiguousarray(images, dtype=dtype), np.ascontiguousarray(labels[idx]), masks))
         return out
 
     def epoch(self, epoch: int) -> list[Batch]:

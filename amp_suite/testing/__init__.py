@@ -157,6 +157,7 @@ class ProbeResult:
     syncs: list[int] = field(default_factory=list)
     gradient_steps: list[GradientStep] = field(default_factory=list)
     optimizer: dict[str, Any] = field(default_factory=dict)
+    inputs: np.ndarray | None = None  # the first batch's images or token ids (what logits_before came from)
 
 
 @dataclass
@@ -227,6 +228,7 @@ def load_probe(request: ProbeRequest, folder: Path | str) -> ProbeResult:
         moved_by_training_predict=meta["moved_by_training_predict"], cell=meta["cell"],
         syncs=[int(n) for n in meta.get("syncs", [])],
         gradient_steps=_gradient_steps(arrays, meta), optimizer=meta.get("optimizer", {}),
+        inputs=arrays.get("inputs"),
     )
 
 

@@ -151,7 +151,7 @@ def probe(request: dict[str, Any], out_dir: Path) -> None:
     # Any: numpy's stub would let a dict[str, ndarray] given as **kwds fill savez's allow_pickle.
     arrays: dict[str, Any] = {
         "logits_before": np.asarray(logits_before), "logits_before_train": np.asarray(logits_before_train),
-        "logits_after": np.asarray(logits_after), **{f"init:{k}": v for k, v in initial.items()},
+        "logits_after": np.asarray(logits_after), "inputs": np.asarray(images), **{f"init:{k}": v for k, v in initial.items()},
         **{f"var:{k}": v for k, v in variables.items()}, **oracle_arrays}
     np.savez(out_dir / "probe.npz", **arrays)
     (out_dir / "probe.json").write_text(json.dumps(meta, indent=1, default=str))

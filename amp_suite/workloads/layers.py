@@ -26,7 +26,17 @@ into its own layers.  Semantics, identical in every framework:
   broadcast over height and width (squeeze-and-excitation);
 * ``dropout`` multiplies its input by the mask the host drew for the step
   (:func:`draw_masks`, handed over in ``Batch.masks``) in training, and is the
-  identity in evaluation and ``predict``.
+  identity in evaluation and ``predict``;
+* token activations are ``(tokens, features)`` per example; the token kinds
+  (``patch_embed``, ``class_token``, ``position_embedding``,
+  ``token_embedding``, ``layer_norm``, ``rms_norm``, ``gelu``,
+  ``multi_head_attention``, ``token_mean_pool``, ``class_token_pool``) and
+  ``dense`` on the last axis of a token tensor are defined exactly in
+  ``docs/layers.md``; :mod:`amp_suite.workloads.reference` computes them with
+  NumPy in float64.
+
+Each kind's shape rule, variables, FLOPs and precision under AMP are one
+declaration in :mod:`amp_suite.workloads.kinds`.
 """
 
 from __future__ import annotations
@@ -38,13 +48,13 @@ import numpy as np
 
 from amp_suite.errors import UsageError
 from amp_suite.records import LayerSpec, VariableSpec
+from amp_suite.workloads.kinds import KINDS as KINDS
+from amp_suite.workloads.kinds import LAYER_KINDS as LAYER_KINDS
+from amp_suite.workloads.kinds import TOKEN_KINDS as TOKEN_KINDS
+from amp_suite.workloads.kinds import kind
 
-LAYER_KINDS = ("conv2d", "depthwise_conv2d", "zero_pad", "batch_norm", "relu", "relu6", "swish", "sigmoid",
-               "residual", "multiply", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense", "dropout")
-# Layers that own variables.
-VARIABLE_KINDS = ("conv2d", "depthwise_conv2d", "batch_norm", "dense")
 # Layers that need a name: those with variables, and dropout (its mask's key).
-NAMED_KINDS = (*VARIABLE_KINDS, "dropout")
+NAMED_KINDS = tuple(name for name, entry in KINDS.items() if entry.named)
 
 
 # --- constructors ---------------------------------------------------------
@@ -123,6 +133,52 @@ def multiply(body: tuple[LayerSpec, ...]) -> LayerSpec:
     return LayerSpec("multiply", body=tuple(body))
 
 
+def patch_embed(name: str, features: int, patch: int) -> LayerSpec:
+    """A ``patch`` x ``patch`` convolution of stride ``patch`` to ``features``, flattened to row-major tokens."""
+    return LayerSpec("patch_embed", name, features=features, kernel_size=patch, stride=patch)
+
+
+def class_token(name: str) -> LayerSpec:
+    """A learned vector prepended to the tokens (token 0)."""
+    return LayerSpec("class_token", name)
+
+
+def position_embedding(name: str) -> LayerSpec:
+    """A learned ``(tokens, features)`` table added to the tokens (covering the class token where there is one)."""
+    return LayerSpec("position_embedding", name)
+
+
+def token_embedding(name: str, vocab_size: int, features: int) -> LayerSpec:
+    """Token ids ``(context,)`` to rows of a ``(vocab_size, features)`` table."""
+    return LayerSpec("token_embedding", name, features=features, vocab_size=vocab_size)
+
+
+def layer_norm(name: str, *, epsilon: float = 1e-5) -> LayerSpec:
+    return LayerSpec("layer_norm", name, epsilon=epsilon)
+
+
+def rms_norm(name: str, *, epsilon: float = 1e-6) -> LayerSpec:
+    return LayerSpec("rms_norm", name, epsilon=epsilon)
+
+
+def gelu() -> LayerSpec:
+    """The exact (erf) GELU."""
+    return LayerSpec("gelu")
+
+
+def multi_head_attention(name: str, heads: int, *, causal: bool = False) -> LayerSpec:
+    """Self-attention over token activations: fused q/k/v projection, ``heads`` heads, output projection."""
+    return LayerSpec("multi_head_attention", name, heads=heads, causal=causal)
+
+
+def token_mean_pool() -> LayerSpec:
+    return LayerSpec("token_mean_pool")
+
+
+def class_token_pool() -> LayerSpec:
+    return LayerSpec("class_token_pool")
+
+
 # --- walking the graph ------------------------------------------------------
 
 # An activation shape: (h, w, c) before flatten, (features,) after.
@@ -142,7 +198,7 @@ def iter_layers(layers: tuple[LayerSpec, ...]) -> Iterator[LayerSpec]:
     """Every layer in definition order, residual bodies before their shortcuts, multiply bodies too."""
     for layer in layers:
         yield layer
-        if layer.kind in ("residual", "multiply"):
+        if KINDS[layer.kind].bodies:
             yield from iter_layers(layer.body)
             yield from iter_layers(layer.shortcut)
 
@@ -156,79 +212,21 @@ def walk(layers: tuple[LayerSpec, ...], input_shape: Shape, *, where: str = "mod
 
 def _walk(layers: tuple[LayerSpec, ...], shape: Shape, out: list[LayerShapes], where: str) -> Shape:
     for layer in layers:
-        if layer.kind not in LAYER_KINDS:
-            raise UsageError(f"{where}: unknown layer kind {layer.kind!r}; known: {', '.join(LAYER_KINDS)}")
-        if layer.kind in NAMED_KINDS and not layer.name:
+        entry = kind(layer.kind, where)
+        if entry.named and not layer.name:
             raise UsageError(f"{where}: a {layer.kind} layer needs a name")
         index = len(out)
         out.append(LayerShapes(layer, shape, shape))  # output filled in below
-        new = _output_shape(layer, shape, out, where)
+
+        def walk_body(body: tuple[LayerSpec, ...], start: Shape) -> Shape:
+            return _walk(body, start, out, where)
+
+        new = entry.shape(layer, shape, walk_body, where)
+        if any(d < 1 for d in new):
+            raise UsageError(f"{where}: the input is too small for its layers ({layer.kind} gives {new})")
         out[index] = LayerShapes(layer, shape, new)
         shape = new
     return shape
-
-
-def _spatial(layer: LayerSpec, shape: Shape, where: str) -> tuple[int, int, int]:
-    if len(shape) != 3:
-        raise UsageError(f"{where}: {layer.kind} needs an image (h, w, c) input, not features after flatten")
-    return shape
-
-
-def _output_shape(layer: LayerSpec, shape: Shape, out: list[LayerShapes], where: str) -> Shape:
-    kind = layer.kind
-    new: Shape
-    if kind in ("conv2d", "depthwise_conv2d"):
-        h, w, c = _spatial(layer, shape, where)
-        k, s, p = layer.kernel_size, layer.stride, layer.padding
-        features = layer.features if kind == "conv2d" else c
-        if k < 1 or s < 1 or p < 0 or features < 1:
-            raise UsageError(f"{where}: {kind} {layer.name!r} needs kernel, stride, features >= 1 and padding >= 0")
-        new = ((h + 2 * p - k) // s + 1, (w + 2 * p - k) // s + 1, features)
-    elif kind == "zero_pad":
-        h, w, c = _spatial(layer, shape, where)
-        if len(layer.pads) != 4 or min(layer.pads) < 0:
-            raise UsageError(f"{where}: zero_pad needs four pads >= 0 (top, bottom, left, right), got {layer.pads}")
-        top, bottom, left, right = layer.pads
-        new = (h + top + bottom, w + left + right, c)
-    elif kind in ("max_pool", "avg_pool"):
-        h, w, c = _spatial(layer, shape, where)
-        if layer.window < 1 or layer.stride < 1:
-            raise UsageError(f"{where}: {kind} needs window and stride >= 1")
-        new = ((h - layer.window) // layer.stride + 1, (w - layer.window) // layer.stride + 1, c)
-    elif kind == "global_avg_pool":
-        c = _spatial(layer, shape, where)[2]
-        new = (1, 1, c) if layer.keepdims else (c,)
-    elif kind == "flatten":
-        h, w, c = _spatial(layer, shape, where)
-        new = (h * w * c,)
-    elif kind == "dense":
-        if layer.features < 1:
-            raise UsageError(f"{where}: dense {layer.name!r} needs features >= 1")
-        if len(shape) != 1:
-            raise UsageError(f"{where}: dense {layer.name!r} needs features (flatten or global_avg_pool first), "
-                             f"not {shape}")
-        new = (layer.features,)
-    elif kind == "residual":
-        body = _walk(layer.body, shape, out, where)
-        short = _walk(layer.shortcut, shape, out, where)
-        if body != short:
-            raise UsageError(f"{where}: residual branches disagree: body gives {body}, shortcut {short}")
-        new = body
-    elif kind == "multiply":
-        h, w, c = _spatial(layer, shape, where)
-        gate = _walk(layer.body, shape, out, where)
-        if gate != (1, 1, c):
-            raise UsageError(f"{where}: multiply's body must give (1, 1, {c}) for an input {shape}, not {gate}")
-        new = shape
-    elif kind == "dropout":
-        if not 0 <= layer.rate < 1:
-            raise UsageError(f"{where}: dropout {layer.name!r} needs 0 <= rate < 1, got {layer.rate}")
-        new = shape
-    else:  # batch_norm, relu, relu6, swish, sigmoid keep the shape
-        new = shape
-    if any(d < 1 for d in new):
-        raise UsageError(f"{where}: the input is too small for its layers ({kind} gives {new})")
-    return new
 
 
 def flatten_input(layers: tuple[LayerSpec, ...], input_shape: Shape) -> tuple[int, int, int] | None:
@@ -250,54 +248,25 @@ def variables(layers: tuple[LayerSpec, ...], input_shape: Shape) -> list[Variabl
     seen: set[str] = set()
     for item in walk(layers, input_shape):
         layer = item.layer
-        if layer.kind not in NAMED_KINDS:
+        if not KINDS[layer.kind].named:
             continue
         if layer.name in seen:
             raise UsageError(f"layer name {layer.name!r} is used twice")
         seen.add(layer.name)
-        fan_in = item.input_shape[-1]
-        if layer.kind == "conv2d":
-            k = layer.kernel_size
-            specs.append(VariableSpec(f"{layer.name}/w", (k, k, fan_in, layer.features), "he_uniform"))
-            if layer.use_bias:
-                specs.append(VariableSpec(f"{layer.name}/b", (layer.features,), "zeros"))
-        elif layer.kind == "depthwise_conv2d":
-            k = layer.kernel_size
-            specs.append(VariableSpec(f"{layer.name}/w", (k, k, fan_in, 1), "he_uniform", fan_in=k * k))
-            if layer.use_bias:
-                specs.append(VariableSpec(f"{layer.name}/b", (fan_in,), "zeros"))
-        elif layer.kind == "dense":
-            specs.append(VariableSpec(f"{layer.name}/w", (fan_in, layer.features), "he_uniform"))
-            if layer.use_bias:
-                specs.append(VariableSpec(f"{layer.name}/b", (layer.features,), "zeros"))
-        elif layer.kind == "batch_norm":
-            specs += [VariableSpec(f"{layer.name}/scale", (fan_in,), "ones"),
-                      VariableSpec(f"{layer.name}/offset", (fan_in,), "zeros"),
-                      VariableSpec(f"{layer.name}/mean", (fan_in,), "zeros", trainable=False),
-                      VariableSpec(f"{layer.name}/var", (fan_in,), "ones", trainable=False)]
+        specs += KINDS[layer.kind].variables(layer, item.input_shape)
     return specs
 
 
 def forward_flops(layers: tuple[LayerSpec, ...], input_shape: Shape) -> int:
-    """FLOPs of one image's forward pass: 2 per multiply-add of every conv2d, depthwise_conv2d and dense layer.
+    """FLOPs of one example's forward pass: 2 per multiply-add of every conv, dense, patch and attention matmul.
 
     Elementwise layers (BatchNorm, activations, pools, residual adds, the SE
     multiply, dropout) are not counted: they are memory-bound and, at one
     operation per output, below 1% of these models' arithmetic (about 2% of
     EfficientNet-B0's).
     """
-    total = 0
-    for item in walk(layers, input_shape):
-        layer = item.layer
-        if layer.kind == "conv2d":
-            h, w, c = item.output_shape
-            total += 2 * layer.kernel_size ** 2 * item.input_shape[-1] * c * h * w
-        elif layer.kind == "depthwise_conv2d":
-            h, w, c = item.output_shape
-            total += 2 * layer.kernel_size ** 2 * c * h * w
-        elif layer.kind == "dense":
-            total += 2 * item.input_shape[-1] * layer.features
-    return total
+    return sum(KINDS[item.layer.kind].flops(item.layer, item.input_shape, item.output_shape)
+               for item in walk(layers, input_shape))
 
 
 def dense_after_flatten(layers: tuple[LayerSpec, ...], input_shape: Shape) -> dict[str, tuple[int, int, int]]:

@@ -22,24 +22,31 @@ from typing import Any
 import numpy as np
 
 from amp_suite.errors import UsageError
-from amp_suite.records import OptimizerSpec, VariableSpec, Workload
+from amp_suite.records import OptimizerSpec, TransformerShape, VariableSpec, Workload
 from amp_suite.schema import Field, check_table
 from amp_suite.workloads import layers
 from amp_suite.workloads.architectures import ARCHITECTURES
+from amp_suite.workloads.transformers import TRANSFORMERS
 
-OPTIMIZERS = ("sgd", "rmsprop", "adam")
-SCHEDULES = ("constant", "cosine")
+OPTIMIZERS = ("sgd", "rmsprop", "adam", "adamw")
+# The standard deviation of the "normal" initializer (embeddings, class token, positions), GPT-2's and ViT's.
+NORMAL_INIT_STD = 0.02
+SCHEDULES = ("constant", "cosine", "warmup_cosine")
 # input_normalization: "imagenet" divides (x - ImageNet mean) by ImageNet's std (Keras's EfficientNet input layers).
 INPUT_NORMALIZATIONS = ("none", "imagenet")
 # Optimizer keys of a workload table and the optimizers they apply to.
 OPTIMIZER_KEYS = {
     "learning_rate": OPTIMIZERS, "weight_decay": OPTIMIZERS, "schedule": OPTIMIZERS,
-    "momentum": ("sgd",), "rho": ("rmsprop",), "epsilon": ("rmsprop", "adam"),
-    "beta1": ("adam",), "beta2": ("adam",),
+    "warmup_steps": OPTIMIZERS, "clip_norm": OPTIMIZERS,
+    "momentum": ("sgd",), "rho": ("rmsprop",), "epsilon": ("rmsprop", "adam", "adamw"),
+    "beta1": ("adam", "adamw"), "beta2": ("adam", "adamw"),
 }
+# Keys of a transformer workload (model "vit" or "gpt"): which it needs, beside the shared ones.
+TRANSFORMER_KEYS = {"vit": ("width", "depth", "heads", "mlp", "patch"),
+                    "gpt": ("width", "depth", "heads", "mlp", "vocab_size", "context")}
 # epsilon: Adam's 1e-8 (PyTorch, optax); RMSprop's 1e-7 (the Keras RMSprop of the
 # multi-GPU article), added outside the square root in every framework.
-DEFAULT_EPSILON = {"adam": 1e-8, "rmsprop": 1e-7, "sgd": 1e-8}
+DEFAULT_EPSILON = {"adam": 1e-8, "adamw": 1e-8, "rmsprop": 1e-7, "sgd": 1e-8}
 # Keys of a [workloads.NAME] table.  No maximum is set for beta2 = 1 style
 # edge cases: the optimizers divide by (1 - beta**t), so 1 itself is refused.
 WORKLOAD_FIELDS: dict[str, Field] = {
@@ -58,6 +65,8 @@ WORKLOAD_FIELDS: dict[str, Field] = {
     "beta2": Field(float, minimum=0, maximum=0.999999),
     "epsilon": Field(float, above=0, maximum=1),
     "schedule": Field(str, choices=SCHEDULES),
+    "warmup_steps": Field(int, minimum=0, maximum=10_000_000),
+    "clip_norm": Field(float, minimum=0),
     "steps": Field(int, minimum=1, maximum=1_000_000),
     "augment": Field(bool),
     "normalize": Field(bool),
@@ -65,6 +74,16 @@ WORKLOAD_FIELDS: dict[str, Field] = {
     # Time to target: the validation accuracy to reach, and how often to evaluate (0: at each epoch's end).
     "target_accuracy": Field(float, above=0, maximum=1),
     "eval_every": Field(int, minimum=0, maximum=1_000_000),
+    # The dataset this workload trains on, whatever the sweep's --dataset default (checked by the dataset code).
+    "dataset": Field(str),
+    # Transformer sizes (TRANSFORMER_KEYS says which model needs which).
+    "width": Field(int, minimum=1, maximum=65_536),
+    "depth": Field(int, minimum=1, maximum=1_000),
+    "heads": Field(int, minimum=1, maximum=1_024),
+    "mlp": Field(int, minimum=1, maximum=262_144),
+    "patch": Field(int, minimum=1, maximum=8192),
+    "vocab_size": Field(int, minimum=2, maximum=1_000_000),
+    "context": Field(int, minimum=1, maximum=1_000_000),
 }
 
 
@@ -86,12 +105,23 @@ def workload_from_config(name: str, table: Any) -> Workload:
         beta2=values.get("beta2", 0.999),
         epsilon=values.get("epsilon", DEFAULT_EPSILON[optimizer_name]),
         schedule=values.get("schedule", "constant"),
+        warmup_steps=values.get("warmup_steps", 0),
+        clip_norm=values.get("clip_norm", 0.0),
     )
+    if optimizer.warmup_steps and optimizer.schedule != "warmup_cosine":
+        raise UsageError(f"[workloads.{name}]: warmup_steps applies to schedule 'warmup_cosine', "
+                         f"not {optimizer.schedule!r}")
     model = values.get("model", name)
-    if model not in ARCHITECTURES:
-        raise UsageError(f"[workloads.{name}]: unknown model {model!r}; known models: {', '.join(ARCHITECTURES)}")
+    known = (*ARCHITECTURES, *TRANSFORMERS)
+    if model not in known:
+        raise UsageError(f"[workloads.{name}]: unknown model {model!r}; known models: {', '.join(known)}")
     num_classes = values.get("num_classes", 10)
     input_size = values.get("input_size", 28)
+    shape = _transformer_shape(name, model, values)
+    for key in ("width", "depth", "heads", "mlp", "patch", "vocab_size", "context"):
+        if key in values and key not in TRANSFORMER_KEYS.get(model, ()):
+            raise UsageError(f"[workloads.{name}]: {key} does not apply to model {model!r} (it applies to "
+                             + ", ".join(m for m, keys in TRANSFORMER_KEYS.items() if key in keys) + ")")
     input_normalization = values.get("input_normalization", "none")
     if values.get("normalize", False) and input_normalization != "none":
         raise UsageError(f"[workloads.{name}]: normalize = true and input_normalization = "
@@ -106,7 +136,8 @@ def workload_from_config(name: str, table: Any) -> Workload:
         num_classes=num_classes,
         batch_size=values.get("batch_size", 128),
         optimizer=optimizer,
-        layers=ARCHITECTURES[model](num_classes, input_size=input_size),
+        layers=(TRANSFORMERS[model](shape, num_classes, values.get("channels", 1)) if shape is not None
+                else ARCHITECTURES[model](num_classes, input_size=input_size)),
         augment=values.get("augment", False),
         normalize=values.get("normalize", False),
         input_normalization=input_normalization,
@@ -114,9 +145,23 @@ def workload_from_config(name: str, table: Any) -> Workload:
         steps=values.get("steps"),
         target_accuracy=values.get("target_accuracy"),
         eval_every=values.get("eval_every", 0),
+        dataset=values.get("dataset", ""),
+        transformer=shape,
     )
     layers.walk(workload.layers, workload.input_shape, where=f"[workloads.{name}]")  # an input too small fails here
     return workload
+
+
+def _transformer_shape(name: str, model: str, values: dict[str, Any]) -> TransformerShape | None:
+    """The sizes of a transformer model from its table (every key it needs present), None for other models."""
+    needed = TRANSFORMER_KEYS.get(model)
+    if needed is None:
+        return None
+    missing = [key for key in needed if key not in values]
+    if missing:
+        raise UsageError(f"[workloads.{name}]: model {model!r} needs {', '.join(missing)} "
+                         f"(its keys: {', '.join(needed)})")
+    return TransformerShape(**{key: values[key] for key in needed})
 
 
 def variable_specs(workload: Workload) -> list[VariableSpec]:
@@ -149,6 +194,8 @@ def init_variables(workload: Workload, seed: int) -> tuple[dict[str, np.ndarray]
             fan_in = spec.fan_in or int(np.prod(spec.shape[:-1]))
             limit = np.sqrt(6.0 / fan_in)
             value = rng.uniform(-limit, limit, size=spec.shape).astype(np.float32)
+        elif spec.init == "normal":
+            value = (rng.standard_normal(size=spec.shape) * NORMAL_INIT_STD).astype(np.float32)
         elif spec.init == "ones":
             value = np.ones(spec.shape, dtype=np.float32)
         else:
@@ -181,8 +228,22 @@ def learning_rate_at(optimizer: OptimizerSpec, step: int) -> float:
 
     ``cosine``: ``lr * 0.5 * (1 + cos(pi * min(step, decay_steps) / decay_steps))``,
     the formula of ``optax.cosine_decay_schedule`` and Keras's ``CosineDecay``.
+    ``warmup_cosine``: ``lr * step / warmup_steps`` while ``step < warmup_steps``
+    (0 at step 0), then the cosine over the remaining ``decay_steps -
+    warmup_steps`` steps (``optax.warmup_cosine_decay_schedule`` with an initial
+    and final value of 0); a run no longer than its warm-up only warms up.
     """
+    lr = optimizer.learning_rate
+    if optimizer.schedule == "warmup_cosine":
+        warmup = optimizer.warmup_steps
+        if step < warmup:
+            return lr * step / warmup
+        rest = optimizer.decay_steps - warmup
+        if rest <= 0:
+            return lr
+        t = min(step - warmup, rest) / rest
+        return lr * 0.5 * (1.0 + math.cos(math.pi * t))
     if optimizer.schedule == "constant" or optimizer.decay_steps <= 0:
-        return optimizer.learning_rate
+        return lr
     t = min(step, optimizer.decay_steps) / optimizer.decay_steps
-    return optimizer.learning_rate * 0.5 * (1.0 + math.cos(math.pi * t))
+    return lr * 0.5 * (1.0 + math.cos(math.pi * t))

@@ -67,6 +67,10 @@ class FrameworkInfo:
     ``amp-suite doctor`` and ``amp-suite calibrate`` (the protocols are in
     :mod:`amp_suite.doctor.probe_kit` and :mod:`amp_suite.calibration.kit`);
     empty: the command skips the framework.
+    ``layer_kinds`` are the kinds of the layer vocabulary
+    (:data:`amp_suite.workloads.kinds.KINDS`) the plugin builds; empty: not
+    declared.  The host makes a cell of a workload with any other kind
+    ``unsupported`` before it starts, naming the kinds missing.
     """
 
     name: str
@@ -83,6 +87,7 @@ class FrameworkInfo:
     calibration_probe: str = ""
     modes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     default_mode: str = ""
+    layer_kinds: tuple[str, ...] = ()
 
     def install_hint(self) -> str:
         """The command that installs the framework: ``install_command``, the extra, or the distributions."""

@@ -1,0 +1,80 @@
+"""What a number format does to one tensor, and how far a tensor is from its shadow.
+
+:func:`value_shares` rounds a tensor's values (held in float32 or float64) to
+a format and counts, as shares of its values: those that were not zero and
+round to zero (underflow), those that land on a subnormal, and those that
+overflow to inf or nan; plus its largest magnitude against the format's
+largest finite value.  :func:`relative_error` is the L2 distance to a shadow
+tensor relative to the shadow's norm.  These are the columns of the numerics
+report (``docs/numerics.md``), the same for every framework because the
+host computes them from the arrays a backend hands over.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from amp_suite.numerics.formats import FloatFormat, round_to
+
+
+@dataclass(frozen=True)
+class ValueShares:
+    """Shares (0 to 1) of a tensor's ``count`` values.
+
+    ``underflow``: nonzero values that round to zero; ``subnormal``: values
+    that round to a nonzero subnormal; ``overflow``: finite values that round
+    to inf or nan; ``nonfinite``: values already inf or nan.  ``max_abs`` is
+    the largest finite magnitude, ``headroom`` ``max_abs / max_finite`` (above 1
+    overflows).
+    """
+
+    format: str
+    count: int
+    underflow: float
+    subnormal: float
+    overflow: float
+    nonfinite: float
+    max_abs: float
+    headroom: float
+
+
+def value_shares(values: np.ndarray, fmt: FloatFormat) -> ValueShares:
+    """Round ``values`` to ``fmt`` and count what is lost (see :class:`ValueShares`)."""
+    x = np.asarray(values, dtype=np.float64).ravel()
+    count = int(x.size)
+    if count == 0:
+        return ValueShares(fmt.name, 0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    finite = np.isfinite(x)
+    rounded = round_to(x, fmt)
+    underflow = int(np.count_nonzero(finite & (x != 0) & (rounded == 0)))
+    magnitude = np.abs(rounded)
+    subnormal = int(np.count_nonzero(finite & (magnitude > 0) & (magnitude < fmt.smallest_normal)))
+    overflow = int(np.count_nonzero(finite & ~np.isfinite(rounded)))
+    max_abs = float(np.abs(x[finite]).max()) if finite.any() else math.nan
+    return ValueShares(fmt.name, count, underflow / count, subnormal / count, overflow / count,
+                       float(np.count_nonzero(~finite)) / count, max_abs, max_abs / fmt.max_finite)
+
+
+def relative_error(values: np.ndarray, shadow: np.ndarray) -> float:
+    """``||values - shadow|| / ||shadow||`` (L2, in float64); ``||values - shadow||`` itself where the shadow is 0."""
+    a = np.asarray(values, dtype=np.float64)
+    b = np.asarray(shadow, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"a tensor of shape {a.shape} cannot be compared with a shadow of shape {b.shape}")
+    difference = float(np.linalg.norm((a - b).ravel()))
+    norm = float(np.linalg.norm(b.ravel()))
+    return difference / norm if norm > 0 else difference
+
+
+def underflow_without_scale(scaled_gradients: np.ndarray, loss_scale: float, fmt: FloatFormat) -> float:
+    """The share of gradient values that would round to zero in ``fmt`` had the loss not been scaled.
+
+    ``scaled_gradients`` are the gradients of the scaled loss; divided by
+    ``loss_scale`` (exactly, in float64) they are what an unscaled backward
+    pass would have had to hold in ``fmt``.
+    """
+    unscaled = np.asarray(scaled_gradients, dtype=np.float64) / loss_scale
+    return value_shares(unscaled, fmt).underflow

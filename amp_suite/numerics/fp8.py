@@ -1,6 +1,6 @@
 """The FP8 training recipe, declared once, and its NumPy reference at the level of one dense layer.
 
-The recipe (``fp8``, the same in every framework; ``docs/numerics.md``):
+The recipe (``fp8``, the same in every framework):
 
 * forward operands (the activation entering a matmul and the weight) in
   ``float8_e4m3fn``; the gradient flowing back into a matmul in ``float8_e5m2``;

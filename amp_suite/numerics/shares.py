@@ -6,7 +6,7 @@ round to zero (underflow), those that land on a subnormal, and those that
 overflow to inf or nan; plus its largest magnitude against the format's
 largest finite value.  :func:`relative_error` is the L2 distance to a shadow
 tensor relative to the shadow's norm.  These are the columns of the numerics
-report (``docs/numerics.md``), the same for every framework because the
+report, the same for every framework because the
 host computes them from the arrays a backend hands over.
 """
 

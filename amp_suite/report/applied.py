@@ -54,7 +54,7 @@ def applied_precisions(results: list[CellResult]) -> list[AppliedPrecision]:
 
     Cells that never reached ``set_precision`` (unavailable, failed early) have no applied record and no entry.
     """
-    seen: dict[tuple, list[int]] = {}
+    seen: dict[tuple[str, str, str, str, str, str, float | None, tuple[str, ...]], list[int]] = {}
     for result in results:
         applied = result.applied or {}
         if not applied:

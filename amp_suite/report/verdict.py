@@ -245,7 +245,8 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> F
         sentence = f"{place}: {best.precision} is the best precision on this machine, {figure}"
         chosen = best.precision
     elif best.faster:
-        sentence = f"{place}: {best.precision} is the fastest here at {figure}, but that figure is not to be trusted"
+        sentence = (f"{place}: {best.precision} is the fastest here at {figure}, but not to be trusted: "
+                    + "; ".join(best.cautions))
         chosen = best.precision
     elif best.slower and all(line.slower for line in measured):
         sentence = (f"{place}: fp32 is the best precision on this machine: every AMP precision is measurably slower "
@@ -261,7 +262,8 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> F
             and best.accuracy_delta_pt < -ACCURACY_CAUTION_PT:
         sentence += f", though its validation accuracy is {best.accuracy_delta_pt:+.2f} pt below fp32's"
     sentence += "."
-    untrusted = [f"{line.precision} ({'; '.join(line.cautions)})" for line in measured if line.cautions]
+    untrusted = [f"{line.precision} ({'; '.join(line.cautions)})" for line in measured
+                 if line.cautions and not (line is best and best.faster)]  # the best's are named already
     if untrusted:
         sentence += " Not to be trusted: " + ", ".join(untrusted) + "."
     if failed:

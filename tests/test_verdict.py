@@ -177,3 +177,17 @@ def test_every_run_is_two_tables_without_constant_or_empty_columns():
     assert next(line for line in training.splitlines() if line.startswith("| framework")) == (
         "| framework | precision | repeat | status | peak_memory_mib | final_loss | val_accuracy |")
     assert "| torch | amp_fp16 | 0 | oom |" in timing
+
+
+def test_amp_suite_run_prints_the_verdict_on_stdout(tiny_config, clean_fake_env):
+    """The answer in the terminal: stdout holds the verdict (the file paths and progress go to stderr)."""
+    from suite_cli import run_cli
+
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32,amp_bf16",
+                  "--steps", "3", "--warmup", "1", "--repeats", "1", "-q")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0].startswith("Verdict (AMP against fp32")
+    assert any(line.split()[:2] == ["fake", "amp_bf16"] and "x" in line for line in lines[2:]), out.stdout
+    assert any(line.strip().startswith("fake: ") for line in lines), out.stdout
+    assert "wrote" in out.stderr and "wrote" not in out.stdout

@@ -62,7 +62,7 @@ def run(
     plugins: Iterable[str] = (),
     resume: bool = False,
     inline: bool = False,
-    quiet: bool = True,
+    quiet: bool = False,
     price_per_hour: float | None = None,
     currency: str | None = None,
     **settings: Any,
@@ -81,8 +81,12 @@ def run(
     ``preset`` (a ``[presets.NAME]`` table) when given, else from ``[defaults]`` (the packaged catalog's,
     or that of ``benchmarks.toml``), exactly as for ``amp-suite run``; the output directory
     receives the same files.  The frame's ``attrs`` hold ``out_dir``,
-    ``exit_code`` (that of ``amp-suite run``) and ``interrupted``.  With
-    ``quiet=False`` the progress lines of ``amp-suite run`` go to stderr.
+    ``exit_code`` (that of ``amp-suite run``) and ``interrupted``.  The
+    progress lines of ``amp-suite run`` go to stderr, as plain lines where it
+    is not a terminal (a notebook, a log file): a line per cell with the
+    sweep's ETA, and the running cell's steps every few seconds; ``quiet=True``
+    leaves them out.  The verdict (each AMP precision against fp32) is printed
+    on stdout at the end, as ``amp-suite run`` prints it.
     """
     unknown = [name for name in settings if name not in SETTING_NAMES]
     if unknown:

@@ -96,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--force", action="store_true",
                         help="replace a report.md amp-suite did not write, or write a report of no result over "
                              "an existing one")
+    report.add_argument("--open", action="store_true", help="open the written report.html in a web browser")
 
     cmp = sub.add_parser("compare", help="compare two sweeps' results cell by cell, with intervals and verdicts",
                          description="Match the cells of two sweep directories and print one markdown table per "
@@ -252,7 +253,24 @@ def cmd_report(args: argparse.Namespace) -> int:
     if outcome.written:
         print("\n".join(str(p) for p in outcome.written))
     _print_reporter_failures(outcome)
+    if args.open and not _open_html_report(outcome.written):
+        return EXIT_USAGE
     return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def _open_html_report(written: list[Path]) -> bool:
+    """Open the report.html among ``written`` in a browser; ``False`` (and why, on stderr) when none was written."""
+    import webbrowser
+
+    page = next((Path(p) for p in written if Path(p).name == "report.html"), None)
+    if page is None:
+        print("amp-suite: error: --open: no report.html was written (is the html reporter turned off in "
+              "AMP_SUITE_DISABLE_PLUGINS, or did it fail?)", file=sys.stderr)
+        return False
+    if not webbrowser.open(page.resolve().as_uri()):
+        print(f"amp-suite: no web browser could be started; open {out_text(page.resolve())} yourself",
+              file=sys.stderr)
+    return True
 
 
 def _check_report_replaceable(directory: Path, results: list, force: bool) -> None:

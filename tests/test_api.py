@@ -21,7 +21,9 @@ def test_run_returns_a_frame_with_one_row_per_cell(tiny_config, tmp_path, clean_
                        config=tiny_config, plugins=["fakefw"], steps=4, warmup=1, repeats=2, out=str(out),
                        price_per_hour=1.5)
     assert isinstance(df, pd.DataFrame)
-    assert len(df) == 4 and list(df.columns) == CELL_COLUMNS
+    # the standard columns, then the figure the fake plugin adds through measure
+    assert len(df) == 4 and list(df.columns) == [*CELL_COLUMNS, "fake_kernel"]
+    assert (df.fake_kernel == "numpy matmul").all()
     assert set(zip(df.precision, df.repeat, strict=True)) == {(p, r) for p in ("fp32", "amp_bf16") for r in (0, 1)}
     assert (df.status == "ok").all() and (df.throughput > 0).all()
     assert (df.currency == "USD").all() and (df.cost_per_million_images > 0).all()
@@ -35,6 +37,24 @@ def test_run_returns_a_frame_with_one_row_per_cell(tiny_config, tmp_path, clean_
     assert list(csv.columns) == list(df.columns) and len(csv) == len(df)
     loaded = amp_suite.load(out)
     pd.testing.assert_frame_equal(loaded.reset_index(drop=True), df.reset_index(drop=True), check_dtype=False)
+    assert "| fake_kernel | fake | numpy matmul | numpy matmul |" in (out / "report.md").read_text()
+
+
+def test_run_shows_progress_as_plain_lines_off_a_terminal_and_prints_the_verdict(tiny_config, tmp_path,
+                                                                                  clean_fake_env, capsys):
+    """A notebook's stderr is no terminal: a plain line per cell, no cursor codes; the verdict on stdout."""
+    amp_suite.run(frameworks="fake", workloads="tiny", precisions="fp32,amp_bf16", config=tiny_config,
+                  plugins=["fakefw"], steps=3, warmup=1, repeats=1, out=str(tmp_path / "out"))
+    captured = capsys.readouterr()
+    cells = [line for line in captured.err.splitlines() if line.startswith("[")]
+    assert [line.split(" ")[0] for line in cells] == ["[1/2]", "[1/2]", "[2/2]", "[2/2]"], captured.err
+    assert cells[1].startswith("[1/2] tiny fake fp32 r0") and " ok: " in cells[1] and "ETA" in cells[1]
+    assert "\r" not in captured.err and "\x1b" not in captured.err
+    verdict = captured.out.splitlines()
+    assert verdict[0].startswith("Verdict") and any("amp_bf16" in line and "x" in line for line in verdict)
+    quiet = amp_suite.run(frameworks="fake", workloads="tiny", precisions="fp32", config=tiny_config,
+                          plugins=["fakefw"], steps=3, warmup=1, repeats=1, out=str(tmp_path / "quiet"), quiet=True)
+    assert quiet.attrs["exit_code"] == 0 and "[1/1]" not in capsys.readouterr().err
 
 
 def test_run_refuses_unknown_settings_and_bad_values(tiny_config):

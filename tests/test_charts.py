@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 import math
@@ -158,3 +159,59 @@ def test_a_tf32_cell_adds_the_speedup_over_tf32_chart(tmp_path):
     section = charts.report_sections(with_tf32)[0][1]
     assert charts.CHARTS["speedup_tf32"] in section
     assert charts.CHARTS["speedup_tf32"] not in charts.report_sections(RESULTS)[0][1]
+
+
+def _texts(fig) -> list[str]:
+    return [text.get_text() for ax in fig.axes for text in ax.texts]
+
+
+def _legend(fig) -> list[str]:
+    return [text.get_text() for text in fig.axes[0].get_legend().get_texts()]
+
+
+def test_a_precision_that_failed_everywhere_keeps_its_legend_entry_and_reads_n_a():
+    failed_everywhere = [r for r in RESULTS if r.precision != "amp_fp16"] + [
+        CellResult(key=f"{fw}/mnist_cnn/amp_fp16/r0", framework=fw, workload="mnist_cnn", precision="amp_fp16",
+                   repeat=0, status="failed", error="boom") for fw in ("torch", "jax")]
+    data = charts.chart_data(failed_everywhere, {})
+    fp16 = next(s for s in data["speedup"]["series"] if s["precision"] == "amp_fp16")
+    assert fp16["values"] == [None, None] and fp16["status"] == ["failed", "failed"]
+    figures = charts.chart_figures(data)
+    for name in ("speedup", "memory", "accuracy"):
+        assert "amp_fp16" in _legend(figures[name]), name
+        assert _texts(figures[name]).count(f"{charts.NOT_AVAILABLE}\nfailed") == 2, (name, _texts(figures[name]))
+
+
+def test_a_failed_group_keeps_its_place_with_n_a_bars():
+    with_failed = [*RESULTS, CellResult(key="keras/mnist_cnn/fp32/r0", framework="keras", workload="mnist_cnn",
+                                        precision="fp32", repeat=0, status="timeout", error="slow")]
+    data = charts.chart_data(with_failed, {})
+    assert [g["framework"] for g in data["speedup"]["groups"]] == ["torch", "jax", "keras"]
+    accuracy = charts.chart_figures(data)["accuracy"]
+    assert f"{charts.NOT_AVAILABLE}\ntimeout" in _texts(accuracy)
+
+
+def test_speedup_bars_carry_the_flag_the_single_run_mark_and_the_interval(recwarn):
+    def repeat(result: CellResult, index: int) -> CellResult:
+        return dataclasses.replace(result, repeat=index, key=result.key.replace("/r0", f"/r{index}"))
+
+    flagged = [repeat(cell("torch", precision, base + r, 400, 0.9, [[1.0]]), r)
+               for precision, base in (("fp32", 100.0), ("amp_bf16", 200.0)) for r in range(2)]
+    flagged += [cell("jax", "fp32", 100.0, 400, 0.9, [[1.0]]), cell("jax", "amp_bf16", 150.0, 300, 0.9, [[1.0]])]
+    flagged[-1].metrics["measurement_flags"] = ["machine busy: other processes kept 2 cores busy"]
+    data = charts.chart_data(flagged, {})
+    bf16 = data["speedup"]["series"][0]
+    assert bf16["flagged"] == [False, True] and bf16["single_run"] == [False, True]
+    assert bf16["low"][0] is not None and bf16["low"][1] is None
+    speedup = charts.chart_figures(data)["speedup"]
+    texts = _texts(speedup)
+    assert any(t.startswith("1.50x") and charts.FLAG_MARK in t and charts.SINGLE_RUN_MARK in t for t in texts), texts
+    assert any(t.startswith("2.0") and charts.FLAG_MARK not in t and charts.SINGLE_RUN_MARK not in t
+               for t in texts), texts
+    legend = _legend(speedup)
+    assert "95% interval" in legend and any(charts.FLAG_MARK in t for t in legend)
+    assert any(charts.SINGLE_RUN_MARK in t for t in legend)
+    # one error bar: torch's paired repeats; jax's single run has none
+    assert len([c for c in speedup.axes[0].containers if type(c).__name__ == "ErrorbarContainer"]) == 1
+    charts.draw_charts(data)  # every mark has a glyph in the chart's font
+    assert not [w for w in recwarn if "Glyph" in str(w.message)]

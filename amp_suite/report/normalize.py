@@ -22,7 +22,7 @@ beside the ratios measured here (:mod:`amp_suite.report.published`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -31,9 +31,14 @@ from amp_suite.config.cost import cell_cost
 from amp_suite.machine.noise import is_busy_flag
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
+from amp_suite.report.added_figures import added_figure_names, added_figures, added_figures_lines, column_name
 from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
+from amp_suite.report.marks import NO_DIFFERENCE_MARK, NOISIER_MARK, TOO_WIDE, TOO_WIDE_MARK, ratio_text, too_wide
 from amp_suite.report.published import published_section
 from amp_suite.report.text import LINE_CHARS, REPORT_FIRST_LINE, markdown_cell, no_raw_html, one_line_text
+
+if TYPE_CHECKING:
+    from amp_suite.report.verdict import Verdict
 
 MIB = 1024 * 1024
 
@@ -120,7 +125,8 @@ def _images_per_epoch(config: dict[str, Any]) -> float | None:
 
 
 def results_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per cell with the figures a reader compares.
+    """One row per cell with the figures a reader compares (:data:`CELL_COLUMNS`), then a column per figure a
+    plugin added (:mod:`amp_suite.report.added_figures`).
 
     ``environment`` supplies the machine's calibration (peak fraction, ceiling
     ratio) and the price per hour (cost columns); without them those columns
@@ -224,7 +230,14 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "eval_time_s": _num(m.get("eval_time_s")),
             "measurement_flags": "; ".join(flat_text(f) for f in (m.get("measurement_flags") or [])),
         })
-    frame = pd.DataFrame(rows, columns=CELL_COLUMNS)
+    columns = list(CELL_COLUMNS)
+    added = added_figure_names(results)
+    if added:  # a plugin's own figures: a column each, after the standard ones
+        names = {name: column_name(name, CELL_COLUMNS) for name in added}
+        for row, r in zip(rows, results, strict=True):
+            row.update({names[k]: v for k, v in added_figures(r, added).items()})
+        columns += list(names.values())
+    frame = pd.DataFrame(rows, columns=columns)
     _fill_device_kind(frame)
     _fill_batch_size(frame)
     return frame
@@ -599,29 +612,6 @@ def scaling_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-# Marks a ratio whose 95% interval contains 1.0: no measurable difference.
-NO_DIFFERENCE_MARK = "≈"
-# A speed-up whose repeats disagree far more than the rest of the sweep's: its own interval, not pooled.
-NOISIER_MARK = "≁"
-
-
-# Marks a ratio whose 95% interval contains 1.0 and spans more than TOO_WIDE times: too noisy to tell anything,
-# where "no measurable difference" would read as "AMP changes nothing" (0.02x (0.00030–1.5) from two repeats).
-TOO_WIDE_MARK = "?"
-TOO_WIDE = 10.0
-
-
-def _too_wide(interval: Interval) -> bool:
-    return interval.known and interval.contains(1.0) and interval.low > 0 and interval.high / interval.low > TOO_WIDE
-
-
-def _ratio_text(interval: Interval) -> str:
-    """``1.69x (1.55–1.80)``, with :data:`NO_DIFFERENCE_MARK` first when the interval contains 1.0, or
-    :data:`TOO_WIDE_MARK` when it also spans more than :data:`TOO_WIDE` times."""
-    mark = (TOO_WIDE_MARK if _too_wide(interval) else NO_DIFFERENCE_MARK) if interval.contains(1.0) else ""
-    return (f"{mark} " if mark else "") + format_ratio(interval)
-
-
 def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> list[str]:
     """What the throughput table's intervals mean, and which speed-ups have none."""
     amp = summary[(summary["precision"] != BASELINE) & (summary["status"] == "ok")]
@@ -638,7 +628,7 @@ def interval_lines(summary: pd.DataFrame, environment: dict[str, Any] | None = N
                      "as it is the machine's (docs/measurement.md). "
                      f"{NO_DIFFERENCE_MARK} marks a speed-up "
                      "whose interval contains 1.0: **no measurable difference** from fp32 on this machine.")
-        wide = [row for _, row in amp.iterrows() if _too_wide(speedup_interval(row))]
+        wide = [row for _, row in amp.iterrows() if too_wide(speedup_interval(row))]
         if wide:
             names = ", ".join(f"{table_text(r['workload'])} / {table_text(r['framework'])} / "
                               f"{table_text(r['precision'])}" for r in wide)
@@ -787,9 +777,9 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
             over_tf32 = speedup_interval(row, "speedup_over_tf32")
             ceiling = row.get("ceiling_ratio")
             parts.append(f"{NOISIER_MARK + ' ' if row.get('speedup_noisier') else ''}"
-                         f"{_ratio_text(speedup_interval(row))}")
+                         f"{ratio_text(speedup_interval(row))}")
             if row["precision"] != "tf32" and _known(over_tf32.value):
-                parts.append(f"{_ratio_text(over_tf32)} over tf32")
+                parts.append(f"{ratio_text(over_tf32)} over tf32")
             if _known(ceiling):
                 parts.append(f"ceiling {ceiling:.2f}x")
         if _known(row.get("speedup_over_base_mode")):
@@ -1024,36 +1014,39 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
     return [flat_text(line) for line in lines]  # stored text: one line each, bounded
 
 
-# Columns of the per-run table and how each is printed.
-DETAIL_FORMATS = {
-    "workload": "{}", "framework": "{}", "device_kind": "{}", "precision": "{}", "mode": "{}", "batch_size": "{:d}",
-    "repeat": "{:d}", "status": "{}", "devices": "{:d}",
-    "throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
-    "step_time_std_ms": "{:.2f}", "first_step_time_s": "{:.3f}", "timed_steps": "{:d}", "peak_memory_mib": "{:,.0f}",
-    "rss_growth_mib": "{:,.0f}", "compiled_step_mib": "{:,.1f}", "first_step_loss": "{:.5f}", "final_loss": "{:.4f}", "val_accuracy": "{:.4f}", "param_count": "{:,d}",
-    "train_gflop_per_image": "{:.3f}", "achieved_tflops": "{:.4f}", "peak_fraction": "{:.3f}",
-    "compilation": "{}", "compile_time_s": "{:.2f}", "gpu_busy_pct": "{:.0f}",
-    "loss_scale_final": "{:g}", "skipped_steps": "{:d}",
-}
+def methodology_lines(environment: dict[str, Any]) -> list[str]:
+    """How every figure of the report is measured: the paragraph that follows the tables."""
+    return [
+        "Throughput is steady-state training images per second (warm-up steps excluded). "
+        "Peak memory on a GPU is the training step's device memory without the staged input batches "
+        "(PyTorch, and Keras on TensorFlow or PyTorch: the allocator's peak after warm-up, less the bytes of the "
+        "largest window's batches; JAX and Keras on JAX, whose peak cannot be reset: XLA's memory analysis of the "
+        "compiled step, less its batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
+        "step times) is single steps each waited for on the host, in every framework. Energy, where a "
+        "table shows it, is the GPU's energy counter (NVML) or the CPU package's (RAPL) over the timed "
+        "windows, divided by the images trained in them. Figures are medians over ok repeats; every ratio "
+        "compares with the same framework's fp32 run of the same workload. Training FLOPs per "
+        "image are three times the forward pass's convolution and dense multiply-adds (2 FLOPs "
+        "each); achieved TFLOP/s is throughput times that.",
+        "",
+    ] + cost_method_lines(environment)
 
 
-def _detail_table(cells: pd.DataFrame) -> str:
-    if cells.empty:
-        return "_no results_"
-    rows = []
-    for record in cells[list(DETAIL_FORMATS)].to_dict("records"):
-        row = {}
-        for column, pattern in DETAIL_FORMATS.items():
-            value = record[column]
-            missing = value is None or (isinstance(value, float) and math.isnan(value))
-            if not missing and pattern.endswith("d}") and isinstance(value, float) and value.is_integer():
-                value = int(value)
-            try:
-                row[column] = "" if missing else table_text(pattern.format(value))
-            except (TypeError, ValueError):  # a stored figure of an unexpected type
-                row[column] = table_text(value)
-        rows.append(row)
-    return pd.DataFrame(rows).to_markdown(index=False, disable_numparse=True)
+def cost_method_lines(environment: dict[str, Any]) -> list[str]:
+    """How the cost columns are computed, when the sweep has a price."""
+    cost = environment.get("cost") or {}
+    if not cost:
+        return []
+    return [f"Cost at {cost['price_per_hour']:g} {cost.get('currency', '')} per hour, from steady-state "
+            "throughput (warm-up excluded): per epoch = images per epoch / images/s x price / 3600; per "
+            "million training images = 10^6 / images/s x price / 3600.", ""]
+
+
+def sweep_verdict(results: list[CellResult], environment: dict[str, Any] | None = None) -> Verdict:
+    """The verdict of ``results`` (:mod:`amp_suite.report.verdict`): what the terminal prints after a sweep."""
+    from amp_suite.report.verdict import build_verdict
+
+    return build_verdict(summary_frame(results, environment), results_frame(results, environment))
 
 
 def render_markdown(results: list[CellResult], environment: dict[str, Any],
@@ -1061,11 +1054,15 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
     summary = summary_frame(results, environment)
     cells = results_frame(results, environment)
+    from amp_suite.report.applied import applied_lines
+    from amp_suite.report.every_run import every_run_lines
     from amp_suite.report.keras_backends import KERAS_COST_NOTE, backend_lines, keras_cost_table
     from amp_suite.report.variants import VARIANT_NOTE, variant_table
     from amp_suite.report.variants import environment_lines as variant_environment_lines
+    from amp_suite.report.verdict import build_verdict, markdown_lines
 
-    out = [REPORT_FIRST_LINE, "", "## Environment", "", *environment_lines(environment),
+    out = [REPORT_FIRST_LINE, "", "## Verdict", "", *markdown_lines(build_verdict(summary, cells), table_text),
+           "## Environment", "", *environment_lines(environment),
            *runtime_lines(results), *variant_environment_lines(cells), *backend_lines(cells), ""]
     if not cells.empty:
         devices = sorted({device_label(k, [n])
@@ -1081,25 +1078,6 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         if any(is_synthetic(r) for r in results if r.status == "ok"):
             out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
     out += incomplete_lines(environment) + busy_lines(cells)
-    out += [
-        "Throughput is steady-state training images per second (warm-up steps excluded). "
-        "Peak memory on a GPU is the training step's device memory without the staged input batches "
-        "(PyTorch, and Keras on TensorFlow or PyTorch: the allocator's peak after warm-up, less the bytes of the "
-        "largest window's batches; JAX and Keras on JAX, whose peak cannot be reset: XLA's memory analysis of the "
-        "compiled step, less its batch); on a CPU it is the worker process's peak resident memory. Latency (the every-run table's "
-        "step times) is single steps each waited for on the host, in every framework. Energy, where a "
-        "table shows it, is the GPU's energy counter (NVML) or the CPU package's (RAPL) over the timed "
-        "windows, divided by the images trained in them. Figures are medians over ok repeats; every ratio "
-        "compares with the same framework's fp32 run of the same workload. Training FLOPs per "
-        "image are three times the forward pass's convolution and dense multiply-adds (2 FLOPs "
-        "each); achieved TFLOP/s is throughput times that.",
-        "",
-    ]
-    cost = environment.get("cost") or {}
-    if cost:
-        out += [f"Cost at {cost['price_per_hour']:g} {cost.get('currency', '')} per hour, from steady-state "
-                "throughput (warm-up excluded): per epoch = images per epoch / images/s x price / 3600; per "
-                "million training images = 10^6 / images/s x price / 3600.", ""]
     out += ["## Hardware ceiling", "", *ceiling_lines(environment, cells),
             "Beside each speed-up, its ceiling is the measured peak of the AMP dtype over the fp32 peak "
             "(the speed-up a compute-bound model could reach); beside each achieved TFLOP/s, the fraction of "
@@ -1157,7 +1135,12 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                 "precision. Devices that share a machine's cores (logical CPU devices, one process per core) "
                 "compete for them: read the efficiency as measured, not as a property of the framework.", "",
                 scaling.to_markdown(index=False, disable_numparse=True), ""]
-    out += ["## Every run", "", _detail_table(cells), ""]
+    out += ["## What ran", "", *(applied_lines(results) or ["_no cell recorded the precision it applied_", ""])]
+    added = added_figures_lines(results)
+    if added:
+        out += ["## Figures added by plugins", "", *added]
+    out += ["## How the figures were measured", "", *methodology_lines(environment)]
+    out += ["## Every run", "", *every_run_lines(cells)]
     failed = cells[~cells["status"].isin(["ok"])]
     if not failed.empty:
         out += ["## Runs without figures", ""]

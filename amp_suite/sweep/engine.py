@@ -430,12 +430,24 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
                   file=sys.stderr)
     report = host.write_report(outcome.results, out_dir, environment)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
+    print_verdict(outcome.results, environment)  # the answer first, then where the files are
     print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "
           f"{time.perf_counter() - started:.0f} s; wrote "
           + (", ".join(path_text(p) for p in report.written) or "no report"), file=sys.stderr)
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome
+
+
+def print_verdict(results: list[CellResult], environment: dict[str, Any]) -> None:
+    """The sweep's verdict (:mod:`amp_suite.report.verdict`) on standard output; nothing when no cell ran."""
+    from amp_suite.report.normalize import sweep_verdict
+    from amp_suite.report.verdict import terminal_lines
+
+    lines = terminal_lines(sweep_verdict(results, environment)) if results else []
+    if lines:
+        sys.stderr.flush()  # the progress lines before it, where both streams reach one terminal
+        print("\n".join(lines), flush=True)
 
 
 # The first round of ``--repeats auto`` (two repeats: the fewest that give an interval).

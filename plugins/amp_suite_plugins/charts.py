@@ -1,7 +1,11 @@
 """The charts reporter: PNG bar charts and loss curves beside ``report.md``.
 
-Four charts, each for the sweep's ok cells (repeats folded by their median,
-as in the report's tables):
+Four charts, from the same summary as the report's tables (repeats folded
+by their median).  Every framework and precision of the sweep keeps its place
+and its legend entry: a failed cell's bar reads "n/a" and its status, a
+precision that failed everywhere reads n/a everywhere.  The speed-up bars
+carry the report's trust marks: ⚑ on a flagged cell's figure, "1 run" on a
+figure from a single run (no interval), and the 95% interval as an error bar.
 
 * ``chart-speedup.png``: speed-up over fp32 per framework and AMP precision
   (grouped bars, with a whisker for the 95% interval of each speed-up that
@@ -43,6 +47,7 @@ from typing import Any
 from amp_suite import hookimpl
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
+from amp_suite.report.marks import FLAG_MARK, SINGLE_RUN_MARK
 from amp_suite.safe_files import write_files_atomically
 
 # Drawing uses matplotlib's object API and the Agg canvas directly: no pyplot,
@@ -58,6 +63,8 @@ CHARTS = {
     "batch": "chart-batch.png",
 }
 DPI = 100
+# What a bar without a figure reads (a failed cell, a precision that failed in every framework).
+NOT_AVAILABLE = "n/a"
 BACKGROUND = "#f7f7f5"  # opaque and light: dark text on it reads in dark and light viewers
 TEXT = "#222222"
 GRID = "#c8c8c8"
@@ -99,34 +106,51 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
     from amp_suite.report.normalize import ordered_summary, shows_batches, shows_modes, summary_frame
 
     summary = summary_frame(results, environment)
-    ok = ordered_summary(summary[summary["status"] == "ok"]) if not summary.empty else summary
-    with_modes, with_batches = shows_modes(ok), shows_batches(ok)
-    # A bar group: workload x framework, and x mode and x batch size where the sweep has those axes.
-    places = list(dict.fromkeys(zip(ok["workload"], ok["framework"], ok["mode"], ok["batch_size"], strict=True))) \
-        if not ok.empty else []
+    every = ordered_summary(summary) if not summary.empty else summary
+    ok = every[every["status"] == "ok"] if not every.empty else every
+    with_modes, with_batches = shows_modes(every), shows_batches(every)
+    # A bar group: workload x framework, and x mode and x batch size where the sweep has those axes.  Every
+    # group and precision of the sweep has its place, a failed one included: its bars read n/a.
+    places = list(dict.fromkeys(zip(every["workload"], every["framework"], every["mode"], every["batch_size"],
+                                    strict=True))) if not every.empty else []
     groups = [(w, f) for w, f, _, _ in places]
     workloads = len({w for w, _ in groups})
-    precisions = _order(ok["precision"]) if not ok.empty else []
+    precisions = _order(every["precision"]) if not every.empty else []
     amp = [p for p in precisions if p != BASELINE]
 
-    def value(place: tuple, precision: str, column: str) -> float | None:
+    def row_of(place: tuple, precision: str) -> Any:
         workload, framework, mode, batch = place
-        rows = ok[(ok["workload"] == workload) & (ok["framework"] == framework) & (ok["precision"] == precision)
-                  & (ok["mode"] == mode) & (ok["batch_size"] == batch)]
-        if rows.empty:
+        rows = every[(every["workload"] == workload) & (every["framework"] == framework)
+                     & (every["precision"] == precision) & (every["mode"] == mode) & (every["batch_size"] == batch)]
+        return None if rows.empty else rows.iloc[0]
+
+    def value(place: tuple, precision: str, column: str) -> float | None:
+        row = row_of(place, precision)
+        if row is None or row["status"] != "ok":
             return None
-        number = rows[column].iloc[0]
+        number = row[column]
         return float(number) if _finite(number) else None
 
-    def bars(column: str, wanted: list[str], extra: str | None = None) -> list[dict[str, Any]]:
+    def status(place: tuple, precision: str) -> str:
+        row = row_of(place, precision)
+        return "not run" if row is None else str(row["status"])
+
+    def bars(column: str, wanted: list[str], extra: str | None = None, marks: bool = False) -> list[dict[str, Any]]:
         out = []
         for precision in wanted:
-            series = {"precision": precision, "values": [value(p, precision, column) for p in places]}
+            series = {"precision": precision, "values": [value(p, precision, column) for p in places],
+                      "status": [status(p, precision) for p in places]}
             if extra:
                 series[extra] = [value(p, precision, extra) for p in places]
-            if f"{column}_low" in ok.columns:  # a 95% interval from paired repeats, where there is one
+            if f"{column}_low" in every.columns:  # a 95% interval from paired repeats, where there is one
                 series["low"] = [value(p, precision, f"{column}_low") for p in places]
                 series["high"] = [value(p, precision, f"{column}_high") for p in places]
+            if marks:  # the report's trust marks: a flagged cell, a figure from a single run (no interval)
+                rows = [row_of(p, precision) for p in places]
+                series["flagged"] = [bool(r is not None and r["status"] == "ok" and r["flagged"]) for r in rows]
+                series["single_run"] = [v is not None and (low is None or high is None) for v, low, high in
+                                        zip(series["values"], series.get("low") or [None] * len(places),
+                                            series.get("high") or [None] * len(places), strict=True)]
             out.append(series)
         return out
 
@@ -136,10 +160,10 @@ def chart_data(results: list[CellResult], environment: dict[str, Any]) -> dict[s
               for w, f, m, b in places]
     synthetic = _synthetic(results)
     half = [p for p in amp if p != "tf32"]
-    over_tf32 = ({"speedup_tf32": {"groups": labels, "series": bars("speedup_over_tf32", half),
-                                   "unit": "x over tf32"}} if "tf32" in precisions and half else {})
+    over_tf32 = ({"speedup_tf32": {"groups": labels, "series": bars("speedup_over_tf32", half, marks=True),
+                                   "unit": "x over tf32"}} if "tf32" in set(ok["precision"]) and half else {})
     return {
-        "speedup": {"groups": labels, "series": bars("speedup", amp, extra="ceiling_ratio"),
+        "speedup": {"groups": labels, "series": bars("speedup", amp, extra="ceiling_ratio", marks=True),
                     "unit": "x over fp32"},
         **over_tf32,
         "memory": {"groups": labels, "series": bars("memory_ratio", amp), "unit": "x fp32"},
@@ -239,7 +263,7 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
     width = 0.8 / count
     xs = list(range(len(groups)))
     top = 0.0
-    marked = whiskered = False
+    marked = whiskered = flags_shown = single_shown = False
     for index, item in enumerate(series):
         offsets = [x - 0.4 + width * (index + 0.5) for x in xs]
         heights = [v if v is not None else 0.0 for v in item["values"]]
@@ -253,13 +277,24 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
                         ecolor=TEXT, elinewidth=1.0, capsize=3, label=None if whiskered else "95% interval")
             whiskered = True
             top = max(top, high)
-        for bar, raw, extra, high in zip(bars, item["values"], item.get(annotate or marks or "", [None] * len(xs)),
-                                         highs, strict=True):
-            if raw is None:
-                ax.annotate("n/a", (bar.get_x() + bar.get_width() / 2, 0), ha="center", va="bottom",
-                            fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
+        statuses = item.get("status") or ["ok"] * len(xs)
+        flagged = item.get("flagged") or [False] * len(xs)
+        single = item.get("single_run") or [False] * len(xs)
+        for bar, raw, extra, high, state, flag, one in zip(
+                bars, item["values"], item.get(annotate or marks or "", [None] * len(xs)), highs, statuses, flagged,
+                single, strict=True):
+            if raw is None:  # a failed cell, or one that has no figure: the bar reads n/a, and why
+                why = "" if state in ("ok", "not run") else f"\n{state}"
+                ax.annotate(f"{NOT_AVAILABLE}{why}", (bar.get_x() + bar.get_width() / 2, 0), ha="center",
+                            va="bottom", fontsize=8, color=TEXT, xytext=(0, 2), textcoords="offset points")
                 continue
             text = value_format.format(raw)
+            if flag:
+                text += f" {FLAG_MARK}"
+                flags_shown = True
+            if one:
+                text += f"\n{SINGLE_RUN_MARK}"
+                single_shown = True
             if annotate and extra is not None:
                 text += f"\n{extra * 100:+.1f} pt"
             ax.annotate(text, (bar.get_x() + bar.get_width() / 2, max(raw, high or raw)), ha="center", va="bottom",
@@ -273,6 +308,10 @@ def _grouped_bars(data: dict[str, Any], *, title: str, ylabel: str, reference: f
                         linewidth=2.0, solid_capstyle="butt", label=None if marked else "hardware ceiling")
                 marked = True
                 top = max(top, ceiling)
+    if flags_shown:  # the marks explained in the legend, as the report explains them
+        ax.plot([], [], " ", label=f"{FLAG_MARK} flagged: timing not to be trusted")
+    if single_shown:
+        ax.plot([], [], " ", label=f"{SINGLE_RUN_MARK}: a single run, no interval")
     if reference is not None:
         ax.axhline(reference, color="#aa3333", linewidth=1.0, linestyle="--", label=reference_label)
         top = max(top, reference)
@@ -364,8 +403,8 @@ def _png(fig) -> bytes:
     return buffer.getvalue()
 
 
-def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]]:
-    """PNG bytes and ``(width, height)`` in pixels of every chart."""
+def chart_figures(data: dict[str, Any]) -> dict[str, Any]:
+    """Every chart of ``data`` (:func:`chart_data`) as a matplotlib ``Figure``, by name."""
     figures = {
         "speedup": _grouped_bars(data["speedup"], title="Training speed-up over fp32 (higher is better)",
                                  ylabel="speed-up over fp32 (x)", reference=1.0, reference_label="fp32 = 1x",
@@ -386,10 +425,23 @@ def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]
         figures["speedup_tf32"] = _grouped_bars(
             data["speedup_tf32"], title="Training speed-up over tf32 (higher is better)",
             ylabel="speed-up over tf32 (x)", reference=1.0, reference_label="tf32 = 1x", value_format="{:.2f}x")
+    return figures
+
+
+# The last charts drawn: the HTML report embeds the very charts this reporter wrote, without drawing them again.
+_last_drawn: dict[str, Any] = {"key": None, "charts": None}
+
+
+def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]]:
+    """PNG bytes and ``(width, height)`` in pixels of every chart (equal data: the charts drawn last time)."""
+    key = json.dumps(_json_safe(data), sort_keys=True, allow_nan=False)
+    if _last_drawn["key"] == key:
+        return dict(_last_drawn["charts"])
     out = {}
-    for name, fig in figures.items():
+    for name, fig in chart_figures(data).items():
         width, height = fig.get_size_inches() * fig.dpi
         out[name] = (_png(fig), (int(round(width)), int(round(height))))
+    _last_drawn.update(key=key, charts=dict(out))
     return out
 
 

@@ -1,0 +1,341 @@
+"""The verdict: the answer of a sweep in a few lines, before any table.
+
+One :class:`VerdictLine` per framework and AMP precision (and per workload,
+device kind, device count, mode and batch size where the sweep has several):
+the speed-up over fp32 with its 95% interval and trust marks, the peak-memory
+ratio, the accuracy change in points.  Then one :class:`FrameworkVerdict` per
+framework: a sentence naming the best precision on this machine and why a
+figure is not to be trusted where it is not.
+
+Everything here is read from the summary and per-cell frames the report
+already computes (:func:`amp_suite.report.normalize.summary_frame` and
+:func:`~amp_suite.report.normalize.results_frame`); the terminal, ``report.md``
+and ``report.html`` render the same :class:`Verdict`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from amp_suite.precision import BASELINE
+from amp_suite.report.intervals import Interval, format_ratio
+from amp_suite.report.marks import (
+    FLAG_MARK,
+    NO_DIFFERENCE_MARK,
+    NOISIER_MARK,
+    SINGLE_RUN_MARK,
+    TOO_WIDE_MARK,
+    interval_mark,
+)
+from amp_suite.report.text import one_line_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# An accuracy drop of more than this many points is named in the framework's sentence.
+ACCURACY_CAUTION_PT = 1.0
+# Longest reason quoted from a measurement flag.
+REASON_CHARS = 80
+# Where the next flag starts in the per-cell frame's "; "-joined flags: "; " before words and a colon ("machine
+# busy: ..."), not a "; " inside one flag ("...; use --steps 18 or more").
+_FLAG_START = re.compile(r"; (?=[\w ,.'-]+:)")
+# The columns of a summary row that place it, beside its precision.
+PLACE_COLUMNS = ("workload", "framework", "device_kind", "devices", "mode", "batch_size")
+
+
+@dataclass(frozen=True)
+class VerdictLine:
+    """One AMP precision of one framework (at one place of the sweep) against that framework's fp32."""
+
+    place: str  # what the line is about besides its precision: "torch", or "torch / resnet18 / gpu"
+    framework: str
+    precision: str
+    status: str  # "ok", or why no figure (failed, oom, ...)
+    speedup: float | None  # throughput over fp32's
+    speedup_low: float | None  # its 95% interval; None without one
+    speedup_high: float | None
+    memory_ratio: float | None  # peak memory over fp32's
+    memory_low: float | None
+    memory_high: float | None
+    accuracy_delta_pt: float | None  # validation accuracy minus fp32's, in percentage points; None: n/a
+    accuracy_verdict: str | None  # equivalent / not shown equivalent, once seeds give a spread; None: no seed data
+    marks: tuple[str, ...]  # trust marks of the speed-up: FLAG_MARK, SINGLE_RUN_MARK, ≈, ?, ≁
+    cautions: tuple[str, ...]  # why the speed-up is not to be trusted, one phrase each; empty: trusted
+
+    @property
+    def trusted(self) -> bool:
+        return self.status == "ok" and self.speedup is not None and not self.cautions
+
+    @property
+    def faster(self) -> bool:
+        """Measurably faster than fp32: the interval lies above 1.0."""
+        return self.speedup_low is not None and self.speedup_low > 1.0
+
+    @property
+    def slower(self) -> bool:
+        """Measurably slower than fp32: the interval lies below 1.0."""
+        return self.speedup_high is not None and self.speedup_high < 1.0
+
+
+@dataclass(frozen=True)
+class FrameworkVerdict:
+    """The sentence for one framework (at one place): the best precision here, and what not to trust."""
+
+    place: str
+    best: str  # the precision to use on this machine (fp32 when no AMP precision is measurably faster); "" unknown
+    sentence: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    lines: tuple[VerdictLine, ...]
+    frameworks: tuple[FrameworkVerdict, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.lines and not self.frameworks
+
+
+def accuracy_verdict(line_figures: dict[str, Any]) -> str | None:
+    """Whether the AMP accuracy is equivalent to fp32's, given the spread of accuracy over seeds.
+
+    The hook for the equivalence verdict: a sweep that trains each cell from
+    several seeds gives each precision's accuracy a spread, and an AMP
+    accuracy within fp32's spread is equivalent.  Sweeps have no seed axis yet,
+    so there is no spread to judge against and this answers ``None`` (the
+    line shows the bare difference).  ``line_figures`` is the summary row.
+    """
+    return None
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _place_label(row: Any, varying: dict[str, bool]) -> str:
+    parts = [str(row["framework"])]
+    if varying["workload"]:
+        parts.append(str(row["workload"]))
+    if varying["device_kind"]:
+        parts.append(str(row["device_kind"] or "–"))
+    if varying["devices"] or int(row["devices"]) != 1:
+        parts.append(f"{int(row['devices'])} devices")
+    if varying["mode"] and row["mode"]:
+        parts.append(str(row["mode"]))
+    if varying["batch_size"]:
+        parts.append(f"batch {int(row['batch_size'])}")
+    return one_line_text(" / ".join(parts), 120)
+
+
+def _flag_reasons(cells: pd.DataFrame, row: Any) -> list[str]:
+    """The first words of each distinct measurement flag of the row's ok repeats (``machine busy``)."""
+    if cells.empty:
+        return []
+    match = cells[(cells["status"] == "ok") & (cells["precision"] == row["precision"])]
+    for column in PLACE_COLUMNS:
+        if column in ("devices", "batch_size"):
+            match = match[match[column].fillna(0).astype(int) == int(row[column])]
+        else:
+            match = match[match[column] == row[column]]
+    reasons: list[str] = []
+    for text in match["measurement_flags"].fillna(""):
+        for flag in _FLAG_START.split(str(text)):
+            head = flag.split(":")[0].split("(")[0].strip()
+            head = one_line_text(head, REASON_CHARS)
+            if head and head not in reasons:
+                reasons.append(head)
+    return reasons
+
+
+def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
+    ok = row["status"] == "ok"
+    speedup = _number(row.get("speedup")) if ok else None
+    interval = Interval(speedup if speedup is not None else math.nan,
+                        _number(row.get("speedup_low")) or math.nan, _number(row.get("speedup_high")) or math.nan)
+    marks: list[str] = []
+    cautions: list[str] = []
+    if ok and speedup is not None:
+        if row.get("flagged"):
+            marks.append(FLAG_MARK)
+            reasons = _flag_reasons(cells, row)
+            cautions.append(f"flagged {FLAG_MARK}" + (f" ({', '.join(reasons)})" if reasons else ""))
+        if not interval.known:
+            marks.append(SINGLE_RUN_MARK)
+            cautions.append("a single run, no interval")
+        mark = interval_mark(interval)
+        if mark:
+            marks.append(mark)
+        if mark == TOO_WIDE_MARK:
+            cautions.append("its repeats disagree too much to tell anything")
+        if row.get("speedup_noisier"):
+            marks.append(NOISIER_MARK)
+            cautions.append("its repeats disagree far more than the rest of the sweep's")
+    accuracy = _number(row.get("accuracy_delta")) if ok else None
+    return VerdictLine(
+        place=place, framework=str(row["framework"]), precision=str(row["precision"]), status=str(row["status"]),
+        speedup=speedup, speedup_low=_number(row.get("speedup_low")) if ok else None,
+        speedup_high=_number(row.get("speedup_high")) if ok else None,
+        memory_ratio=_number(row.get("memory_ratio")) if ok else None,
+        memory_low=_number(row.get("memory_ratio_low")) if ok else None,
+        memory_high=_number(row.get("memory_ratio_high")) if ok else None,
+        accuracy_delta_pt=None if accuracy is None else accuracy * 100.0,
+        accuracy_verdict=accuracy_verdict(dict(row)) if ok else None,
+        marks=tuple(marks), cautions=tuple(cautions))
+
+
+def build_verdict(summary: pd.DataFrame, cells: pd.DataFrame) -> Verdict:
+    """The verdict of a sweep from its summary frame and its per-cell frame."""
+    if summary.empty:
+        return Verdict((), ())
+    varying = {column: summary[column].nunique() > 1 for column in PLACE_COLUMNS}
+    # A mode is named where the sweep has a mode axis or a framework ran in several (as the tables do).
+    varying["mode"] = bool(summary["mode_axis"].fillna(False).astype(bool).any()) \
+        or bool((summary.groupby(["workload", "framework"])["mode"].nunique() > 1).any())
+    precisions = list(dict.fromkeys(summary["precision"]))
+    order = {p: i for i, p in enumerate(_precision_order(precisions))}
+    lines: list[VerdictLine] = []
+    frameworks: list[FrameworkVerdict] = []
+    for _, group in summary.groupby(list(PLACE_COLUMNS), sort=False):
+        first = group.iloc[0]
+        place = _place_label(first, varying)
+        rows = sorted((row for _, row in group.iterrows()), key=lambda r: order.get(r["precision"], 99))
+        baseline = next((r for r in rows if r["precision"] == BASELINE), None)
+        mine = [_line(r, cells, place) for r in rows if r["precision"] != BASELINE]
+        lines += mine
+        frameworks.append(_framework_verdict(place, baseline, mine))
+    return Verdict(tuple(lines), tuple(frameworks))
+
+
+def _precision_order(precisions: list[str]) -> list[str]:
+    from amp_suite.precision import PRECISIONS
+
+    known = [p for p in PRECISIONS if p in precisions]
+    return known + [p for p in precisions if p not in known]
+
+
+def _speedup_text(line: VerdictLine) -> str:
+    if line.speedup is None:
+        return "n/a"
+    interval = Interval(line.speedup, line.speedup_low if line.speedup_low is not None else math.nan,
+                        line.speedup_high if line.speedup_high is not None else math.nan)
+    return format_ratio(interval)
+
+
+def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> FrameworkVerdict:
+    if baseline is None or baseline["status"] != "ok":
+        status = "did not run" if baseline is None else f"is {baseline['status']}"
+        return FrameworkVerdict(place, "", f"{place}: the fp32 baseline {status}, so no AMP precision can be "
+                                           "judged against it.")
+    measured = [line for line in lines if line.speedup is not None]
+    failed = [f"{line.precision} {line.status}" for line in lines if line.status != "ok"]
+    if not measured:
+        why = f" ({', '.join(failed)})" if failed else ""
+        return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only figure: no AMP precision gave a "
+                                                 f"speed-up{why}.")
+    best = max(measured, key=lambda line: line.speedup or 0.0)
+    figure = f"{_speedup_text(best)} fp32"
+    if best.faster and best.trusted:
+        sentence = f"{place}: {best.precision} is the best precision on this machine, {figure}"
+        chosen = best.precision
+    elif best.faster:
+        sentence = (f"{place}: {best.precision} is the fastest here at {figure}, but not to be trusted: "
+                    + "; ".join(best.cautions))
+        chosen = best.precision
+    elif best.slower and all(line.slower for line in measured):
+        sentence = (f"{place}: fp32 is the best precision on this machine: every AMP precision is measurably slower "
+                    f"(the fastest, {best.precision}, is {figure})")
+        chosen = BASELINE
+    else:
+        sentence = (f"{place}: fp32 stays the choice on this machine: no AMP precision is measurably faster "
+                    f"(the fastest, {best.precision}, is {figure}"
+                    + (f"; {NO_DIFFERENCE_MARK} its interval contains 1.0" if NO_DIFFERENCE_MARK in best.marks
+                       else "") + ")")
+        chosen = BASELINE
+    if chosen == best.precision and best.accuracy_delta_pt is not None \
+            and best.accuracy_delta_pt < -ACCURACY_CAUTION_PT:
+        sentence += f", though its validation accuracy is {best.accuracy_delta_pt:+.2f} pt below fp32's"
+    sentence += "."
+    untrusted = [f"{line.precision} ({'; '.join(line.cautions)})" for line in measured
+                 if line.cautions and not (line is best and best.faster)]  # the best's are named already
+    if untrusted:
+        sentence += " Not to be trusted: " + ", ".join(untrusted) + "."
+    if failed:
+        sentence += " No figure: " + ", ".join(failed) + "."
+    return FrameworkVerdict(place, chosen, one_line_text(sentence, 1000))
+
+
+# --- rendering: the same verdict as terminal lines and as markdown -------------------
+
+
+def speedup_cell(line: VerdictLine) -> str:
+    """``1.52x (1.40–1.65) ⚑ 1 run``: the speed-up, its interval and its marks (``n/a`` and why without one)."""
+    if line.status != "ok":
+        return f"n/a ({line.status})"
+    if line.speedup is None:
+        return "n/a"
+    return " ".join([_speedup_text(line), *line.marks])
+
+
+def memory_cell(line: VerdictLine) -> str:
+    if line.memory_ratio is None:
+        return "n/a"
+    return format_ratio(Interval(line.memory_ratio,
+                                 line.memory_low if line.memory_low is not None else math.nan,
+                                 line.memory_high if line.memory_high is not None else math.nan))
+
+
+def accuracy_cell(line: VerdictLine) -> str:
+    if line.accuracy_delta_pt is None:
+        return "n/a"
+    text = f"{line.accuracy_delta_pt:+.2f} pt"
+    return f"{text} ({line.accuracy_verdict})" if line.accuracy_verdict else text
+
+
+MARK_LEGEND = (f"{FLAG_MARK} flagged: its timing is not to be trusted as it stands; {SINGLE_RUN_MARK}: a single run, "
+               f"no interval; {NO_DIFFERENCE_MARK}: the interval contains 1.0, no measurable difference; "
+               f"{TOO_WIDE_MARK}: too noisy to tell; {NOISIER_MARK}: repeats far noisier than the sweep's")
+
+
+def terminal_lines(verdict: Verdict) -> list[str]:
+    """The verdict as plain lines for a terminal (or a notebook's output)."""
+    if verdict.empty:
+        return []
+    header = ("place", "precision", "speed-up over fp32 (95% interval)", "memory vs fp32", "accuracy vs fp32")
+    rows = [(line.place, line.precision, speedup_cell(line), memory_cell(line), accuracy_cell(line))
+            for line in verdict.lines]
+    widths = [max(len(text) for text in column) for column in zip(header, *rows, strict=True)]
+    out = ["Verdict (AMP against fp32 in the same framework, on this machine):"]
+    out += ["  " + "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip()
+            for row in (header, *rows)]
+    out += [f"  {item.sentence}" for item in verdict.frameworks]
+    if any(line.marks for line in verdict.lines):
+        out.append(f"  ({MARK_LEGEND})")
+    return out
+
+
+def markdown_lines(verdict: Verdict, cell=str) -> list[str]:
+    """The verdict as a markdown section body: a table, then one bullet per framework.
+
+    ``cell`` escapes a stored text for a table cell (the report's ``table_text``).
+    """
+    if verdict.empty:
+        return ["_no results_", ""]
+    out = []
+    if verdict.lines:
+        out += ["| framework | precision | speed-up over fp32 (95% interval) | peak memory vs fp32 | "
+                "validation accuracy vs fp32 |", "| --- | --- | --- | --- | --- |"]
+        out += [f"| {cell(line.place)} | {cell(line.precision)} | {cell(speedup_cell(line))} | "
+                f"{memory_cell(line)} | {accuracy_cell(line)} |" for line in verdict.lines]
+        out.append("")
+    out += [f"- {cell(item.sentence)}" for item in verdict.frameworks]
+    out.append("")
+    if any(line.marks for line in verdict.lines):
+        out += [MARK_LEGEND + ".", ""]
+    return out

@@ -154,7 +154,8 @@ def batch_sizes_of(settings: SweepSettings, workload: Workload) -> tuple[int, ..
 
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
-               placements: dict[str, Placement] | None = None):
+               placements: dict[str, Placement] | None = None,
+               environments: dict[str, dict[str, Any]] | None = None):
     """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
 
     Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
@@ -168,7 +169,9 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     settings' ``steps``.  ``launchers`` maps
     a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
     cells start; empty: it has none, and those cells end ``unsupported``);
-    one-device cells always run in one process.
+    one-device cells always run in one process.  ``environments`` maps a
+    requested framework name to the environment part of its cells' definitions
+    (:func:`environment_records`; missing: the environment's name alone).
     """
     from amp_suite.sweep.runner import Cell
 
@@ -203,8 +206,31 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     variant=name if name != framework else "", environment=place.environment,
                     python=place.python, pool=pool,
                 )
-                cells.append(Cell(run, workload, unavailable=place.problem))
+                cells.append(Cell(run, workload, unavailable=place.problem,
+                                  environment=dict((environments or {}).get(name, {}))))
     return cells
+
+
+def environment_records(placements: dict[str, Placement], frameworks: dict[str, Any],
+                        environments: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The environment part of the definition of each requested name's cells (see
+    :func:`amp_suite.sweep.fingerprint.environment_record`): the installed versions of the framework's
+    distributions in this interpreter, or the environment's name with its requirements or interpreter."""
+    from amp_suite.machine.environment import package_version
+    from amp_suite.sweep.fingerprint import environment_record
+
+    records = {}
+    for name, place in placements.items():
+        spec = environments.get(place.environment) if place.environment else None
+        if spec is not None:
+            records[name] = environment_record(place.framework, place.environment,
+                                               requirements=tuple(spec.requirements), python=spec.python)
+            continue
+        info = frameworks.get(place.framework)
+        versions = {dist: version for dist in (info.distributions if info is not None else ())
+                    if (version := package_version(dist))}
+        records[name] = environment_record(place.framework, place.environment, versions=versions)
+    return records
 
 
 def _fetch_data(settings: SweepSettings) -> None:
@@ -297,10 +323,11 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     explicit_steps = request.overrides.get("steps")
     if explicit_steps is None and plan is not None:
         explicit_steps = plan.steps
+    definitions = environment_records(placements, host.frameworks(), config.environments)
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
                        explicit_steps=explicit_steps,
                        launchers={name: info.launcher for name, info in host.frameworks().items()},
-                       placements=placements)
+                       placements=placements, environments=definitions)
     from amp_suite.sweep.output_dir import check_sweep_paths
     from amp_suite.sweep.runner import cell_log_path
 
@@ -312,7 +339,7 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
             more = plan_cells(config, replace(settings, repeats=repeat + 1),
                               worker_plugin_modules(host, request.plugins), explicit_steps=explicit_steps,
                               launchers={name: info.launcher for name, info in host.frameworks().items()},
-                              placements=placements)
+                              placements=placements, environments=definitions)
             return [cell for cell in more if cell.run.repeat == repeat]
 
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,

@@ -22,6 +22,7 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,6 +163,25 @@ class PluginDescription:
     hooks: tuple[str, ...]
 
 
+def find_in_current_directory(module_name: str) -> None:
+    """Let ``-p MODULE`` find a module in the current directory, as ``python -m MODULE`` does.
+
+    The ``amp-suite`` script's import path starts with its own folder, not the
+    current directory.  When no entry of the path holds the module's top-level
+    package, the current directory is added, last: an installed module of the
+    same name still wins.  A worker finds the module where the host did
+    (:func:`amp_suite.launchers.single.worker_import_path`).
+    """
+    import importlib.machinery
+
+    top = module_name.split(".", 1)[0]
+    here = os.getcwd()
+    if not top.isidentifier() or top in sys.modules or importlib.machinery.PathFinder.find_spec(top) is not None:
+        return
+    if importlib.machinery.PathFinder.find_spec(top, [here]) is not None and here not in sys.path:
+        sys.path.append(here)
+
+
 class PluginHost:
     """The plugin manager with a typed method per hook."""
 
@@ -195,6 +215,7 @@ class PluginHost:
         for module_name in [*extra_modules, *env_modules]:
             if module_name in blocked or self.pm.has_plugin(module_name):
                 continue
+            find_in_current_directory(module_name)
             self._load_module(module_name, module_name, source=f"module {module_name}", version="")
         self._drop_plugins_with_unknown_hooks()
         self._drop_broken_framework_info()

@@ -96,11 +96,21 @@ class SweepOutcome:
 # --- plugins -----------------------------------------------------------------
 
 
-def make_host(modules: Iterable[str]):
-    """The plugin host, warning in one line about every plugin that failed to load."""
+def make_host(modules: Iterable[str], *, strict: bool = True):
+    """The plugin host, warning in one line about every plugin that failed to load.
+
+    A module asked for by name (``-p MODULE``) that fails to load is a
+    :class:`UsageError` (exit 2) with ``strict``: the user asked for it, so a
+    run without it would not be the one asked for.  ``amp-suite plugins``
+    passes ``strict=False`` to list it as failed.
+    """
     from amp_suite.plugins.host import PluginHost
 
-    host = PluginHost(extra_modules=tuple(modules))
+    modules = tuple(modules)
+    host = PluginHost(extra_modules=modules)
+    for failure in host.failures:
+        if strict and failure.name in modules:
+            raise UsageError(f"plugin module {failure.name!r} (-p) failed to load: {failure.error}")
     for failure in host.failures:
         print(f"amp-suite: warning: plugin {failure.name!r} failed to load: {failure.error}", file=sys.stderr)
     return host

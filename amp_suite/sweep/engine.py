@@ -433,7 +433,8 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     except OSError as exc:
         raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
-    print(f"amp-suite: {len(cells)} cell{'' if len(cells) == 1 else 's'} -> {path_text(out_dir)}/", file=sys.stderr)
+    print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)} -> "
+          f"{path_text(out_dir)}/", file=sys.stderr)
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
@@ -473,6 +474,17 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome
+
+
+def cells_announced(planned: int, repeats: int, auto_repeats: int = 0) -> str:
+    """``18 cells``; under ``--repeats auto`` also the most it may run: ``4 cells now, up to 10 (--repeats
+    auto adds repeats of the cells whose speed-up intervals are wider than asked, up to 5 per cell)``."""
+    text = f"{planned} cell{'' if planned == 1 else 's'}"
+    if not auto_repeats or auto_repeats <= repeats or repeats <= 0:
+        return text
+    most = planned // repeats * auto_repeats
+    return (f"{text} now, up to {most} (--repeats auto adds repeats of the cells whose speed-up intervals are "
+            f"wider than asked, up to {auto_repeats} per cell)")
 
 
 # The first round of ``--repeats auto`` (two repeats: the fewest that give an interval).

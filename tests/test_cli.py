@@ -260,3 +260,14 @@ def test_every_flag_of_every_command_has_help_text():
     bare = [f"{name} {'/'.join(action.option_strings)}" for name, command in commands.items()
             for action in command._actions if action.option_strings and not action.help]
     assert not bare, f"flags without help text: {', '.join(bare)}"
+
+
+def test_a_defaults_table_without_a_dataset_says_its_cells_train_on_synthetic_data(tiny_config, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--quiet")
+    assert out.returncode == 0, out.stderr
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("amp-suite: 1 cell -> ") and "; synthetic data: the [defaults] of " in first, first
+    assert 'add dataset = "mnist" to it, or pass --dataset' in first
+    asked = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--quiet",
+                    "--dataset", "synthetic")
+    assert asked.returncode == 0 and "synthetic data:" not in asked.stderr.splitlines()[0], asked.stderr

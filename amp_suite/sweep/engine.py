@@ -434,7 +434,7 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
         raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
     print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)} -> "
-          f"{path_text(out_dir)}/", file=sys.stderr)
+          f"{path_text(out_dir)}/{synthetic_by_default(config, request)}", file=sys.stderr)
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
@@ -474,6 +474,22 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome
+
+
+def synthetic_by_default(config: SuiteConfig, request: SweepRequest) -> str:
+    """A note for the sweep's first line when a ``benchmarks.toml`` ``[defaults]`` table that sets no dataset
+    replaced the packaged one, so the cells train on the built-in synthetic data instead of the catalog's."""
+    if "defaults" not in config.replaced or "dataset" in config.defaults_keys or config.settings.dataset != "synthetic":
+        return ""
+    if request.overrides.get("dataset") is not None:
+        return ""
+    if request.preset is not None and "dataset" in config.presets[request.preset].settings:
+        return ""
+    packaged = load_config(None).settings.dataset
+    if packaged == "synthetic":
+        return ""
+    return (f"; synthetic data: the [defaults] of {path_text(config.path or Path('benchmarks.toml'))} sets no "
+            f"dataset (the packaged one's is {packaged}): add dataset = \"{packaged}\" to it, or pass --dataset")
 
 
 def cells_announced(planned: int, repeats: int, auto_repeats: int = 0) -> str:

@@ -123,3 +123,22 @@ def test_an_old_import_statement_warns_in_a_fresh_process():
 def test_a_name_that_was_replaced_says_by_what():
     with pytest.raises(ImportError, match="timed_epoch no longer exists: timed_window replaced it"):
         from amp_suite.plugin_kit import timed_epoch  # noqa: F401
+
+
+def test_a_plugin_written_against_an_earlier_doc_loads_and_the_host_says_what_moved(tmp_path):
+    from suite_cli import run_cli
+
+    (tmp_path / "old_style_reporter.py").write_text(
+        "from amp_suite import hookimpl\n"
+        "from amp_suite.plugin_kit import standard_precision\n"
+        "from amp_suite.report import summary_frame\n\n\n"
+        "@hookimpl\ndef write_report(results, out_dir):\n    return []\n")
+    out = run_cli("plugins", "-p", "old_style_reporter", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "old_style_reporter  (module old_style_reporter)" in out.stdout
+    warned = [line for line in out.stderr.splitlines() if "moved: import" in line]
+    assert warned == [
+        "amp-suite: warning: plugin 'old_style_reporter': amp_suite.plugin_kit.standard_precision moved: import "
+        "standard_precision from amp_suite.plugin_api (amp_suite.plugin_kit goes away in a later version)",
+        "amp-suite: warning: plugin 'old_style_reporter': amp_suite.report.summary_frame moved: import "
+        "summary_frame from amp_suite.plugin_api (amp_suite.report.summary_frame goes away in a later version)"]

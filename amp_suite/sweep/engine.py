@@ -113,6 +113,8 @@ def make_host(modules: Iterable[str], *, strict: bool = True):
             raise UsageError(f"plugin module {failure.name!r} (-p) failed to load: {failure.error}")
     for failure in host.failures:
         print(f"amp-suite: warning: plugin {failure.name!r} failed to load: {failure.error}", file=sys.stderr)
+    for text in dict.fromkeys(host.moved_imports):  # DeprecationWarnings a plugin module's import never shows
+        print(f"amp-suite: warning: {text}", file=sys.stderr)
     return host
 
 

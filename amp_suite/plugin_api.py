@@ -21,6 +21,7 @@ from amp_suite.calibration import kit as calibration_kit
 from amp_suite.doctor import probe_kit
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError
 from amp_suite.launchers import this_process
+from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
 from amp_suite.modes import MODES
 from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
@@ -83,7 +84,7 @@ __all__ = [
     "LAYER_KINDS", "LayerShapes", "Shape", "dense_after_flatten", "iter_layers", "walk",
     "init_variables", "learning_rate_at", "workload_from_config",
     # versions, files, reports
-    "package_version", "write_files_atomically", "summary_frame", "results_frame",
+    "package_version", "version_text", "write_files_atomically", "summary_frame", "results_frame",
     # the doctor's and calibration's probe kits, as modules
     "probe_kit", "calibration_kit",
 ]

@@ -34,7 +34,7 @@ OLD_PATHS = [
     ("amp_suite.framework_plugin", "FrameworkPlugin", "amp_suite.plugin_api"),
     ("amp_suite.results", "to_plain", "amp_suite.plugin_api"),
     ("amp_suite.plugin_host", "PluginHost", "amp_suite.plugins.host"),
-    ("amp_suite.devices", "version_text", "amp_suite.machine.devices"),
+    ("amp_suite.devices", "version_text", "amp_suite.plugin_api"),
     ("amp_suite.architectures", "ARCHITECTURES", "amp_suite.workloads.architectures"),
     ("amp_suite.report", "summary_frame", "amp_suite.plugin_api"),
     ("amp_suite.workloads", "workload_from_config", "amp_suite.plugin_api"),

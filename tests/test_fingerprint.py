@@ -101,3 +101,18 @@ def test_a_workload_redefined_in_benchmarks_toml_is_rerun_on_resume_and_compare_
     assert compared.returncode == 0, compared.stderr
     assert "definition workload.input_size: 8 → 12 (2 cells: fake/tiny/amp_bf16, fake/tiny/fp32)" in compared.stdout
     assert "none recorded" not in compared.stdout
+
+
+def test_definitions_nested_beyond_reason_are_named_not_a_crash():
+    """Two stored sweeps (compare reads both) whose definitions nest deeper than Python recurses."""
+    def deep(leaf: int) -> dict:
+        top: dict = {}
+        inner = top
+        for _ in range(5000):
+            inner["x"] = {}
+            inner = inner["x"]
+        inner["x"] = leaf
+        return top
+
+    [change] = definition_changes({"workload": deep(1)}, {"workload": deep(2)})
+    assert change.describe() == "workload (nested too deeply to compare) -> (another definition)"

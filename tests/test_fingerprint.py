@@ -116,3 +116,22 @@ def test_definitions_nested_beyond_reason_are_named_not_a_crash():
 
     [change] = definition_changes({"workload": deep(1)}, {"workload": deep(2)})
     assert change.describe() == "workload (nested too deeply to compare) -> (another definition)"
+
+
+def test_the_environment_part_holds_the_frameworks_installed_versions_or_its_environment():
+    from amp_suite.config.environments import EnvironmentSpec
+    from amp_suite.envs.placement import Placement
+    from amp_suite.records import FrameworkInfo
+    from amp_suite.sweep.engine import environment_records
+
+    info = FrameworkInfo(name="fake", display_name="Fake", modules=(), extra="", precisions={},
+                         distributions=("pluggy", "no-such-distribution"))
+    spec = EnvironmentSpec(name="fake@old", framework="fake", requirements=("pluggy==1.0",))
+    records = environment_records({"fake": Placement("fake", "fake"), "fake@old": Placement("fake@old", "fake",
+                                                                                             "fake@old", "/py")},
+                                  {"fake": info}, {"fake@old": spec})
+    import pluggy
+
+    assert records["fake"] == {"framework": "fake", "name": "this interpreter",
+                               "versions": {"pluggy": pluggy.__version__}}
+    assert records["fake@old"] == {"framework": "fake", "name": "fake@old", "requirements": ["pluggy==1.0"]}

@@ -209,10 +209,10 @@ def _one_line_text(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
-def _host(modules: list[str]):
+def _host(modules: list[str], *, strict: bool = True):
     from amp_suite.sweep.engine import make_host
 
-    return make_host(modules)
+    return make_host(modules, strict=strict)
 
 
 def _cost_overrides(args: argparse.Namespace) -> dict:
@@ -505,13 +505,18 @@ def _doctor_environments(declared: dict, known: dict, asked: tuple[str, ...] | N
 
 
 def cmd_plugins(args: argparse.Namespace) -> int:
-    host = _host(args.plugin)
+    host = _host(args.plugin, strict=False)  # a -p module that fails to load is listed, as FAILED TO LOAD
     for plugin in host.describe():
         version = f" {plugin.version}" if plugin.version else ""
         print(f"{plugin.name}{version}  ({plugin.source})")
         print(f"    hooks: {', '.join(plugin.hooks) or 'none'}")
     for failure in host.failures:
         print(f"{failure.name}  FAILED TO LOAD ({failure.source}): {failure.error}")
+    asked = [failure.name for failure in host.failures if failure.name in args.plugin]
+    if asked:
+        print(f"amp-suite: error: plugin module{'s' if len(asked) > 1 else ''} asked for with -p failed to load: "
+              f"{', '.join(asked)}", file=sys.stderr)
+        return EXIT_USAGE
     return EXIT_OK
 
 

@@ -237,6 +237,40 @@ def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[s
     return lines
 
 
+def definition_differences(base: list[CellResult], new: list[CellResult], limit: int = 3) -> list[str]:
+    """``definition workload.input_size: 28 → 56 (3 cells: torch/mnist_cnn/fp32, ...)`` for every value of the
+    cells' definitions (:mod:`amp_suite.sweep.fingerprint`) that differs between matched cells; one line saying
+    so where a side recorded no definition (a sweep stored before fingerprints)."""
+    from amp_suite.sweep.fingerprint import definition_changes, shown_value
+
+    def definitions(results: list[CellResult]) -> dict[tuple, dict[str, Any]]:
+        found: dict[tuple, dict[str, Any]] = {}
+        for result in results:
+            if result.definition:
+                found[_cell_key(result)] = result.definition  # the latest stored line wins
+        return found
+
+    base_defs, new_defs = definitions(base), definitions(new)
+    matched = {_cell_key(r) for r in base} & {_cell_key(r) for r in new}
+    cells: dict[str, list[str]] = {}
+    for key in sorted(matched & set(base_defs) & set(new_defs)):
+        for change in definition_changes(base_defs[key], new_defs[key]):
+            text = f"definition {change.section}.{change.path}: {shown_value(change.before)} → " \
+                   f"{shown_value(change.after)}"
+            cells.setdefault(text, []).append(f"{key[1]}/{key[0]}/{key[2]}")
+    lines = []
+    for text, names in cells.items():
+        unique = list(dict.fromkeys(names))
+        shown = ", ".join(unique[:limit]) + (f" and {len(unique) - limit} more" if len(unique) > limit else "")
+        lines.append(f"{text} ({len(unique)} cell{'' if len(unique) == 1 else 's'}: {shown})")
+    for name, defs in (("BASE", base_defs), ("NEW", new_defs)):
+        missing = len(matched - set(defs))
+        if missing:
+            lines.append(f"definition: {name} recorded none for {missing} matched cell{'' if missing == 1 else 's'} "
+                         "(stored before fingerprints): their workloads, data and options cannot be compared")
+    return lines
+
+
 def _shown(value: Any) -> str:
     if value is None:
         return "(none)"
@@ -271,8 +305,9 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
     out = [FIRST_LINE, "",
            f"- BASE: {base_dir} ({base[1].get('date', '?')})", f"- NEW: {new_dir} ({new[1].get('date', '?')})", "",
            "## Environment differences", ""]
-    diffs = environment_differences(base[1], new[1])
-    out += [f"- {table_text(d)}" for d in diffs] or ["- none recorded (same versions, device, CPU flags and settings)"]
+    diffs = environment_differences(base[1], new[1]) + definition_differences(base[0], new[0])
+    out += [f"- {table_text(d)}" for d in diffs] or ["- none recorded (same versions, device, CPU flags, settings "
+                                                     "and cell definitions)"]
     out.append("")
     for name, results in (("BASE", base[0]), ("NEW", new[0])):
         busy = _busy(results)
@@ -327,7 +362,7 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
 def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     """One row per matching cell and metric of two sweep directories (:data:`COLUMNS`).
 
-    ``frame.attrs`` holds ``environment_differences`` (lines), ``base_only``
+    ``frame.attrs`` holds ``environment_differences`` and ``definition_differences`` (lines), ``base_only``
     and ``new_only`` (cell keys present in one directory only) and
     ``markdown`` (what ``amp-suite compare`` prints).
     """
@@ -339,6 +374,7 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     new_keys = {_cell_key(r) for r in new_loaded[0]}
     frame.attrs.update(
         environment_differences=environment_differences(base_loaded[1], new_loaded[1]),
+        definition_differences=definition_differences(base_loaded[0], new_loaded[0]),
         base_only=sorted(base_keys - new_keys), new_only=sorted(new_keys - base_keys),
         markdown=render_comparison(base, new, frame, base_loaded, new_loaded))
     return frame

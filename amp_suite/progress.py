@@ -218,6 +218,11 @@ class SweepProgress:
         self.durations: dict[tuple[str, str, str], list[float]] = {}
         self.ran: list[float] = []
         self.sweep_started = time.monotonic()
+        self.kept: set[int] = set()
+
+    def keeping(self, indexes: set[int]) -> None:
+        """The positions (1-based) of the cells ``--resume`` keeps: the ETA does not count them."""
+        self.kept = set(indexes)
 
     # the runner's callback
     def __call__(self, index: int, total: int, cell, result) -> None:
@@ -246,7 +251,7 @@ class SweepProgress:
             self._print(_result_text(label, result) + kept + self._eta(index, total, cell))
 
     def _eta(self, index: int, total: int, cell) -> str:
-        remaining = total - index
+        remaining = sum(1 for later in range(index + 1, total + 1) if later not in self.kept)
         if remaining <= 0 or not self.ran:
             return ""
         mean = sum(self.ran) / len(self.ran)

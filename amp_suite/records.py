@@ -499,7 +499,9 @@ class CellResult:
     ``config["framework"]``.  ``mode`` is the execution mode the cell ran in
     (the framework's default mode named, when the sweep asked for none; empty
     when not known: a record from before modes, or a framework that names
-    none).
+    none).  ``fingerprint`` is the short hash of ``definition``, everything
+    that determines the cell's figures (:mod:`amp_suite.sweep.fingerprint`);
+    both are empty in a result stored before fingerprints.
     """
 
     key: str
@@ -517,6 +519,8 @@ class CellResult:
     started_at: str = ""
     wall_time_s: float = 0.0
     mode: str = ""
+    fingerprint: str = ""
+    definition: dict[str, Any] = field(default_factory=dict)
 
 
 def run_from_dict(data: dict[str, Any]) -> RunSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -50,9 +51,35 @@ def test_list_with_a_bad_config_still_lists_the_frameworks_and_exits_2(tmp_path)
 
 def test_plugins_lists_hooks_and_reports_a_broken_plugin():
     out = run_cli("plugins", "-p", "no_such_plugin_module")
-    assert out.returncode == 0
+    assert out.returncode == 2  # asked for with -p: listed, and an error
     assert "torch" in out.stdout and "train_epoch" in out.stdout
     assert "no_such_plugin_module  FAILED TO LOAD" in out.stdout
+    assert out.stderr.strip().splitlines()[-1].endswith("failed to load: no_such_plugin_module")
+
+
+def _script_run(*args: str, cwd) -> subprocess.CompletedProcess:
+    """The installed ``amp-suite`` script (its import path starts with its own folder, not the current one)."""
+    script = Path(sys.executable).with_name("amp-suite")
+    return subprocess.run([str(script), *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_a_plugin_module_in_the_current_directory_loads_as_python_m_would(tmp_path):
+    (tmp_path / "here_reporter.py").write_text(
+        "from amp_suite.plugin_api import hookimpl\n\n\n@hookimpl\ndef write_report(results, out_dir):\n"
+        "    return []\n")
+    out = _script_run("plugins", "-p", "here_reporter", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "here_reporter  (module here_reporter)" in out.stdout and "write_report" in out.stdout
+
+
+def test_a_plugin_asked_for_that_fails_to_load_is_a_one_line_error(tmp_path):
+    (tmp_path / "broken_reporter.py").write_text("raise ImportError('needs the moon')\n")
+    for command in (["list"], ["run", "--frameworks", "torch", "--steps", "2", "--warmup", "1"]):
+        out = _script_run(*command, "-p", "broken_reporter", cwd=tmp_path)
+        assert out.returncode == 2, out.stderr
+        [line] = out.stderr.strip().splitlines()
+        assert line.startswith("amp-suite: error: plugin module 'broken_reporter' (-p) failed to load: ") and \
+            "needs the moon" in line, line
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -233,3 +260,14 @@ def test_every_flag_of_every_command_has_help_text():
     bare = [f"{name} {'/'.join(action.option_strings)}" for name, command in commands.items()
             for action in command._actions if action.option_strings and not action.help]
     assert not bare, f"flags without help text: {', '.join(bare)}"
+
+
+def test_a_defaults_table_without_a_dataset_says_its_cells_train_on_synthetic_data(tiny_config, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--quiet")
+    assert out.returncode == 0, out.stderr
+    first = out.stderr.splitlines()[0]
+    assert first.startswith("amp-suite: 1 cell -> ") and "; synthetic data: the [defaults] of " in first, first
+    assert 'add dataset = "mnist" to it, or pass --dataset' in first
+    asked = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--quiet",
+                    "--dataset", "synthetic")
+    assert asked.returncode == 0 and "synthetic data:" not in asked.stderr.splitlines()[0], asked.stderr

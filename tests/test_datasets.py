@@ -309,6 +309,7 @@ def test_corrupted_file_in_data_dir_stops_the_run_before_training(tiny_config, t
 
 
 def test_offline_without_files_is_an_error_unless_fallback_is_asked(tiny_config, tmp_path):
+    (tmp_path / "empty").mkdir()
     args = ("run", "--config", str(tiny_config), "-p", "fakefw", "--dataset", "mnist", "--workloads",
             "mnist_cnn", "--data-dir", str(tmp_path / "empty"), "--no-download", "--precisions", "fp32",
             "--steps", "3", "--warmup", "1")

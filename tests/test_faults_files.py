@@ -394,8 +394,19 @@ def test_a_data_dir_that_is_a_file_is_refused(tmp_path):
     a_file.write_text("")
     with pytest.raises(UsageError, match="is a regular file, not a directory"):
         check_data_dir(a_file)
-    check_data_dir(tmp_path)  # a directory, and nothing at all, are fine
-    check_data_dir(tmp_path / "not-yet")
+    check_data_dir(tmp_path)  # a directory is fine
+
+
+def test_a_data_dir_that_does_not_exist_is_a_one_line_error(tiny_config, tmp_path):
+    """A missing --data-dir was passed over in silence, and the packaged MNIST used instead."""
+    from suite_cli import run_cli
+
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--dataset", "mnist", "--workloads",
+                  "mnist_cnn", "--data-dir", str(tmp_path / "not-yet"), "--precisions", "fp32")
+    assert out.returncode == 2
+    [line] = out.stderr.strip().splitlines()
+    assert line.startswith(f"amp-suite: error: the data directory {str(tmp_path / 'not-yet')!r} does not exist")
+    assert not (tmp_path / "out" / "results.jsonl").exists()
 
 
 @pytest.mark.parametrize("kind", ["fifo", "broken link"])

@@ -251,6 +251,9 @@ def test_repeats_auto_adds_repeats_up_to_the_cap_and_the_report_says_why(tiny_co
     assert done.returncode == 0, done.stderr
     auto = json.loads((out / "environment.json").read_text())["auto_repeats"]
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    # the first line says what runs first and the most it may run: 2 repeats of 2 cells now, up to 5 of each
+    assert "amp-suite: 4 cells now, up to 10 (--repeats auto adds repeats" in done.stderr, done.stderr
+    assert len(rows) <= 10
     repeats = sorted({row["repeat"] for row in rows})
     assert repeats == list(range(auto["repeats"])) and 2 <= auto["repeats"] <= 5
     report = (out / "report.md").read_text()

@@ -62,12 +62,17 @@ def test_a_misspelt_hook_is_listed_with_the_closest_name(plugin_dir):
 
 
 @pytest.mark.parametrize("command", [["plugins"], ["list"]])
-def test_plugins_and_list_survive_a_misspelt_hook(plugin_dir, capsys, command):
-    assert main([*command, "-p", "misspelt_hook"]) == 0
+def test_plugins_and_list_survive_a_misspelt_hook(plugin_dir, capsys, command, monkeypatch):
+    monkeypatch.setenv("AMP_SUITE_PLUGINS", "misspelt_hook")  # loaded as an installed plugin would be: a warning
+    assert main(command) == 0
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     if command == ["plugins"]:
         assert "misspelt_hook  FAILED TO LOAD" in out and "did you mean 'train_epoch'" in out
+    monkeypatch.delenv("AMP_SUITE_PLUGINS")
+    assert main([*command, "-p", "misspelt_hook"]) == 2  # asked for by name: an error, still no traceback
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "did you mean 'train_epoch'" in out + err
 
 
 def test_a_raising_reporter_is_reported_and_the_built_in_report_still_written(plugin_dir, tmp_path, capsys):

@@ -160,14 +160,20 @@ def test_runtime_versions_come_from_the_framework_plugin():
     ("dict_framework_info", "it must return FrameworkInfo"),
 ])
 @pytest.mark.parametrize("command", [["plugins"], ["list"]])
-def test_plugins_lists_broken_plugins_and_list_still_works(plugin_dir, capsys, command, module, needle):
-    assert main([*command, "-p", module, "-p", "fakefw"]) == 0
+def test_plugins_lists_broken_plugins_and_list_still_works(plugin_dir, capsys, command, module, needle,
+                                                          monkeypatch):
+    monkeypatch.setenv("AMP_SUITE_PLUGINS", module)  # loaded as an installed plugin would be: a warning
+    assert main([*command, "-p", "fakefw"]) == 0
     out, err = capsys.readouterr()
     assert "Traceback" not in out + err
     if command == ["plugins"]:
         assert f"{module}  FAILED TO LOAD" in out and needle in out
     else:
         assert "fake" in out and needle in err
+    monkeypatch.delenv("AMP_SUITE_PLUGINS")
+    assert main([*command, "-p", module, "-p", "fakefw"]) == 2  # asked for with -p: an error naming it
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and needle in out + err
 
 
 def test_a_reporter_returning_a_string_is_one_line_and_the_others_write(plugin_dir, tmp_path, capsys):

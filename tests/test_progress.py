@@ -63,6 +63,18 @@ def test_not_a_tty_prints_a_line_at_most_every_few_seconds(monkeypatch):
         "(kept from the last run: --resume); sweep ETA ~20 s (1 cell left)")
 
 
+def test_the_eta_leaves_out_the_cells_resume_keeps_later(monkeypatch):
+    monkeypatch.setattr(progress.time, "monotonic", lambda: 1000.0)
+    stream = io.StringIO()
+    show = progress.SweepProgress(stream, tty=False)
+    show.keeping({3, 5})  # of five cells, the third and fifth are kept
+    result = CellResult(key="k", framework="f", workload="w", precision="fp32", repeat=0, status="ok",
+                        metrics={"throughput": 10.0}, config={"dataset": "mnist"}, wall_time_s=30.0)
+    show(1, 5, _cell(), None)
+    show(1, 5, _cell(), result)
+    assert stream.getvalue().splitlines()[-1].endswith("sweep ETA ~1m00s (2 cells left)"), stream.getvalue()
+
+
 def test_rate_and_time_left():
     cell = progress.CellProgress(steps_per_epoch_cap=50, epochs=2)
     cell.update(1, 50)

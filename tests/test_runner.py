@@ -142,6 +142,21 @@ def test_resume_skips_ok_cells_and_reruns_failed_ones(tiny_config, tmp_path, cle
     assert store.latest_by_key()[cells[1].run.key].status == "ok"
 
 
+def test_resume_tells_the_progress_which_cells_it_keeps_before_any_runs(tiny_config, tmp_path, clean_fake_env):
+    store = ResultStore(tmp_path / "out")
+    cells = [_cell(tiny_config, p) for p in ("fp32", "amp_bf16")]
+    run_sweep(cells[:1], store)
+    seen: list = []
+
+    def progress(index, total, cell, result):
+        seen.append((index, result is not None))
+
+    progress.keeping = lambda indexes: seen.append(("keeping", sorted(indexes)))  # type: ignore[attr-defined]
+    run_sweep(cells, store, resume=True, progress=progress)
+    assert seen[0] == ("keeping", [1])  # before the first cell: the ETA leaves the kept one out
+    assert seen[1:] == [(1, True), (2, False), (2, True)]
+
+
 def test_resume_reruns_a_cell_whose_configuration_changed(tiny_config, tmp_path, clean_fake_env):
     store = ResultStore(tmp_path / "out")
     run_sweep([_cell(tiny_config)], store)

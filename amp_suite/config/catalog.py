@@ -176,6 +176,8 @@ class SuiteConfig:
     # [pools.NAME] and [executor]: where cells are scheduled (amp_suite.sweep.executors)
     pools: dict[str, PoolSpec] = field(default_factory=dict)
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    # The keys the [defaults] table in force sets (a key it leaves out takes the built-in value, not the catalog's)
+    defaults_keys: frozenset[str] = frozenset()
 
     def source(self, key: str) -> str:
         """Where table ``key`` comes from: ``package: workloads.toml``, or the file's path."""
@@ -517,8 +519,9 @@ def load_config(path: Path | None) -> SuiteConfig:
     pools = {name: pool_from_table(name, table, str(where)) for name, table, where in named("pools")}
     executor = (executor_from_table(tables["executor"], str(sources["executor"])) if "executor" in tables
                 else ExecutorSettings())
+    defaults_keys = frozenset(tables["defaults"]) if isinstance(tables.get("defaults"), dict) else frozenset()
     return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced, by_kind,
-                       environments, pools, executor)
+                       environments, pools, executor, defaults_keys)
 
 
 def for_device_kind(config: SuiteConfig, kind: str) -> SuiteConfig:

@@ -123,8 +123,10 @@ def check_data_dir(text: str | os.PathLike[str]) -> None:
 
     try:
         mode = os.stat(text).st_mode
-    except FileNotFoundError:
-        return  # nothing there: the files are looked for elsewhere, and the error names the place
+    except FileNotFoundError:  # else the packaged or cached copy would stand in, unsaid
+        raise UsageError(f"the data directory {str(text)!r} does not exist; create it and put the dataset's "
+                         "files there, or leave out --data-dir (and $AMP_SUITE_DATA) to use the packaged or "
+                         "cached copy") from None
     except (OSError, ValueError) as exc:  # a link loop, an over-long name, an unreadable parent
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"cannot use the data directory {str(text)!r}: {reason}") from None

@@ -22,6 +22,8 @@ import difflib
 import importlib
 import importlib.metadata
 import os
+import sys
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -162,6 +164,25 @@ class PluginDescription:
     hooks: tuple[str, ...]
 
 
+def find_in_current_directory(module_name: str) -> None:
+    """Let ``-p MODULE`` find a module in the current directory, as ``python -m MODULE`` does.
+
+    The ``amp-suite`` script's import path starts with its own folder, not the
+    current directory.  When no entry of the path holds the module's top-level
+    package, the current directory is added, last: an installed module of the
+    same name still wins.  A worker finds the module where the host did
+    (:func:`amp_suite.launchers.single.worker_import_path`).
+    """
+    import importlib.machinery
+
+    top = module_name.split(".", 1)[0]
+    here = os.getcwd()
+    if not top.isidentifier() or top in sys.modules or importlib.machinery.PathFinder.find_spec(top) is not None:
+        return
+    if importlib.machinery.PathFinder.find_spec(top, [here]) is not None and here not in sys.path:
+        sys.path.append(here)
+
+
 class PluginHost:
     """The plugin manager with a typed method per hook."""
 
@@ -181,6 +202,8 @@ class PluginHost:
         self.pm = pluggy.PluginManager(PROJECT_NAME)
         self.pm.add_hookspecs(hookspecs)
         self.failures: list[PluginLoadFailure] = []
+        # "plugin 'x': amp_suite.layers.walk moved: import walk from amp_suite.plugin_api ..." per old path used
+        self.moved_imports: list[str] = []
         self._sources: dict[str, tuple[str, str]] = {}
         # plugin name -> (distribution, version) for plugins loaded from an entry point
         self._distributions: dict[str, tuple[str, str]] = {}
@@ -195,6 +218,7 @@ class PluginHost:
         for module_name in [*extra_modules, *env_modules]:
             if module_name in blocked or self.pm.has_plugin(module_name):
                 continue
+            find_in_current_directory(module_name)
             self._load_module(module_name, module_name, source=f"module {module_name}", version="")
         self._drop_plugins_with_unknown_hooks()
         self._drop_broken_framework_info()
@@ -211,7 +235,7 @@ class PluginHost:
             version = dist.version if dist is not None else ""
             source = f"{dist.name if dist is not None else '?'} ({ep.value})"
             try:
-                plugin = import_contained(ep.load, ep.name, source)
+                plugin = self._imported(ep.load, ep.name, source)
             except Exception as exc:  # a broken plugin is reported, not fatal
                 self.failures.append(PluginLoadFailure(ep.name, source, _import_failure(exc)))
                 continue
@@ -219,9 +243,25 @@ class PluginHost:
             if dist is not None and ep.name in self._sources:
                 self._distributions[ep.name] = (dist.name, version)
 
+    def _imported(self, load: Callable[[], object], name: str, source: str) -> object:
+        """:func:`import_contained`, keeping in :attr:`moved_imports` every import path of an earlier version the
+        plugin used (``amp_suite.plugin_kit.timed_window moved: import timed_window from amp_suite.plugin_api``);
+        any other warning goes on as it was raised."""
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                return import_contained(load, name, source)
+            finally:
+                for warning in caught:
+                    text = str(warning.message)
+                    if issubclass(warning.category, DeprecationWarning) and " moved: import " in text:
+                        self.moved_imports.append(f"plugin {name!r}: {text}")
+                    else:
+                        warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+
     def _load_module(self, name: str, module_name: str, *, source: str, version: str) -> None:
         try:
-            plugin = import_contained(lambda: importlib.import_module(module_name), name, source)
+            plugin = self._imported(lambda: importlib.import_module(module_name), name, source)
         except Exception as exc:
             self.failures.append(PluginLoadFailure(name, source, _import_failure(exc)))
             return

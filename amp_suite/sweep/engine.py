@@ -96,13 +96,25 @@ class SweepOutcome:
 # --- plugins -----------------------------------------------------------------
 
 
-def make_host(modules: Iterable[str]):
-    """The plugin host, warning in one line about every plugin that failed to load."""
+def make_host(modules: Iterable[str], *, strict: bool = True):
+    """The plugin host, warning in one line about every plugin that failed to load.
+
+    A module asked for by name (``-p MODULE``) that fails to load is a
+    :class:`UsageError` (exit 2) with ``strict``: the user asked for it, so a
+    run without it would not be the one asked for.  ``amp-suite plugins``
+    passes ``strict=False`` to list it as failed.
+    """
     from amp_suite.plugins.host import PluginHost
 
-    host = PluginHost(extra_modules=tuple(modules))
+    modules = tuple(modules)
+    host = PluginHost(extra_modules=modules)
+    for failure in host.failures:
+        if strict and failure.name in modules:
+            raise UsageError(f"plugin module {failure.name!r} (-p) failed to load: {failure.error}")
     for failure in host.failures:
         print(f"amp-suite: warning: plugin {failure.name!r} failed to load: {failure.error}", file=sys.stderr)
+    for text in dict.fromkeys(host.moved_imports):  # DeprecationWarnings a plugin module's import never shows
+        print(f"amp-suite: warning: {text}", file=sys.stderr)
     return host
 
 
@@ -154,7 +166,8 @@ def batch_sizes_of(settings: SweepSettings, workload: Workload) -> tuple[int, ..
 
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
-               placements: dict[str, Placement] | None = None):
+               placements: dict[str, Placement] | None = None,
+               environments: dict[str, dict[str, Any]] | None = None):
     """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
 
     Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
@@ -168,7 +181,9 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     settings' ``steps``.  ``launchers`` maps
     a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
     cells start; empty: it has none, and those cells end ``unsupported``);
-    one-device cells always run in one process.
+    one-device cells always run in one process.  ``environments`` maps a
+    requested framework name to the environment part of its cells' definitions
+    (:func:`environment_records`; missing: the environment's name alone).
     """
     from amp_suite.sweep.runner import Cell
 
@@ -203,8 +218,31 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     variant=name if name != framework else "", environment=place.environment,
                     python=place.python, pool=pool,
                 )
-                cells.append(Cell(run, workload, unavailable=place.problem))
+                cells.append(Cell(run, workload, unavailable=place.problem,
+                                  environment=dict((environments or {}).get(name, {}))))
     return cells
+
+
+def environment_records(placements: dict[str, Placement], frameworks: dict[str, Any],
+                        environments: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The environment part of the definition of each requested name's cells (see
+    :func:`amp_suite.sweep.fingerprint.environment_record`): the installed versions of the framework's
+    distributions in this interpreter, or the environment's name with its requirements or interpreter."""
+    from amp_suite.machine.environment import package_version
+    from amp_suite.sweep.fingerprint import environment_record
+
+    records = {}
+    for name, place in placements.items():
+        spec = environments.get(place.environment) if place.environment else None
+        if spec is not None:
+            records[name] = environment_record(place.framework, place.environment,
+                                               requirements=tuple(spec.requirements), python=spec.python)
+            continue
+        info = frameworks.get(place.framework)
+        versions = {dist: version for dist in (info.distributions if info is not None else ())
+                    if (version := package_version(dist))}
+        records[name] = environment_record(place.framework, place.environment, versions=versions)
+    return records
 
 
 def _fetch_data(settings: SweepSettings) -> None:
@@ -297,10 +335,11 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     explicit_steps = request.overrides.get("steps")
     if explicit_steps is None and plan is not None:
         explicit_steps = plan.steps
+    definitions = environment_records(placements, host.frameworks(), config.environments)
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
                        explicit_steps=explicit_steps,
                        launchers={name: info.launcher for name, info in host.frameworks().items()},
-                       placements=placements)
+                       placements=placements, environments=definitions)
     from amp_suite.sweep.output_dir import check_sweep_paths
     from amp_suite.sweep.runner import cell_log_path
 
@@ -312,7 +351,7 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
             more = plan_cells(config, replace(settings, repeats=repeat + 1),
                               worker_plugin_modules(host, request.plugins), explicit_steps=explicit_steps,
                               launchers={name: info.launcher for name, info in host.frameworks().items()},
-                              placements=placements)
+                              placements=placements, environments=definitions)
             return [cell for cell in more if cell.run.repeat == repeat]
 
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
@@ -396,7 +435,8 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     except OSError as exc:
         raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
 
-    print(f"amp-suite: {len(cells)} cell{'' if len(cells) == 1 else 's'} -> {path_text(out_dir)}/", file=sys.stderr)
+    print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)} -> "
+          f"{path_text(out_dir)}/{synthetic_by_default(config, request)}", file=sys.stderr)
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
@@ -448,6 +488,33 @@ def print_verdict(results: list[CellResult], environment: dict[str, Any]) -> Non
     if lines:
         sys.stderr.flush()  # the progress lines before it, where both streams reach one terminal
         print("\n".join(lines), flush=True)
+
+
+def synthetic_by_default(config: SuiteConfig, request: SweepRequest) -> str:
+    """A note for the sweep's first line when a ``benchmarks.toml`` ``[defaults]`` table that sets no dataset
+    replaced the packaged one, so the cells train on the built-in synthetic data instead of the catalog's."""
+    if "defaults" not in config.replaced or "dataset" in config.defaults_keys or config.settings.dataset != "synthetic":
+        return ""
+    if request.overrides.get("dataset") is not None:
+        return ""
+    if request.preset is not None and "dataset" in config.presets[request.preset].settings:
+        return ""
+    packaged = load_config(None).settings.dataset
+    if packaged == "synthetic":
+        return ""
+    return (f"; synthetic data: the [defaults] of {path_text(config.path or Path('benchmarks.toml'))} sets no "
+            f"dataset (the packaged one's is {packaged}): add dataset = \"{packaged}\" to it, or pass --dataset")
+
+
+def cells_announced(planned: int, repeats: int, auto_repeats: int = 0) -> str:
+    """``18 cells``; under ``--repeats auto`` also the most it may run: ``4 cells now, up to 10 (--repeats
+    auto adds repeats of the cells whose speed-up intervals are wider than asked, up to 5 per cell)``."""
+    text = f"{planned} cell{'' if planned == 1 else 's'}"
+    if not auto_repeats or auto_repeats <= repeats or repeats <= 0:
+        return text
+    most = planned // repeats * auto_repeats
+    return (f"{text} now, up to {most} (--repeats auto adds repeats of the cells whose speed-up intervals are "
+            f"wider than asked, up to {auto_repeats} per cell)")
 
 
 # The first round of ``--repeats auto`` (two repeats: the fewest that give an interval).

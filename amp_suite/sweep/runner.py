@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +40,7 @@ from amp_suite.launchers.single import OWN_PATH, import_root, worker_import_path
 from amp_suite.processes import tree as process_tree
 from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
-from amp_suite.sweep.store import TEXT_FIGURE_CHARS, ResultStore, parse_lines, plain_config
+from amp_suite.sweep.store import TEXT_FIGURE_CHARS, ResultStore, parse_lines
 
 # Lines of a failed worker's log kept in its result (at most TEXT_FIGURE_CHARS characters).
 LOG_TAIL_LINES = 25
@@ -56,12 +56,22 @@ class Cell:
 
     ``unavailable`` says why the cell cannot start (its environment is not
     built): the runner then stores it ``unavailable`` with that reason and
-    starts no worker.
+    starts no worker.  ``environment`` is the environment part of the cell's
+    definition (:func:`amp_suite.sweep.fingerprint.environment_record`; empty:
+    the environment's name alone).
     """
 
     run: RunSpec
     workload: Workload
     unavailable: str = ""
+    environment: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def definition(self) -> dict[str, Any]:
+        """Everything that determines the cell's figures (:func:`amp_suite.sweep.fingerprint.cell_definition`)."""
+        from amp_suite.sweep.fingerprint import cell_definition
+
+        return cell_definition(self.run, self.workload, self.environment or None)
 
 
 ProgressCallback = Callable[[int, int, Cell, "CellResult | None"], None]
@@ -348,8 +358,11 @@ def iter_sweep(
     """
     cells = list(cells)
     done = store.latest_by_key() if resume else {}
-    for index, cell in enumerate(cells, start=1):
-        previous = resumable(done, cell)
+    kept = [resumable(done, cell) for cell in cells]  # decided first: the rerun notes come before any cell
+    keeping = getattr(progress, "keeping", None)
+    if keeping is not None:  # the ETA counts only the cells that run
+        keeping({index for index, previous in enumerate(kept, start=1) if previous is not None})
+    for index, (cell, previous) in enumerate(zip(cells, kept, strict=True), start=1):
         if previous is not None:
             if progress:
                 progress(index, len(cells), cell, previous)
@@ -367,23 +380,43 @@ def iter_sweep(
                 result = run_inline(cell, log_path=log_path)
         else:
             result = run_in_worker(cell, log_path=log_path, env=env, on_step=on_step)
-        store_result(store, cell, result)
+        result = store_result(store, cell, result)
         if progress:
             progress(index, len(cells), cell, result)
         yield result
 
 
 def resumable(done: dict[str, CellResult], cell: Cell) -> CellResult | None:
-    """The stored result that ``--resume`` keeps for ``cell``: ``ok`` for the same configuration; else None."""
+    """The stored result that ``--resume`` keeps for ``cell``: ``ok`` with the cell's fingerprint; else None.
+
+    A stored ``ok`` result that is not kept gets one line on standard error
+    saying why (``torch/mnist_cnn/fp32/r0: rerun, its workload changed
+    (input_size 28 -> 56)``).
+    """
+    from amp_suite.sweep.fingerprint import resume_reason
+
     previous = done.get(cell.run.key)
-    if (previous is not None and previous.status == "ok"
-            and plain_config(previous.config) == plain_config(asdict(cell.run))):
+    if previous is None or previous.status != "ok":
+        return None
+    reason = resume_reason(previous, cell.definition)
+    if not reason:
         return previous
+    print(f"amp-suite: {cell.run.key}: {reason}", file=sys.stderr)
     return None
 
 
-def store_result(store: ResultStore, cell: Cell, result: CellResult) -> None:
-    """Append ``result`` to ``store``; :class:`StorageError` (the sweep stops) when it cannot be stored."""
+def with_fingerprint(cell: Cell, result: CellResult) -> CellResult:
+    """``result`` carrying its cell's definition and fingerprint."""
+    from amp_suite.sweep.fingerprint import fingerprint
+
+    definition = cell.definition
+    return replace(result, definition=definition, fingerprint=fingerprint(definition))
+
+
+def store_result(store: ResultStore, cell: Cell, result: CellResult) -> CellResult:
+    """Append ``result`` (with its cell's fingerprint) to ``store`` and return what was stored;
+    :class:`StorageError` (the sweep stops) when it cannot be stored."""
+    result = with_fingerprint(cell, result)
     try:
         store.append(result)
     except OSError as exc:
@@ -391,6 +424,7 @@ def store_result(store: ResultStore, cell: Cell, result: CellResult) -> None:
             f"cannot append to {str(store.path)!r}: {exc.strerror or one_line(exc)}; "
             f"the result of {cell.run.key} ({result.status}) is not stored"
         ) from None
+    return result
 
 
 def run_sweep(cells: Iterable[Cell], store: ResultStore, **options: Any) -> list[CellResult]:

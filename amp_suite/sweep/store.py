@@ -37,6 +37,7 @@ _REQUIRED_TEXT = ("key", "framework", "workload", "precision", "status")
 _OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {
     "error": str, "config": dict, "applied": dict, "device": dict, "metrics": dict,
     "environment": dict, "started_at": str, "wall_time_s": (int, float),
+    "fingerprint": str, "definition": dict,
 }
 
 

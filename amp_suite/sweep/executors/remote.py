@@ -102,7 +102,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
             log_path = cell_log_path(store.directory, cell.run)
             if cell.run.key in unplaceable:
                 result = with_log(cell_for_run(cell.run, "unavailable", error=unplaceable[cell.run.key]), log_path)
-                store_result(store, cell, result)
+                result = store_result(store, cell, result)
                 count += 1
                 if progress:
                     progress(count, total, cell, result)
@@ -113,7 +113,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
                 inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 1, time.monotonic())
             except SubmitRefused as exc:
                 result = with_log(cell_for_run(cell.run, "failed", error=str(exc)), log_path)
-                store_result(store, cell, result)
+                result = store_result(store, cell, result)
                 count += 1
                 if progress:
                     progress(count, total, cell, result)
@@ -135,7 +135,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
                         outcome = Finished(error=f"{outcome.error}; submitting it again failed: {exc}")
                 result = _result_of(cell, outcome, time.monotonic() - started, store)
                 nodes[str((result.environment or {}).get("node") or "no node")] += 1
-                store_result(store, cell, result)
+                result = store_result(store, cell, result)
                 count += 1
                 if progress:
                     progress(count, total, cell, result)

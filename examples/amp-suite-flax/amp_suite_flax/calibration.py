@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from amp_suite.calibration import kit
+from amp_suite.plugin_api import calibration_kit as kit
 
 
 def probe(device: str, budget_s: float) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from amp_suite.doctor import probe_kit as kit
+from amp_suite.plugin_api import probe_kit as kit
 from amp_suite_plugins.jax.xla_checks import (
     found_gpu,
     loss_scale_section,

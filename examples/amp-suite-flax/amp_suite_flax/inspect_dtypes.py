@@ -37,6 +37,6 @@ def layer_dtypes(model: Any, images: np.ndarray) -> dict[str, list[str]]:
 
 
 def _named(layers: Any) -> Any:
-    from amp_suite.workloads.layers import iter_layers
+    from amp_suite.plugin_api import iter_layers
 
     return [spec for spec in iter_layers(layers) if spec.name]

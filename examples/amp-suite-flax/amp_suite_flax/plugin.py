@@ -11,7 +11,7 @@ Everything amp-suite needs from a framework backend, written from
   and ``nnx.Linear``, logits cast to float32, and a BatchNorm of our own whose
   parameters, statistics and arithmetic stay float32 (PyTorch's running
   statistics: momentum 0.1, unbiased variance);
-* every kind of the layer vocabulary (``amp_suite.workloads.layers.LAYER_KINDS``) is
+* every kind of the layer vocabulary (``amp_suite.plugin_api.LAYER_KINDS``) is
   translated as the built-in haiku plugin translates it: ``depthwise_conv2d``
   is an ``nnx.Conv`` with ``feature_group_count`` = channels (kernel
   ``(k, k, 1, c)``, the canonical ``(k, k, c, 1)`` reshaped), ``zero_pad`` a
@@ -62,19 +62,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from amp_suite import hookimpl
-from amp_suite.errors import UnsupportedError
-from amp_suite.machine.environment import package_version
-from amp_suite.plugins.kit import (
+from amp_suite.plugin_api import (
     STANDARD_PRECISIONS,
-    cpu_device,
-    loss_scale_growth_interval,
-    read_cuda_versions,
-    require_device_kind,
-    standard_precision,
-    timed_window,
-)
-from amp_suite.records import (
     Batch,
     DeviceInfo,
     EpochResult,
@@ -82,16 +71,25 @@ from amp_suite.records import (
     LayerSpec,
     PrecisionApplied,
     RunSpec,
+    UnsupportedError,
     Workload,
+    cpu_device,
+    hookimpl,
+    loss_scale_growth_interval,
+    package_version,
+    read_cuda_versions,
+    require_device_kind,
+    standard_precision,
+    timed_window,
+    walk,
 )
-from amp_suite.workloads.layers import walk
 from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
 
 NAME = "flax"
 # Canonical leaf name -> the nnx attribute holding it, per layer kind.
 LEAVES = {"conv2d": {"w": "kernel", "b": "bias"}, "depthwise_conv2d": {"w": "kernel", "b": "bias"},
           "dense": {"w": "kernel", "b": "bias"}, "batch_norm": {"scale": "scale", "offset": "offset"}}
-# The layer kinds this backend builds (the whole vocabulary of amp_suite.workloads.layers.LAYER_KINDS);
+# The layer kinds this backend builds (the whole vocabulary of amp_suite.plugin_api.LAYER_KINDS);
 # build_model refuses a model with any other (UnsupportedError), as a backend does for a kind it lacks.
 KINDS = ("conv2d", "depthwise_conv2d", "zero_pad", "batch_norm", "relu", "relu6", "swish", "sigmoid", "residual",
          "multiply", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense", "dropout")
@@ -375,7 +373,7 @@ def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, 
 
 def check_kinds(layers: tuple[LayerSpec, ...]) -> None:
     """A one-line :class:`UnsupportedError` naming the first layer of a kind this backend does not build."""
-    from amp_suite.workloads.layers import iter_layers
+    from amp_suite.plugin_api import iter_layers
 
     for spec in iter_layers(layers):
         if spec.kind not in KINDS:
@@ -386,7 +384,7 @@ def check_kinds(layers: tuple[LayerSpec, ...]) -> None:
 
 def _owners(layers: tuple[LayerSpec, ...]) -> dict[str, str]:
     """Layer name -> kind, for every named layer."""
-    from amp_suite.workloads.layers import iter_layers
+    from amp_suite.plugin_api import iter_layers
 
     return {spec.name: spec.kind for spec in iter_layers(layers) if spec.name}
 
@@ -663,8 +661,8 @@ def cuda_versions() -> dict[str, str]:
     return read_cuda_versions(versions)
 
 
-if TYPE_CHECKING:  # mypy checks every hook above against amp-suite's specs (amp_suite.plugins.framework_plugin)
+if TYPE_CHECKING:  # mypy checks every hook above against amp-suite's specs (amp_suite.plugin_api.FrameworkPlugin)
     import amp_suite_flax.plugin as _this_module
-    from amp_suite.plugins.framework_plugin import FrameworkPlugin
+    from amp_suite.plugin_api import FrameworkPlugin
 
     _checked: FrameworkPlugin[FlaxModel, list[tuple[Any, Any, Any]]] = _this_module

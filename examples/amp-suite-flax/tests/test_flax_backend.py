@@ -129,9 +129,8 @@ def test_every_new_layer_kind_trains_like_the_haiku_backend(tmp_path, new_kinds)
     losses of both steps and the evaluation logits after them agree with the built-in jax (haiku) backend to
     float32 round-off.
     """
+    from amp_suite.plugin_api import iter_layers, workload_from_config
     from amp_suite.testing import assert_compiles_once, assert_training_predict_changes_nothing, relative_error
-    from amp_suite.workloads.layers import iter_layers
-    from amp_suite.workloads.workload import workload_from_config
 
     workload = workload_from_config("new_kinds", new_kinds.TABLE)
     kinds = {spec.kind for spec in iter_layers(workload.layers)}
@@ -163,8 +162,7 @@ def test_the_loss_scale_crosses_the_jit_boundary_as_arrays(monkeypatch):
     import jmp
 
     from amp_suite.datasets import input_pipeline, load_dataset
-    from amp_suite.records import RunSpec
-    from amp_suite.workloads.workload import init_variables, workload_from_config
+    from amp_suite.plugin_api import RunSpec, init_variables, workload_from_config
     from amp_suite_flax import plugin
 
     # mnist_cnn at 8x8: the smallest model to compile in process
@@ -254,7 +252,7 @@ def test_a_parameter_without_a_canonical_value_is_an_error_not_a_placeholder():
     import jax
     from flax import nnx
 
-    from amp_suite.workloads.workload import init_variables, workload_from_config
+    from amp_suite.plugin_api import init_variables, workload_from_config
     from amp_suite_flax.plugin import build_net, load_canonical
 
     workload = workload_from_config("mnist_cnn", dict(WORKLOADS["mnist_cnn"]))

@@ -1,10 +1,10 @@
 """Writes ``summary.json``: one record per workload x framework x precision, normalized to fp32.
 
-The records are :func:`amp_suite.report.normalize.summary_frame`'s rows (speed-up,
+The records are :func:`amp_suite.plugin_api.summary_frame`'s rows (speed-up,
 memory ratio and accuracy difference against the same framework's fp32),
 with NaN written as ``null`` so any JSON reader takes the file, beside the
 environment the sweep ran in.  The file is written through
-:func:`amp_suite.safe_files.write_files_atomically`: a full disk leaves the
+:func:`amp_suite.plugin_api.write_files_atomically`: a full disk leaves the
 previous file whole.
 """
 
@@ -15,10 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from amp_suite import hookimpl
-from amp_suite.records import CellResult, to_plain
-from amp_suite.report.normalize import summary_frame
-from amp_suite.safe_files import write_files_atomically
+from amp_suite.plugin_api import CellResult, hookimpl, summary_frame, to_plain, write_files_atomically
 
 FILE_NAME = "summary.json"
 

@@ -210,8 +210,8 @@ def _load_text(workload: Workload, train_text: str, val_text: str) -> Dataset:
     baseline = text.unigram_bits_per_char(splits.ids(parse_split(train_text, text.SPLITS).name),
                                           val_labels.ravel())
     note = (f"text: Shakespeare's four great tragedies ({text.TEXT_CHARS:,} characters, vocabulary "
-            f"{text.VOCAB_SIZE}): train {train_text} ({train_labels.shape[0]} windows of {context}), "
-            f"validation {val_text} ({val_labels.shape[0]} windows); unigram baseline {baseline:.4f} bits/char")
+            f"{text.VOCAB_SIZE}): training split {train_text} ({train_labels.shape[0]} windows of {context}), "
+            f"validation split {val_text} ({val_labels.shape[0]} windows); unigram baseline {baseline:.4f} bits/char")
     return Dataset("text", train_inputs, train_labels, val_inputs, val_labels, note=note,
                    baseline_bits_per_char=baseline)
 

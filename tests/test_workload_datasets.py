@@ -130,3 +130,25 @@ def test_compare_judges_token_figures():
     assert bits["ratio"] == pytest.approx(1.505 / 2.005, rel=1e-3) and bits["verdict"] == "fewer bits"
     tokens = frame[frame["metric"] == "tokens_per_s"].iloc[0]
     assert tokens["verdict"] == "no measurable difference"
+
+
+def test_the_learning_benchmark_prints_the_gpt_against_its_baseline(tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    from suite_cli import REPO
+
+    spec = importlib.util.spec_from_file_location("transformers_learning",
+                                                  REPO / "benchmarks" / "transformers_learning.py")
+    benchmark = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(benchmark)
+    monkeypatch.chdir(tmp_path)  # the packaged catalog, whatever benchmarks.toml the checkout has
+    assert benchmark.main(["--frameworks", "bigram", "--precisions", "fp32", "--models", "gpt", "--gpt-steps", "6",
+                           "--gpt-epochs", "1", "--warmup", "1", "--device", "cpu", "--plugin", "bigramfw",
+                           "--inline", "--out", str(tmp_path / "learning")]) == 0
+    printed = capsys.readouterr().out
+    row = next(line for line in printed.splitlines() if line.startswith("| bigram"))
+    cells = [cell.strip() for cell in row.strip("|").split("|")]
+    assert cells[:3] == ["bigram", "fp32", "not run"]
+    bits, baseline, below = float(cells[3]), float(cells[4]), float(cells[5])
+    assert baseline == pytest.approx(text.UNIGRAM_BITS_PER_CHAR, abs=0.01)
+    assert below == pytest.approx(baseline - bits, abs=2e-3) and below > 0

@@ -152,3 +152,12 @@ def test_the_learning_benchmark_prints_the_gpt_against_its_baseline(tmp_path, ca
     bits, baseline, below = float(cells[3]), float(cells[4]), float(cells[5])
     assert baseline == pytest.approx(text.UNIGRAM_BITS_PER_CHAR, abs=0.01)
     assert below == pytest.approx(baseline - bits, abs=2e-3) and below > 0
+
+
+def test_stored_token_figures_are_checked_like_the_others():
+    from amp_suite.stored_values import metric_problem
+
+    assert metric_problem("tokens_per_s", "lots") == "not a number: 'lots'"
+    assert metric_problem("val_bits_per_char", -1.0) == "impossible value -1.0 (it cannot be negative)"
+    assert metric_problem("unigram_bits_per_char", "inf") is None  # a baseline can be infinite
+    assert metric_problem("tokens_per_s", 12_345.0) is None

@@ -161,3 +161,34 @@ def test_stored_token_figures_are_checked_like_the_others():
     assert metric_problem("val_bits_per_char", -1.0) == "impossible value -1.0 (it cannot be negative)"
     assert metric_problem("unigram_bits_per_char", "inf") is None  # a baseline can be infinite
     assert metric_problem("tokens_per_s", 12_345.0) is None
+
+
+def test_validation_of_a_token_workload_runs_over_every_token_and_keeps_ids_int32():
+    import numpy as np
+
+    from amp_suite.cell.worker import token_figures, validate
+    from amp_suite.datasets import Dataset, input_pipeline
+    from amp_suite.records import RunSpec
+
+    workload = PACKAGED.workloads["text_gpt_nano"]
+    ids = np.array([[0, 1, 2], [2, 1, 0], [1, 1, 1]], dtype=np.int32)
+    labels = np.array([[1, 2, 0], [1, 0, 0], [1, 2, 2]], dtype=np.int32)
+    table = np.log(np.array([[0.1, 0.7, 0.2], [0.2, 0.2, 0.6], [0.5, 0.4, 0.1]]))  # next-token probabilities
+
+    class Host:
+        def predict(self, run, model, images, training=False):
+            assert images.dtype == np.int32
+            return table[images].astype(np.float32)
+
+    data = Dataset("text", ids, labels, ids, labels)
+    pipeline = input_pipeline(workload, data, batch_size=2, steps=1, seed=0)
+    figures = validate(Host(), RunSpec("bigram", "text_gpt_nano", "fp32"), None, pipeline, batch_size=2)
+    probs = np.exp(table)[ids]
+    expected_loss = float(-np.log(np.take_along_axis(probs, labels[..., None], axis=-1)).mean())
+    assert figures["val_examples"] == 3
+    assert figures["val_accuracy"] == pytest.approx(float((probs.argmax(-1) == labels).mean()))
+    assert figures["val_loss"] == pytest.approx(expected_loss, rel=1e-6)
+    tokens = token_figures(workload, {"throughput": 10.0, **figures}, 4.7, labels.size)
+    assert tokens["tokens_per_s"] == 10.0 * 128 and tokens["val_tokens"] == 9
+    assert tokens["val_bits_per_char"] == pytest.approx(expected_loss / math.log(2), rel=1e-6)
+    assert token_figures(PACKAGED.workloads["mnist_cnn"], {"throughput": 1.0}, None, 1) == {}

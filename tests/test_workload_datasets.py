@@ -192,3 +192,17 @@ def test_validation_of_a_token_workload_runs_over_every_token_and_keeps_ids_int3
     assert tokens["tokens_per_s"] == 10.0 * 128 and tokens["val_tokens"] == 9
     assert tokens["val_bits_per_char"] == pytest.approx(expected_loss / math.log(2), rel=1e-6)
     assert token_figures(PACKAGED.workloads["mnist_cnn"], {"throughput": 1.0}, None, 1) == {}
+
+
+def test_a_given_dataset_whose_splits_the_sweep_does_not_name_takes_its_own():
+    from amp_suite.config.workload_datasets import splits_for_given_dataset
+
+    packaged = _settings(dataset="text")  # the packaged splits test[:8000] / test[8000:] are MNIST's
+    fitted, note = splits_for_given_dataset(packaged, {"dataset": "text"})
+    assert (fitted.train_split, fitted.val_split) == ("train", "validation")
+    assert "--dataset text" in note and "test[:8000]" in note
+    # splits that the dataset has, or splits the user gave, stay as they are
+    cifar = _settings(dataset="cifar10")
+    assert splits_for_given_dataset(cifar, {"dataset": "cifar10"}) == (cifar, "")
+    assert splits_for_given_dataset(packaged, {"dataset": "text", "train_split": "test"}) == (packaged, "")
+    assert splits_for_given_dataset(packaged, {}) == (packaged, "")

@@ -73,6 +73,11 @@ def _module(name: str) -> ModuleType:
     raise UsageError(f"unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}")
 
 
+def split_names(name: str) -> tuple[str, ...]:
+    """The split names dataset ``name`` has (``()`` for synthetic data, which takes any)."""
+    return () if name == "synthetic" else tuple(_module(name).SPLITS)
+
+
 def check_request(name: str, workload: Workload | None, train_split: str, val_split: str,
                   batch_size: int | None = None) -> None:
     """Validate a dataset request without touching any file (CLI, exit 2).

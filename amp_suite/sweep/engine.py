@@ -34,7 +34,7 @@ from amp_suite.config.catalog import (
 )
 from amp_suite.config.environments import environments_dir
 from amp_suite.config.settings import CELL_FIELDS, SweepSettings, check_names
-from amp_suite.config.workload_datasets import DatasetChoice, dataset_choice
+from amp_suite.config.workload_datasets import DatasetChoice, dataset_choice, splits_for_given_dataset
 from amp_suite.envs.placement import Placement, place_frameworks
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec, Workload
@@ -292,6 +292,9 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
     dataset_given = request.overrides.get("dataset") is not None
+    settings, note = splits_for_given_dataset(settings, request.overrides)
+    if note:
+        print(f"amp-suite: note: {note}", file=sys.stderr)
     datasets = sweep_datasets(config, settings, dataset_given)
     for name in settings.workloads:
         workload = config.workloads[name]

@@ -206,3 +206,15 @@ def test_a_given_dataset_whose_splits_the_sweep_does_not_name_takes_its_own():
     assert splits_for_given_dataset(cifar, {"dataset": "cifar10"}) == (cifar, "")
     assert splits_for_given_dataset(packaged, {"dataset": "text", "train_split": "test"}) == (packaged, "")
     assert splits_for_given_dataset(packaged, {}) == (packaged, "")
+
+
+def test_a_token_cells_progress_line_gives_tokens_per_second_and_bits_per_char():
+    from amp_suite.progress import _result_text
+    from amp_suite.records import CellResult
+
+    cell = CellResult(key="k", framework="bigram", workload="text_gpt_nano", precision="fp32", repeat=0,
+                      status="ok", config={"dataset": "text"},
+                      metrics={"throughput": 10.0, "tokens_per_s": 1280.0, "val_bits_per_char": 3.25,
+                               "val_accuracy": 0.31})
+    line = _result_text("text_gpt_nano bigram fp32 r0", cell)
+    assert "1,280 tokens/s" in line and "3.250 bits/char" in line and "next-token acc 0.310" in line

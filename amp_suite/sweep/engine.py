@@ -223,7 +223,7 @@ def _fetch_data(settings: SweepSettings, choices: Iterable[DatasetChoice]) -> No
     from amp_suite.datasets import fetch
     from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
 
-    for choice in dict.fromkeys(choices):
+    for choice in {(c.dataset, c.train_split, c.val_split): c for c in choices}.values():  # each data once
         try:
             fetch(choice.dataset, choice.train_split, choice.val_split,
                   data_dir=settings.data_dir, allow_download=settings.download)

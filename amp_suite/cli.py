@@ -387,10 +387,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         extended = f", extended by {config.path}" if config.path is not None else ""
         print(f"workloads (the packaged catalog{extended}; [source] after each):")
         width = max(map(len, config.workloads), default=0)
+        from amp_suite.config.workload_datasets import workload_dataset_text
+
         for name, workload in config.workloads.items():
-            print(f"  {name:<{width}}  {workload.description or workload.model}, input "
-                  f"{workload.input_size}x{workload.input_size}x{workload.channels}, batch {workload.batch_size}"
-                  f"  [{config.source('workloads.' + name)}]")
+            shape = (f"context {workload.input_shape[0]} tokens" if workload.tokens else
+                     f"input {workload.input_size}x{workload.input_size}x{workload.channels}")
+            print(f"  {name:<{width}}  {workload.description or workload.model}, {shape}, batch "
+                  f"{workload.batch_size}, {workload_dataset_text(workload)}  [{config.source('workloads.' + name)}]")
         print("presets (amp-suite run --preset NAME; docs/presets.md):")
         width = max(map(len, config.presets), default=0)
         for name, preset in config.presets.items():

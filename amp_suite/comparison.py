@@ -3,7 +3,8 @@
 Two sweep directories (two machines, two framework versions, two commits, a
 GPU and another) are matched cell by cell: the same workload, framework,
 precision, device count and device kind.  For each matched cell and metric
-(throughput, speed-up over fp32, peak memory, validation accuracy) the
+(throughput, speed-up over fp32, peak memory, validation accuracy; for a
+token workload also tokens/s and validation bits per character) the
 comparison gives BASE, NEW, their ratio NEW/BASE with a 95% interval and a
 verdict.
 
@@ -42,6 +43,9 @@ METRICS = (
     ("speedup", "Speed-up over fp32", "higher", ("faster", "slower")),
     ("peak_memory_mib", "Peak memory, MiB", "lower", ("more memory", "less memory")),
     ("val_accuracy", "Validation accuracy", "higher", ("higher", "lower")),
+    # Token workloads only (language models): their throughput in tokens and their validation loss in bits.
+    ("tokens_per_s", "Throughput, tokens/s", "higher", ("faster", "slower")),
+    ("val_bits_per_char", "Validation bits per character", "lower", ("more bits", "fewer bits")),
 )
 NO_DIFFERENCE = "no measurable difference"
 NO_VERDICT = "no verdict (no spread measured)"
@@ -102,7 +106,9 @@ def _sides(results: list[CellResult]) -> dict[tuple, Side]:
         m = r.metrics or {}
         synthetic = (r.config or {}).get("dataset") == "synthetic" or m.get("dataset_substituted")
         for key, value in (("throughput", _num(m.get("throughput"))), ("peak_memory_mib", _memory(m)),
-                           ("val_accuracy", None if synthetic else _num(m.get("val_accuracy")))):
+                           ("val_accuracy", None if synthetic else _num(m.get("val_accuracy"))),
+                           ("tokens_per_s", _num(m.get("tokens_per_s"))),
+                           ("val_bits_per_char", None if synthetic else _num(m.get("val_bits_per_char")))):
             if value is not None:
                 side.figures.setdefault(key, {})[int(r.repeat)] = value
         windows = [w for w in (_num(x) for x in (m.get("window_throughputs") or [])) if w]
@@ -293,6 +299,8 @@ def _fmt(value: float, metric: str) -> str:
         return f"{value:.2f}x"
     if metric == "val_accuracy":
         return f"{value * 100:.2f}%"
+    if metric == "val_bits_per_char":
+        return f"{value:.4f}"
     return f"{value:,.0f}"
 
 

@@ -296,4 +296,8 @@ def _result_text(label: str, result) -> str:
     accuracy = m.get("val_accuracy")
     synthetic = (result.config or {}).get("dataset") == "synthetic" or m.get("dataset_substituted")
     acc_text = "n/a (synthetic data)" if synthetic or accuracy is None else f"{accuracy:.3f}"
+    bits = m.get("val_bits_per_char")
+    if m.get("tokens_per_s") is not None and isinstance(bits, (int, float)):  # a token workload (language model)
+        return (f"{label} ok: {m['tokens_per_s']:,.0f} tokens/s, val {bits:.3f} bits/char, next-token acc "
+                f"{acc_text} ({result.wall_time_s:.1f} s)")
     return f"{label} ok: {m.get('throughput', 0):,.0f} img/s, val acc {acc_text} ({result.wall_time_s:.1f} s)"

@@ -133,6 +133,8 @@ NONNEGATIVE_METRICS = (
     "epochs_to_target", "train_flops_per_image", "achieved_tflops", "energy_per_image_j", "mean_power_w",
     "sm_clock_mhz_median", "window_throughput_cv", "other_cpu_cores", "load_avg_1m_before", "load_avg_1m_after",
     "cpu_freq_mhz_before", "cpu_freq_mhz_after",
+    # token workloads (language models)
+    "tokens_per_s", "val_bits_per_char", "unigram_bits_per_char", "val_tokens", "context",
 )
 SIGNED_METRICS = ("final_loss", "first_step_loss", "val_loss", "loss_scale_final")
 NUMBER_LIST_METRICS = ("window_throughputs", "epoch_times_s")

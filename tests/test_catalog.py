@@ -131,7 +131,7 @@ def test_list_shows_the_presets_and_where_each_workload_and_preset_comes_from(tm
     lines = done.stdout.splitlines()
     presets = lines[lines.index("presets (amp-suite run --preset NAME; docs/presets.md):") + 1:]
     presets = presets[:next(i for i, line in enumerate(presets) if not line.startswith("  "))]
-    assert [line.split()[0] for line in presets] == ["my-preset", *PRESETS]
+    assert [line.split()[0] for line in presets] == ["my-preset", *PRESETS, "transformers"]
     assert all(line.endswith("[package: presets.toml]") for line in presets[1:])
     assert presets[0].endswith(f"[{tmp_path / 'benchmarks.toml'}]")
     assert any(line.split()[0] == "mnist_cnn" and line.endswith("[package: workloads.toml]") for line in lines)

@@ -62,6 +62,24 @@ def test_each_preset_expands_to_the_cells_it_documents(name):
     assert plan.record["published_name"] == name
 
 
+def test_the_transformers_preset_runs_each_workload_on_its_own_dataset():
+    cells, plan = planned("transformers")
+    runs = [cell.run for cell in cells]
+    assert {r.framework for r in runs} == FRAMEWORKS
+    assert {(r.workload, r.dataset, r.train_split, r.val_split) for r in runs} == {
+        ("mnist_vit_tiny", "mnist", "test[:8000]", "test[8000:]"), ("cifar10_vit", "cifar10", "train", "test"),
+        ("text_gpt_nano", "text", "train", "validation")}
+    assert {r.precision for r in runs} >= {"fp32", "amp_fp16", "amp_bf16"}  # and tf32 where the device has it
+    assert len(runs) == len(FRAMEWORKS) * 3 * len({r.precision for r in runs})
+    assert {r.synthetic_fallback for r in runs} == {True}  # no CIFAR-10 archive: a stand-in, said so
+    assert plan.record["published"] is None and plan.record["notes"]
+    # --dataset overrides every workload's own
+    config = load_config(None)
+    settings = with_overrides(plan.settings, dataset="synthetic")
+    overridden = plan_cells(config, settings, explicit_steps=plan.steps, dataset_given=True)
+    assert {c.run.dataset for c in overridden} == {"synthetic"}
+
+
 def test_the_presets_reproduce_the_articles_setups():
     config = load_config(None)
     assert config.workloads["mnist_deep_cnn"].optimizer.name == "rmsprop"

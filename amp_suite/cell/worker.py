@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from amp_suite import progress
+from amp_suite.cell.kind_check import undeclared_kinds
 from amp_suite.cell.windows import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
@@ -130,7 +131,13 @@ def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set
 
 def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline,
              batch_size: int) -> dict[str, float]:
-    """Validation accuracy and loss, from eval-mode logits computed in the run's precision."""
+    """Validation accuracy and loss, from eval-mode logits computed in the run's precision.
+
+    A classifier's labels are ``(n,)`` and its logits ``(n, classes)``; a
+    language model's labels are ``(n, context)`` next tokens and its logits
+    ``(n, context, vocab)``: accuracy and loss are then over every token.  The
+    inputs go to the model as the pipeline gives them (token ids stay int32).
+    """
     labels = pipeline.dataset.val_labels
     correct = 0
     loss_sum = 0.0
@@ -138,15 +145,41 @@ def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline
         images = pipeline.eval_images(pipeline.dataset.val_images[start:start + batch_size])  # one batch resized
         logits = np.asarray(host.predict(run, model, images, training=False), dtype=np.float64)
         y = labels[start:start + batch_size]
-        correct += int((logits.argmax(axis=1) == y).sum())
-        shifted = logits - logits.max(axis=1, keepdims=True)
-        log_probs = shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
-        loss_sum += float(-log_probs[np.arange(y.size), y].sum())
+        if logits.shape[:-1] != y.shape:
+            raise PluginError(f"framework {run.framework!r}: predict gave logits of shape {logits.shape} for "
+                              f"labels of shape {y.shape}; expected {(*y.shape, 'classes')}")
+        correct += int((logits.argmax(axis=-1) == y).sum())
+        shifted = logits - logits.max(axis=-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        loss_sum += float(-np.take_along_axis(log_probs, y[..., None].astype(np.intp), axis=-1).sum())
     count = int(labels.shape[0])
-    return {"val_accuracy": correct / count, "val_loss": loss_sum / count, "val_examples": count}
+    predictions = int(labels.size)  # examples, or every token of every example
+    return {"val_accuracy": correct / predictions, "val_loss": loss_sum / predictions, "val_examples": count}
 
 
 VALIDATION_KEYS = ("val_accuracy", "val_loss", "val_examples")
+# Figures of a token workload (a language model), beside its samples/s and validation loss.
+TOKEN_KEYS = ("tokens_per_s", "val_bits_per_char", "val_tokens", "unigram_bits_per_char", "context")
+
+
+def token_figures(workload: Workload, metrics: dict[str, Any], baseline_bits_per_char: float | None,
+                  val_tokens: int) -> dict[str, Any]:
+    """A token workload's figures: tokens/s (samples/s x context), validation bits per character, the baseline.
+
+    ``val_bits_per_char`` is the validation loss (nats per token) over ln 2;
+    ``unigram_bits_per_char`` is the dataset's unigram baseline (``None`` on
+    synthetic tokens).  Empty for an image workload.
+    """
+    if not workload.tokens:
+        return {}
+    assert workload.transformer is not None
+    context = workload.transformer.context
+    throughput, loss = metrics.get("throughput"), metrics.get("val_loss")
+    return {"context": context,
+            "tokens_per_s": float(throughput) * context if throughput is not None else None,
+            "val_bits_per_char": float(loss) / math.log(2) if loss is not None else None,
+            "val_tokens": val_tokens,
+            "unigram_bits_per_char": baseline_bits_per_char}
 
 
 class TargetTracker:
@@ -261,6 +294,10 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         fix = (f"add it to the requirements of [environments.\"{run.environment}\"], then `amp-suite env create "
                f"{run.environment}`" if run.environment else info.install_hint())
         raise FrameworkUnavailableError(f"{info.display_name} is not installed (missing {', '.join(missing)}): {fix}")
+    undeclared = undeclared_kinds(info, workload)
+    if undeclared:
+        raise UnsupportedError(f"{info.display_name} does not build layer kind(s) {', '.join(undeclared)} of workload "
+                               f"{workload.name!r} (its plugin's FrameworkInfo.layer_kinds leaves them out)")
     if run.distributed and not info.launcher:
         raise UnsupportedError(f"{info.display_name} has no data-parallel engine (its plugin's FrameworkInfo."
                                f"launcher is empty): run it with --devices 1")
@@ -344,8 +381,8 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics),
                                        dropped=dropped))
     # Measured before validation, so memory peaks are those of training.
-    measured = host.measure(run, model, device, reserved=set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS),
-                            dropped=dropped)
+    measured = host.measure(run, model, device, reserved=(set(metrics) | set(VALIDATION_KEYS) | set(MEMORY_KEYS)
+                                                          | set(TOKEN_KEYS)), dropped=dropped)
     for line in dropped:
         print(f"amp-suite worker: {line}", file=sys.stderr)
     metrics.update(measured)
@@ -373,6 +410,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
         settled = True  # long after warm-up
     else:
         metrics["timing_source"] = "the configured training's windows"
+    metrics.update(token_figures(workload, metrics, data.baseline_bits_per_char, int(data.val_labels.size)))
     metrics.update(energy_figures(meter.summary(), metrics))
     metrics["measurement_flags"] = timing_flags(
         metrics, min_timed_steps=run.min_timed_steps, min_timed_seconds=run.min_timed_seconds,

@@ -94,7 +94,9 @@ class SweepSettings:
         f"execution modes, comma-separated: {', '.join(MODES)} (unset: each framework's default mode); a mode a "
         "framework lacks makes its cells unsupported", compared=True, metavar="NAMES")
     dataset: str = setting(
-        "synthetic", Field(str, names=True), "synthetic, mnist or cifar10", cell="dataset", compared=True,
+        "synthetic", Field(str, names=True),
+        "synthetic, mnist, cifar10 or text, for workloads that name none (given: for every workload)",
+        cell="dataset", compared=True,
         metavar="NAME")
     train_split: str = setting(
         "train", Field(str), "training split, TFDS notation: train, test[:8000], train[:10%]",

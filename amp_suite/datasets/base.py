@@ -13,7 +13,11 @@ from amp_suite.datasets.splits import Split, parse_split
 from amp_suite.errors import UsageError
 from amp_suite.records import Batch, Workload
 
-DATASETS = ("synthetic", "mnist", "cifar10")
+DATASETS = ("synthetic", "mnist", "cifar10", "text")
+# Each dataset's training and validation splits where a workload names the dataset itself (``dataset =``)
+# and the sweep's splits are another dataset's: MNIST's are those of the shipped test split.
+DEFAULT_SPLITS = {"synthetic": ("train", "test"), "mnist": ("test[:8000]", "test[8000:]"),
+                  "cifar10": ("train", "test"), "text": ("train", "validation")}
 # Validation examples of the synthetic dataset.
 SYNTHETIC_VAL_COUNT = 512
 # Synthetic validation holds at most this many values (512 images of 64x64x3): its accuracy is reported as
@@ -24,6 +28,11 @@ SYNTHETIC_VAL_VALUES = 512 * 64 * 64 * 3
 @dataclass(frozen=True)
 class Dataset:
     """Training and validation arrays: NHWC float32 in [0, 1] as stored, int32 labels.
+
+    For a token dataset (``text``, or synthetic windows of a token workload)
+    the "images" are int32 token ids ``(count, context)`` and the labels the
+    next token at each position, the same shape; ``baseline_bits_per_char``
+    is then the unigram baseline of the validation split (``None`` elsewhere).
 
     ``shaping`` is what makes a slice of these images the model's input
     (resize, grey copied to colour channels), applied batch by batch by the
@@ -41,6 +50,7 @@ class Dataset:
     note: str = ""
     substituted: bool = False
     shaping: ImageShaping | None = None
+    baseline_bits_per_char: float | None = None
 
     def model_images(self, images: np.ndarray) -> np.ndarray:
         """A slice of this dataset's images as the model takes them (resized, channels copied)."""
@@ -56,7 +66,16 @@ def _module(name: str) -> ModuleType:
         from amp_suite.datasets import cifar10
 
         return cifar10
+    if name == "text":
+        from amp_suite.datasets import text
+
+        return text
     raise UsageError(f"unknown dataset {name!r}; known datasets: {', '.join(DATASETS)}")
+
+
+def split_names(name: str) -> tuple[str, ...]:
+    """The split names dataset ``name`` has (``()`` for synthetic data, which takes any)."""
+    return () if name == "synthetic" else tuple(_module(name).SPLITS)
 
 
 def check_request(name: str, workload: Workload | None, train_split: str, val_split: str,
@@ -69,6 +88,12 @@ def check_request(name: str, workload: Workload | None, train_split: str, val_sp
     """
     if name == "synthetic":
         return
+    if name == "text":
+        _check_text_request(workload, train_split, val_split, batch_size)
+        return
+    if workload is not None and workload.tokens:
+        raise UsageError(f"workload {workload.name!r} takes token ids, but dataset {name} holds images; "
+                         "allowed for it: text, synthetic")
     module = _module(name)
     selected = {}
     for role, text in (("training", train_split), ("validation", val_split)):
@@ -86,6 +111,20 @@ def check_request(name: str, workload: Workload | None, train_split: str, val_sp
         )
 
 
+def _check_text_request(workload: Workload | None, train_split: str, val_split: str,
+                        batch_size: int | None) -> None:
+    """The text dataset's checks: the workload fits its vocabulary and splits, the splits hold windows."""
+    from amp_suite.datasets import text
+
+    text.check_workload(workload)
+    context = workload.transformer.context if workload is not None and workload.transformer is not None else 1
+    split, start, stop = text.selected_windows(train_split, context)
+    text.selected_windows(val_split, context)  # an empty or malformed validation range fails here
+    if batch_size is not None and stop - start < batch_size:
+        raise UsageError(f"the training split {split} has {stop - start} windows of {context} characters, "
+                         f"fewer than one batch of {batch_size}")
+
+
 def channels_fit(stored: int, wanted: int) -> bool:
     """Whether images of ``stored`` channels can feed a model of ``wanted``: equal, or grey copied to each."""
     return stored == wanted or stored == 1
@@ -93,7 +132,7 @@ def channels_fit(stored: int, wanted: int) -> bool:
 
 def fetch(name: str, train_split: str, val_split: str, *, data_dir: str | None, allow_download: bool) -> None:
     """Find or download and verify every file the two splits need (before a sweep starts)."""
-    if name == "synthetic":
+    if name in ("synthetic", "text"):  # generated, or shipped and verified when read
         return
     module = _module(name)
     names = dict.fromkeys(parse_split(text, module.SPLITS).name for text in (train_split, val_split))
@@ -127,6 +166,8 @@ def load_dataset(
     if name == "synthetic":
         return _synthetic(workload, steps, batch_size, seed, f"synthetic, seed {seed}")
     check_request(name, workload, train_split, val_split)
+    if name == "text":
+        return _load_text(workload, train_split, val_split)
     module = _module(name)
     try:
         return _load_real(module, name, workload, train_split, val_split, data_dir, allow_download)
@@ -161,6 +202,23 @@ def _load_real(module: ModuleType, name: str, workload: Workload, train_text: st
     note = (f"{name}: train {splits['train']} ({selected['train'][1].size} examples), "
             f"validation {splits['val']} ({selected['val'][1].size} examples){resized}{grey}")
     return Dataset(name, *selected["train"], *selected["val"], note=note, shaping=shaping)
+
+
+def _load_text(workload: Workload, train_text: str, val_text: str) -> Dataset:
+    from amp_suite.datasets import text
+
+    assert workload.transformer is not None  # check_request refused an image workload
+    context = workload.transformer.context
+    train_inputs, train_labels = text.load_windows(train_text, context)
+    val_inputs, val_labels = text.load_windows(val_text, context)
+    splits = text.text_splits()
+    baseline = text.unigram_bits_per_char(splits.ids(parse_split(train_text, text.SPLITS).name),
+                                          val_labels.ravel())
+    note = (f"text: Shakespeare's four great tragedies ({text.TEXT_CHARS:,} characters, vocabulary "
+            f"{text.VOCAB_SIZE}): training split {train_text} ({train_labels.shape[0]} windows of {context}), "
+            f"validation split {val_text} ({val_labels.shape[0]} windows); unigram baseline {baseline:.4f} bits/char")
+    return Dataset("text", train_inputs, train_labels, val_inputs, val_labels, note=note,
+                   baseline_bits_per_char=baseline)
 
 
 def epoch_order(count: int, seed: int, epoch: int) -> np.ndarray:

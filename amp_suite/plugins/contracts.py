@@ -97,8 +97,12 @@ def check_return(plugin: str, hook: str, value: Any) -> Any:
     return value
 
 
-def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32") -> None:
+def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32",
+                 positions: tuple[int, ...] = ()) -> None:
     """``predict``'s answer: a float32 numpy array ``(images, classes)``, else a one-line :class:`PluginError`.
+
+    For token inputs (a language model) ``positions`` is ``(context,)`` and the
+    logits are ``(images, context, vocab)``: one row of logits per token.
 
     Logits in a reduced dtype would make every comparison of the host round
     them again (and numpy cannot hold bfloat16): the contract is float32 out,
@@ -117,6 +121,9 @@ def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32")
         rule = "float32 whatever the compute dtype" if expected == "float32" else f"{expected} under {precision}"
         raise PluginError(f"plugin {plugin!r}: predict returned logits of dtype {logits.dtype}; they must be "
                           f"{rule} (cast them before returning)")
-    if logits.ndim != 2 or logits.shape[0] != images:
+    if logits.ndim != 2 + len(positions) or logits.shape[:1 + len(positions)] != (images, *positions):
+        if positions:
+            raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
+                              f"({images}, {', '.join(map(str, positions))}, vocab) for {images} token windows")
         raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
                           f"({images}, classes) for {images} images")

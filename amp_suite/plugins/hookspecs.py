@@ -186,11 +186,13 @@ def predict(run: RunSpec, model: Any, images: np.ndarray, training: bool) -> np.
 
     :param run: the cell being run.
     :param model: the handle from :func:`build_model`.
-    :param images: NHWC float32 images, one batch, already normalized.
+    :param images: NHWC float32 images, one batch, already normalized; for a
+        token workload, int32 token ids ``(batch, context)``.
     :param training: ``False``: evaluation mode (BatchNorm uses its running
         statistics).  ``True``: training mode (BatchNorm uses the batch's
         statistics) *without* changing any variable or running statistic.
-    :return: float32 logits of shape ``(batch, classes)``.
+    :return: float32 logits of shape ``(batch, classes)``, or ``(batch,
+        context, vocab)`` for token ids.
     """
 
 

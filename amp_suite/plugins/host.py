@@ -430,9 +430,13 @@ class PluginHost:
             self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
 
     def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
-        """The plugin's logits, checked: a float32 (``fp64``: float64) numpy array of shape ``(len(images), classes)``."""
+        """The plugin's logits, checked: a float32 (``fp64``: float64) numpy array of shape ``(len(images), classes)``.
+
+        For int32 token ids ``(n, context)`` the logits are ``(n, context, vocab)``.
+        """
         plugin, logits = self._first_answer("predict", run=run, model=model, images=images, training=training)
-        check_logits(plugin, logits, len(images), run.precision)
+        tokens = np.issubdtype(np.asarray(images).dtype, np.integer)
+        check_logits(plugin, logits, len(images), run.precision, tuple(images.shape[1:]) if tokens else ())
         return logits
 
     def get_variables(self, run: RunSpec, model: Any) -> dict[str, np.ndarray]:

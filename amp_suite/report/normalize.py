@@ -36,6 +36,7 @@ from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, po
 from amp_suite.report.marks import NO_DIFFERENCE_MARK, NOISIER_MARK, TOO_WIDE, TOO_WIDE_MARK, ratio_text, too_wide
 from amp_suite.report.published import published_section
 from amp_suite.report.text import LINE_CHARS, REPORT_FIRST_LINE, markdown_cell, no_raw_html, one_line_text
+from amp_suite.report.tokens import TOKEN_COLUMNS, dataset_line, token_section
 
 if TYPE_CHECKING:
     from amp_suite.report.verdict import Verdict
@@ -59,6 +60,7 @@ CELL_COLUMNS = [
     "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
     "target_accuracy", "target_reached", "time_to_target_s", "steps_to_target", "epochs_to_target",
     "best_val_accuracy", "eval_time_s", "measurement_flags",
+    *TOKEN_COLUMNS,
 ]
 # Why synthetic data has no accuracy figure.
 SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
@@ -229,6 +231,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "best_val_accuracy": _num(m.get("best_val_accuracy")),
             "eval_time_s": _num(m.get("eval_time_s")),
             "measurement_flags": "; ".join(flat_text(f) for f in (m.get("measurement_flags") or [])),
+            **{key: _num(m.get(key)) for key in TOKEN_COLUMNS},  # token workloads only
         })
     columns = list(CELL_COLUMNS)
     added = added_figure_names(results)
@@ -1067,9 +1070,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     if not cells.empty:
         devices = sorted({device_label(k, [n])
                           for k, n in zip(cells["device_kind"], cells["device"], strict=True) if k})
-        datasets = sorted({d for d in cells["dataset"] if d})
         out += [f"- devices used: {', '.join(devices) or 'none reached'}",
-                f"- dataset: {', '.join(datasets)}", ""]
+                f"- dataset: {dataset_line(cells)}", ""]
         notes = sorted({(r.metrics or {}).get("dataset_note", "") for r in results} - {""})
         out += [f"- data: {n}" for n in notes] + ([""] if notes else [])
         if any((r.metrics or {}).get("dataset_substituted") for r in results):
@@ -1107,6 +1109,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     if not keras_cost.empty:
         out += ["## Keras against its backend's own framework (the cost of the Keras layer)", "",
                 KERAS_COST_NOTE, "", keras_cost.to_markdown(index=False, disable_numparse=True), ""]
+    out += token_section(cells)
     target = time_to_target_table(summary, cells)
     if not target.empty:
         out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",

@@ -34,6 +34,7 @@ from amp_suite.config.catalog import (
 )
 from amp_suite.config.environments import environments_dir
 from amp_suite.config.settings import CELL_FIELDS, SweepSettings, check_names
+from amp_suite.config.workload_datasets import DatasetChoice, dataset_choice, splits_for_given_dataset
 from amp_suite.envs.placement import Placement, place_frameworks
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult, RunSpec, Workload
@@ -167,7 +168,7 @@ def batch_sizes_of(settings: SweepSettings, workload: Workload) -> tuple[int, ..
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
                placements: dict[str, Placement] | None = None,
-               environments: dict[str, dict[str, Any]] | None = None):
+               environments: dict[str, dict[str, Any]] | None = None, dataset_given: bool = False):
     """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
 
     Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
@@ -184,6 +185,9 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     one-device cells always run in one process.  ``environments`` maps a
     requested framework name to the environment part of its cells' definitions
     (:func:`environment_records`; missing: the environment's name alone).
+    Each cell's dataset and
+    splits are its workload's (:func:`~amp_suite.config.workload_datasets.dataset_choice`;
+    ``dataset_given``: the user's ``--dataset`` overrides them all).
     """
     from amp_suite.sweep.runner import Cell
 
@@ -202,6 +206,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
             if settings.warmup >= steps:
                 raise UsageError(f"warmup ({settings.warmup}) must be smaller than the {steps} steps per epoch "
                                  f"of workload {workload_name!r}: no step would be timed")
+            data = dataset_choice(settings, workload, dataset_given=dataset_given)
+            cell_data = {"dataset": data.dataset, "train_split": data.train_split, "val_split": data.val_split}
             precisions = settings.precisions if repeat % 2 == 0 else tuple(reversed(settings.precisions))
             for name, pool, devices, mode, batch_size, precision in itertools.product(
                     settings.frameworks, settings.pools or ("",), counts, settings.modes or ("",),
@@ -210,7 +216,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                 framework = place.framework
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                    **{**per_cell, "steps": steps, "batch_size": batch_size},
+                    **{**per_cell, **cell_data, "steps": steps, "batch_size": batch_size},
                     mode=mode, batch_axis=bool(settings.batch_sizes),
                     options=dict(config.framework_options.get(framework, {})),
                     plugin_modules=plugin_modules, devices=devices,
@@ -245,20 +251,28 @@ def environment_records(placements: dict[str, Placement], frameworks: dict[str, 
     return records
 
 
-def _fetch_data(settings: SweepSettings) -> None:
-    """Verify (or download) every data file before the first cell starts."""
+def sweep_datasets(config: SuiteConfig, settings: SweepSettings, dataset_given: bool) -> dict[str, DatasetChoice]:
+    """Each workload of the sweep -> the dataset and splits its cells train on (unknown names refused)."""
+    return {name: dataset_choice(settings, config.workloads[name], dataset_given=dataset_given)
+            for name in settings.workloads}
+
+
+def _fetch_data(settings: SweepSettings, choices: Iterable[DatasetChoice]) -> None:
+    """Verify (or download) every data file of every workload's dataset before the first cell starts."""
     from amp_suite.datasets import fetch
     from amp_suite.datasets.fetch import ChecksumMismatch, DatasetError
 
-    try:
-        fetch(settings.dataset, settings.train_split, settings.val_split,
-              data_dir=settings.data_dir, allow_download=settings.download)
-    except ChecksumMismatch as exc:
-        raise UsageError(str(exc)) from None
-    except DatasetError as exc:
-        if not settings.synthetic_fallback:
-            raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
-        print(f"amp-suite: warning: {exc}; synthetic data will stand in (the report says so)", file=sys.stderr)
+    for choice in {(c.dataset, c.train_split, c.val_split): c for c in choices}.values():  # each data once
+        try:
+            fetch(choice.dataset, choice.train_split, choice.val_split,
+                  data_dir=settings.data_dir, allow_download=settings.download)
+        except ChecksumMismatch as exc:
+            raise UsageError(str(exc)) from None
+        except DatasetError as exc:
+            if not settings.synthetic_fallback:
+                raise UsageError(f"{exc}; or set synthetic_fallback = true to run on synthetic data") from None
+            print(f"amp-suite: warning: {exc}; synthetic data will stand in for {choice.dataset} (the report "
+                  "says so)", file=sys.stderr)
 
 
 def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutcome:
@@ -316,11 +330,16 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     config = check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
     check_names("dataset", (settings.dataset,), DATASETS)
+    dataset_given = request.overrides.get("dataset") is not None
+    settings, note = splits_for_given_dataset(settings, request.overrides)
+    if note:
+        print(f"amp-suite: note: {note}", file=sys.stderr)
+    datasets = sweep_datasets(config, settings, dataset_given)
     for name in settings.workloads:
         workload = config.workloads[name]
+        data = datasets[name]
         for batch_size in batch_sizes_of(settings, workload):
-            check_request(settings.dataset, workload, settings.train_split, settings.val_split,
-                          batch_size=batch_size)
+            check_request(data.dataset, workload, data.train_split, data.val_split, batch_size=batch_size)
             for count in settings.devices:
                 assert isinstance(count, int), count  # "all" was resolved above
                 check_batch_split(name, batch_size, count)
@@ -339,23 +358,25 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     cells = plan_cells(config, settings, worker_plugin_modules(host, request.plugins),
                        explicit_steps=explicit_steps,
                        launchers={name: info.launcher for name, info in host.frameworks().items()},
-                       placements=placements, environments=definitions)
+                       placements=placements, environments=definitions, dataset_given=dataset_given)
     from amp_suite.sweep.output_dir import check_sweep_paths
     from amp_suite.sweep.runner import cell_log_path
 
     check_sweep_paths(out_dir, [cell_log_path(out_dir, cell.run) for cell in cells])
     with OutputLock(out_dir):
-        _fetch_data(settings)
+        _fetch_data(settings, datasets.values())
+
         def plan_repeat(repeat: int):
             """Every cell's repeat ``repeat`` (for ``--repeats auto``)."""
             more = plan_cells(config, replace(settings, repeats=repeat + 1),
                               worker_plugin_modules(host, request.plugins), explicit_steps=explicit_steps,
                               launchers={name: info.launcher for name, info in host.frameworks().items()},
-                              placements=placements, environments=definitions)
+                              placements=placements, environments=definitions, dataset_given=dataset_given)
             return [cell for cell in more if cell.run.repeat == repeat]
 
         return _run_locked(request, host, config, settings, cost, cells, out_dir, progress,
-                           plan.record if plan is not None else None, plan_repeat=plan_repeat)
+                           plan.record if plan is not None else None, plan_repeat=plan_repeat,
+                           datasets=datasets)
 
 
 def executor_of(config: SuiteConfig, request: SweepRequest):
@@ -411,7 +432,8 @@ def _fit_preset_devices(config: SuiteConfig, settings: SweepSettings, record: di
 
 def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: SweepSettings, cost: dict[str, Any],
                 cells, out_dir: Path, progress: Callable | None,
-                preset: dict[str, Any] | None = None, plan_repeat: Callable | None = None) -> SweepOutcome:
+                preset: dict[str, Any] | None = None, plan_repeat: Callable | None = None,
+                datasets: dict[str, DatasetChoice] | None = None) -> SweepOutcome:
     from amp_suite.calibration.ceiling import attach_calibration
     from amp_suite.machine.environment import host_environment
     from amp_suite.safe_files import write_file_atomically
@@ -425,6 +447,8 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
     environment = host_environment(host.distributions())
     environment["config_file"] = str(config.path) if config.path is not None else "none (the packaged catalog)"
     environment["settings"] = asdict(settings)
+    if datasets:  # which dataset and splits each workload trained on (the report's header says so)
+        environment["workload_datasets"] = {name: asdict(choice) for name, choice in datasets.items()}
     if preset is not None:
         environment["preset"] = preset
     if cost:
@@ -437,6 +461,9 @@ def _run_locked(request: SweepRequest, host, config: SuiteConfig, settings: Swee
 
     print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)} -> "
           f"{path_text(out_dir)}/{synthetic_by_default(config, request)}", file=sys.stderr)
+    if datasets and len({choice.dataset for choice in datasets.values()}) > 1:
+        print("amp-suite: datasets: " + "; ".join(f"{name}: {choice.text}" for name, choice in datasets.items()),
+              file=sys.stderr)
     started = time.perf_counter()
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_suite.records import CellResult
+from amp_suite.records import CellResult, FrameworkInfo
 from amp_suite.testing.server import ProbeServer
 
 # Built-in frameworks a backend can be compared with, in order of preference.
@@ -273,6 +273,56 @@ def reference_framework(exclude: str = "", candidates: tuple[str, ...] = REFEREN
         if name != exclude and framework_installed(name):
             return name
     return None
+
+
+def framework_info(framework: str, plugin_modules: tuple[str, ...] = ()) -> FrameworkInfo:
+    """The :class:`~amp_suite.records.FrameworkInfo` a plugin gives for ``framework`` (nothing imported)."""
+    from amp_suite.plugins.host import PluginHost
+
+    frameworks = PluginHost(extra_modules=plugin_modules).frameworks()
+    if framework not in frameworks:
+        raise AssertionError(f"no plugin provides framework {framework!r}; loaded: {', '.join(frameworks) or 'none'}")
+    return frameworks[framework]
+
+
+def missing_layer_kinds(info: FrameworkInfo) -> list[str]:
+    """The kinds of the layer vocabulary (``amp_suite.workloads.kinds.KINDS``) ``info`` does not declare.
+
+    In vocabulary order; every kind when the backend declares none
+    (``FrameworkInfo.layer_kinds`` empty).
+    """
+    from amp_suite.workloads.kinds import missing_kinds
+
+    return missing_kinds(info.layer_kinds)
+
+
+def assert_declares_layer_kinds(info: FrameworkInfo, *, lacks: tuple[str, ...] = ()) -> None:
+    """``info`` declares every kind of the vocabulary but ``lacks``, and no kind the vocabulary does not have.
+
+    A backend that declares nothing is told to declare (a sweep cannot then
+    tell which workloads it builds); one that lacks kinds gets them listed, so
+    a new kind of the vocabulary shows up here as the one entry to add.
+    ``lacks`` names kinds a backend leaves out on purpose (a CNN-only backend:
+    the token kinds).
+    """
+    from amp_suite.workloads.kinds import KINDS
+
+    if not info.layer_kinds:
+        raise AssertionError(f"framework {info.name!r} declares no layer kinds: set FrameworkInfo.layer_kinds to the "
+                             f"kinds its plugin builds (the vocabulary: {', '.join(KINDS)})")
+    unknown = [kind for kind in info.layer_kinds if kind not in KINDS]
+    if unknown:
+        raise AssertionError(f"framework {info.name!r} declares kinds the vocabulary does not have: "
+                             f"{', '.join(unknown)} (the vocabulary: {', '.join(KINDS)})")
+    missing = [kind for kind in missing_layer_kinds(info) if kind not in lacks]
+    if missing:
+        raise AssertionError(f"framework {info.name!r} lacks {len(missing)} layer kind(s) of the vocabulary: "
+                             f"{', '.join(missing)} (docs/layers.md defines each; add one entry per kind to the "
+                             "plugin's table and to FrameworkInfo.layer_kinds)")
+    built = [kind for kind in lacks if kind in info.layer_kinds]
+    if built:
+        raise AssertionError(f"framework {info.name!r} declares {', '.join(built)}, which the test says it lacks: "
+                             "take them out of lacks_kinds")
 
 
 def jax_compiles_to_build(framework: str, workload: str, table: dict[str, Any], *, precision: str = "fp32",

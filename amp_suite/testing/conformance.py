@@ -35,6 +35,7 @@ from amp_suite.testing import (
     assert_batch_norm_in_float32,
     assert_cell_ok,
     assert_compiles_once,
+    assert_declares_layer_kinds,
     assert_gradients_match_reference,
     assert_layer_dtypes,
     assert_matches_reference,
@@ -45,6 +46,7 @@ from amp_suite.testing import (
     assert_scale_grows,
     assert_training_predict_changes_nothing,
     assert_trains_like_reference,
+    framework_info,
     framework_installed,
     reference_framework,
     run_probe,
@@ -91,6 +93,9 @@ class BackendConformance:
     #: ``module:function`` returning a counter of host synchronizations (see ProbeRequest); "auto" picks the
     #: kit's counter for the framework the backend imports (jax, torch or tensorflow); None skips that test
     sync_counter: ClassVar[str | None] = "auto"
+    #: kinds of the layer vocabulary the backend leaves out on purpose (a CNN-only backend: the token kinds,
+    #: ``amp_suite.workloads.kinds.TOKEN_KINDS``); every other kind must be in ``FrameworkInfo.layer_kinds``
+    lacks_kinds: ClassVar[tuple[str, ...]] = ()
 
     # --- plumbing -----------------------------------------------------------
 
@@ -138,6 +143,11 @@ class BackendConformance:
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.strip() == "", f"loading the plugin imported {done.stdout.strip()}"
+
+    def test_declares_every_layer_kind(self) -> None:
+        """``FrameworkInfo.layer_kinds`` holds every kind of the vocabulary but ``lacks_kinds``: the failure lists
+        the missing ones (a sweep makes a cell of a workload with an undeclared kind ``unsupported``)."""
+        assert_declares_layer_kinds(framework_info(self.framework, self.plugin_modules), lacks=self.lacks_kinds)
 
     def test_fp32_matches_the_reference_from_the_canonical_weights(self, probe: Any) -> None:
         reference = self._reference()

@@ -114,6 +114,11 @@ def framework_info() -> FrameworkInfo:
         # run as `python -m MODULE` by `amp-suite doctor` and `amp-suite calibrate`, one process each
         doctor_probe="amp_suite_flax.doctor",
         calibration_probe="amp_suite_flax.calibration",
+        # the kinds of the layer vocabulary its translator builds (the convolutional ones, not the token kinds):
+        # a sweep makes a cell of a workload with any other kind unsupported, naming it
+        layer_kinds=("conv2d", "depthwise_conv2d", "zero_pad", "batch_norm", "relu", "relu6", "swish", "sigmoid",
+                     "residual", "multiply", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense",
+                     "dropout"),
     )
 
 

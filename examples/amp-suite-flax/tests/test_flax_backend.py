@@ -18,6 +18,7 @@ import pytest
 
 from amp_suite.testing import WORKLOADS, ProbeRequest, framework_installed, jax_compiles_to_build, run_probe
 from amp_suite.testing.conformance import BackendConformance
+from amp_suite.workloads.kinds import TOKEN_KINDS
 
 pytest.importorskip("flax", reason="flax is not installed (pip install -e examples/amp-suite-flax)")
 
@@ -33,6 +34,7 @@ class TestFlaxConformance(BackendConformance):
     plugin_modules = PLUGIN
     inspect = INSPECT
     param_count = 824_458  # the mnist_cnn of docs/workloads.md
+    lacks_kinds = TOKEN_KINDS  # a CNN backend: no transformer kinds
 
 
 needs_jax = pytest.mark.skipif(not framework_installed("jax"), reason="the built-in jax plugin is not installed")

@@ -14,12 +14,7 @@ from pathlib import Path
 import pytest
 
 from amp_suite.doctor import acceptance
-from amp_suite.doctor.acceptance import (
-    FAIL,
-    PASS,
-    CommandResult,
-    Machine,
-    build_plan,
+from amp_suite.doctor.acceptance_checks import (
     judge_calibration,
     judge_cpu_sweep,
     judge_devices,
@@ -28,12 +23,12 @@ from amp_suite.doctor.acceptance import (
     judge_gpu_sweep,
     judge_sweep_command,
     judge_tf32,
-    parse_calibration,
-    parse_doctor_table,
-    read_results,
-    render_report,
-    run_plan,
 )
+from amp_suite.doctor.acceptance_output import parse_calibration, parse_doctor_table, read_results
+from amp_suite.doctor.acceptance_plan import build_plan
+from amp_suite.doctor.acceptance_records import FAIL, PASS, CommandResult, Machine
+from amp_suite.doctor.acceptance_report import render_report
+from amp_suite.doctor.acceptance_run import run_plan
 from amp_suite.machine.devices import NvidiaGpu, NvidiaInventory
 
 FRAMEWORKS = ("torch", "keras", "jax")

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from amp_suite.doctor import acceptance
-from amp_suite.doctor.acceptance import PASS, SKIP, CommandResult, run_plan
+from amp_suite.doctor.acceptance_records import PASS, SKIP, CommandResult
+from amp_suite.doctor.acceptance_run import run_plan
 from amp_suite.doctor.acceptance_state import load_state, state_path
 from amp_suite.doctor.phases import choose, parse_checks, select
 from amp_suite.errors import UsageError
@@ -255,7 +256,8 @@ def test_the_cli_passes_checks_budget_and_resume(monkeypatch, tmp_path, capsys):
 
 
 def test_the_figures_mark_launch_bound_cells_and_speed_ups_above_the_ceiling(tmp_path):
-    from amp_suite.doctor.acceptance import AcceptanceRun, CheckOutcome, gpu_figures_section
+    from amp_suite.doctor.acceptance_report import gpu_figures_section
+    from amp_suite.doctor.acceptance_run import AcceptanceRun, CheckOutcome
     from test_acceptance import CALIBRATION, good_rows, write_rows
 
     plan = plan_for(ONE_GPU, tmp_path)

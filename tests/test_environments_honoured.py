@@ -84,7 +84,10 @@ def test_calibrate_measures_in_the_environment_a_sweep_would_use(tmp_path, monke
 
 def test_the_acceptance_says_where_each_framework_runs(tmp_path, monkeypatch):
     from amp_suite.doctor import acceptance
-    from amp_suite.doctor.acceptance import build_plan, detect_machine, render_report
+    from amp_suite.doctor.acceptance import detect_machine
+    from amp_suite.doctor.acceptance_plan import build_plan
+    from amp_suite.doctor.acceptance_report import render_report
+    from amp_suite.doctor.acceptance_run import AcceptanceRun
     from amp_suite.machine.devices import NvidiaInventory
     from fakefw import framework_info
 
@@ -92,5 +95,5 @@ def test_the_acceptance_says_where_each_framework_runs(tmp_path, monkeypatch):
     info = framework_info()
     machine = detect_machine({"fake": info}, ["fake"], device="auto")
     assert machine.installed == ("fake",) and machine.where == {"fake": f"this interpreter ({sys.executable})"}
-    run = acceptance.AcceptanceRun(build_plan(machine, ["fake"], tmp_path))
+    run = AcceptanceRun(build_plan(machine, ["fake"], tmp_path))
     assert f"- fake runs in this interpreter ({sys.executable})" in render_report(run)

@@ -273,7 +273,7 @@ def test_a_hanging_nvidia_smi_costs_one_time_limit_and_leaves_no_orphan(tmp_path
 # An acceptance-like parent: runs a gated one-cell sweep through the acceptance's executor.
 ACCEPTANCE_PARENT = """
 import sys
-from amp_suite.doctor.acceptance import subprocess_executor
+from amp_suite.doctor.acceptance_run import subprocess_executor
 subprocess_executor(sys.argv[1:], 120)
 """
 

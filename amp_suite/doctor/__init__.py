@@ -13,7 +13,8 @@ Layout: :mod:`.checks` judges plain numbers (pure, tested with GPU numbers on
 any machine); each framework plugin's probe (the module its
 ``FrameworkInfo.doctor_probe`` names, written with :mod:`.probe_kit`)
 measures them in its own process; :mod:`.runner` ties both together and
-prints the table; :mod:`.acceptance` is ``amp-suite doctor --acceptance``.  No framework is imported by this package.
+prints the table; :mod:`.acceptance` is ``amp-suite doctor --acceptance`` (its plan, judges, run
+and report each a module of its own: ``acceptance_*.py``).  No framework is imported by this package.
 """
 
 from __future__ import annotations

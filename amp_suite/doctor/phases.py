@@ -7,7 +7,7 @@ continues a report an earlier phase left.  This module decides, before
 anything runs, what fits: it walks the plan in its order (the most
 informative check first), counts each command's estimated seconds once (the
 doctor answers three checks), and skips, with the reason, a check that does
-not fit or was not asked for.  :mod:`amp_suite.doctor.acceptance` runs what
+not fit or was not asked for.  :mod:`amp_suite.doctor.acceptance_run` runs what
 it chose and re-checks the clock before each command.
 
 Nothing here runs a command or imports a framework.
@@ -28,7 +28,7 @@ BUDGET_SPENT = "the budget ran out"
 
 
 class PlannedCheck(Protocol):
-    """What the planner reads of a check (:class:`amp_suite.doctor.acceptance.AcceptanceCheck`)."""
+    """What the planner reads of a check (:class:`amp_suite.doctor.acceptance_records.AcceptanceCheck`)."""
 
     @property
     def key(self) -> str: ...

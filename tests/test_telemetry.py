@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 from amp_suite.machine import telemetry
-from amp_suite.machine.telemetry import NullMeter, NvmlMeter, RaplMeter, open_meter
+from amp_suite.machine.nvml_meter import NvmlMeter
+from amp_suite.machine.rapl import RaplMeter
+from amp_suite.machine.telemetry import open_meter
+from amp_suite.machine.window_meter import NullMeter, WindowMeter
 
 OWN_PID = 1000
 OTHER_PID = 4242
@@ -78,7 +81,7 @@ class FakeNvml:
         return listed + [types.SimpleNamespace(pid=p, usedGpuMemory=None) for p in self.others.get(self.window, [])]
 
 
-def run_windows(meter: telemetry.WindowMeter, fake: FakeNvml, windows: int, images: int) -> None:
+def run_windows(meter: WindowMeter, fake: FakeNvml, windows: int, images: int) -> None:
     for window in range(windows):
         fake.window = window
         meter.start()

@@ -227,7 +227,8 @@ def nvml_reading() -> dict[str, Any]:
     in the environment its framework's cells run in, so a GPU environment without nvidia-ml-py shows."""
     import importlib.metadata
 
-    from amp_suite.machine.telemetry import NvmlMeter, TelemetryUnavailable
+    from amp_suite.machine.nvml_meter import NvmlMeter
+    from amp_suite.machine.window_meter import TelemetryUnavailable
 
     try:
         version = importlib.metadata.version("nvidia-ml-py")

@@ -1,6 +1,8 @@
 """amp-suite: identical FP32-vs-AMP benchmarks for PyTorch, Keras and JAX.
 
-The package owns the pluggy markers.  Plugins (built-in or third-party) write::
+The package hands out the pluggy markers (declared in the leaf module
+:mod:`amp_suite.markers`, which the package's own modules import, so none of
+them imports this root).  Plugins (built-in or third-party) write::
 
     from amp_suite import hookimpl
 
@@ -12,20 +14,14 @@ and register their module through the ``amp_suite`` entry-point group.
 
 Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load` and :func:`amp_suite.compare` (see
 :mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
-stays cheap and imports neither pandas nor a framework.
+stays cheap and imports neither pandas nor a framework.  The root is the top
+of the layering (docs/architecture.md): it may import any module, and no
+module of the package imports it.
 """
 
 from __future__ import annotations
 
-import pluggy
-
-__version__ = "0.1.0"
-
-PROJECT_NAME = "amp_suite"
-ENTRY_POINT_GROUP = "amp_suite"
-
-hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookimpl, hookspec
 
 __all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load", "compare"]
 

@@ -17,10 +17,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn
 
-from amp_suite import __version__
 from amp_suite.config.catalog import find_config, load_config
 from amp_suite.config.settings import add_setting_flags, check_names, overrides_from_flags, parse_list
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, PluginError, SweepInterrupted, UsageError
+from amp_suite.markers import __version__
 from amp_suite.modes import MODES
 from amp_suite.precision import PRECISIONS
 

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from amp_suite import hookimpl
 from amp_suite.calibration import kit as calibration_kit
 from amp_suite.doctor import probe_kit
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, UnsupportedError
 from amp_suite.launchers import this_process
 from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
+from amp_suite.markers import hookimpl
 from amp_suite.modes import MODES
 from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
 from amp_suite.plugins.kit import (

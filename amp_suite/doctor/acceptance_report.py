@@ -87,7 +87,7 @@ def render_report(run: AcceptanceRun, *, command_line: str = "amp-suite doctor -
         lines.append(f"- {phase}")
     version = environment.get("amp_suite_version")
     if version is None:
-        from amp_suite import __version__ as version
+        from amp_suite.markers import __version__ as version
     commit = environment.get("git_commit")
     lines.append(f"- amp-suite: {version}" + (f" (commit {commit})" if commit else ""))
     if environment.get("python") or environment.get("platform"):

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import amp_suite
 from amp_suite.config.environments import EnvironmentSpec
 from amp_suite.errors import UsageError
+from amp_suite.markers import PACKAGE_DIR, __version__
 from amp_suite.owned_paths import (
     NotOursError,
     has_marker,
@@ -101,11 +101,11 @@ def interpreter_in(folder: Path) -> Path:
 
 def suite_source() -> tuple[str, str]:
     """How an environment gets amp-suite: ``("editable", SOURCE_DIR)`` or ``("release", "amp-suite==V")``."""
-    root = Path(amp_suite.__file__).resolve().parent.parent
+    root = PACKAGE_DIR.parent
     project = root / "pyproject.toml"
     if project.is_file() and 'name = "amp-suite"' in project.read_text(encoding="utf-8", errors="replace"):
         return "editable", str(root)
-    return "release", f"amp-suite=={amp_suite.__version__}"
+    return "release", f"amp-suite=={__version__}"
 
 
 def fingerprint(spec: EnvironmentSpec) -> str:

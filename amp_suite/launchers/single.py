@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import amp_suite
+from amp_suite.markers import PACKAGE_DIR
 from amp_suite.records import RunSpec
 
 # ``AMP_SUITE_WORKER_PATH`` entry that stands for the interpreter's own path less its first entry (the
@@ -53,10 +53,10 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
         first = entries[0]
         if first in ("", ".") or Path(first).resolve() == Path.cwd().resolve():
             entries.pop(0)
-    home = str(Path(amp_suite.__file__).resolve().parent.parent)
+    home = str(PACKAGE_DIR.parent)
     if home not in {str(Path(e).resolve()) for e in entries if e}:
         other = importlib.machinery.PathFinder.find_spec("amp_suite", [e for e in entries if e])
-        if other is not None and other.origin and Path(other.origin).resolve() != Path(amp_suite.__file__).resolve():
+        if other is not None and other.origin and Path(other.origin).resolve() != PACKAGE_DIR / "__init__.py":
             entries.insert(0, home)  # another amp_suite on the path would shadow the host's own
         else:
             # Last: a source tree holds an ``amp_suite.egg-info`` that every editable build (``amp-suite env

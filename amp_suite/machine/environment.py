@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from amp_suite import __version__
+from amp_suite.markers import __version__
 
 # CPU flags that decide whether reduced precision can be fast on a CPU.
 CPU_FLAGS_OF_INTEREST = (

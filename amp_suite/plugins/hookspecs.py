@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from amp_suite import hookspec
+from amp_suite.markers import hookspec
 from amp_suite.records import (
     Batch,
     CellResult,

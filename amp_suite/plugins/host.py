@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import pluggy
 
-from amp_suite import ENTRY_POINT_GROUP, PROJECT_NAME, __version__
 from amp_suite.errors import PluginError, SweepInterrupted, UnsupportedError, UsageError, one_line
+from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__
 from amp_suite.plugins import hookspecs, host_memory
 from amp_suite.plugins.contracts import check_logits, check_return
 from amp_suite.records import (

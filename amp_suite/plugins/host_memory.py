@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from amp_suite import hookimpl
+from amp_suite.markers import hookimpl
 
 
 def _status_kib(field: str) -> int | None:

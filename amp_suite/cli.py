@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import NoReturn
 
@@ -207,6 +208,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _one_line_text(exc: BaseException) -> str:
     return " ".join(str(exc).split())
+
+
+def own_command() -> list[str]:
+    """The command line that runs this command line again, in this interpreter (``doctor --acceptance``
+    runs ``amp-suite doctor``, ``run`` and ``calibrate`` through it)."""
+    return [sys.executable, "-m", "amp_suite"]
 
 
 def _host(modules: list[str], *, strict: bool = True):
@@ -461,11 +468,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         names = tuple(n for n in names if not placements[n].environment)
     if args.acceptance:
         from amp_suite.doctor.acceptance import run_acceptance
+        from amp_suite.doctor.acceptance_run import subprocess_executor
         from amp_suite.doctor.phases import parse_checks
 
         if args.budget is not None and (not math.isfinite(args.budget) or args.budget <= 0):
             raise UsageError(f"--budget must be a finite number of seconds above 0, got {args.budget:g}")
         return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
+                              executor=partial(subprocess_executor, program=own_command()),
                               report=args.report, plugins=args.plugin, force=args.force,
                               emit=lambda line: print(line, flush=True),
                               progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True),

@@ -483,3 +483,15 @@ def test_the_cli_takes_acceptance_and_report(monkeypatch, tmp_path, capsys):
     assert seen["frameworks"] == ("torch",) and seen["device"] == "cpu" and seen["report"] == str(tmp_path / "r.md")
     assert cli.main(["doctor", "--report", "x.md", "--frameworks", "torch"]) == 2
     assert "--report goes with --acceptance" in capsys.readouterr().err
+
+
+def test_the_cli_hands_the_acceptance_an_executor_that_runs_this_amp_suite(monkeypatch):
+    """The doctor does not name the command line above it: the CLI hands its own command down."""
+    from amp_suite import cli
+    from amp_suite.markers import __version__
+
+    seen = {}
+    monkeypatch.setattr(acceptance, "run_acceptance", lambda **kwargs: seen.update(kwargs) or 0)
+    assert cli.main(["doctor", "--acceptance", "--frameworks", "torch", "--device", "cpu"]) == 0
+    result = seen["executor"](["--version"], 60)
+    assert result.returncode == 0 and result.stdout.strip() == f"amp-suite {__version__}"

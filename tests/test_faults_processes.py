@@ -274,7 +274,7 @@ def test_a_hanging_nvidia_smi_costs_one_time_limit_and_leaves_no_orphan(tmp_path
 ACCEPTANCE_PARENT = """
 import sys
 from amp_suite.doctor.acceptance_run import subprocess_executor
-subprocess_executor(sys.argv[1:], 120)
+subprocess_executor(sys.argv[1:], 120, program=[sys.executable, "-m", "amp_suite"])
 """
 
 

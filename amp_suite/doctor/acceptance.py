@@ -15,7 +15,8 @@ report and its state file current for ``--resume``.  The rooms it calls:
   command printed or wrote, and the judges, pure functions of it (so the GPU
   verdicts are tested on any machine by handing them what a GPU run prints);
 - :mod:`.acceptance_run`: each command in a supervised process tree
-  (``python -m amp_suite ...``) with its own time limit (:func:`run_plan`);
+  (the ``amp-suite`` command line the CLI hands down) with its own time limit
+  (:func:`run_plan`);
 - :mod:`.acceptance_report`: the markdown report (:func:`render_report`).
 
 No framework is imported in this process.  Several checks may share one
@@ -41,7 +42,6 @@ from amp_suite.doctor.acceptance_run import (
     Executor,
     now,
     run_plan,
-    subprocess_executor,
 )
 from amp_suite.envs.placement import describe_placement
 from amp_suite.machine.devices import NvidiaInventory, detect_nvidia
@@ -98,7 +98,7 @@ def default_frameworks(known: Sequence[str]) -> tuple[str, ...]:
 
 
 def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict[str, Any],
-                   report: str | None = None, plugins: Sequence[str] = (), executor: Executor = subprocess_executor,
+                   executor: Executor, report: str | None = None, plugins: Sequence[str] = (),
                    emit: Callable[[str], None] = print, progress: Callable[[str], None] | None = None,
                    workdir: Path | None = None, command_line: str | None = None,
                    checks: Sequence[str] = (), budget_s: float | None = None, resume: bool = False, force: bool = False) -> int:

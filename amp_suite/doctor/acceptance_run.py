@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as _dt
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -35,17 +34,19 @@ TERM_GRACE_S = 30
 Executor = Callable[[Sequence[str], float], CommandResult]
 
 
-def subprocess_executor(args: Sequence[str], timeout_s: float) -> CommandResult:
-    """``python -m amp_suite ARGS`` as a supervised process tree; at the time limit SIGTERM, then the whole tree.
+def subprocess_executor(args: Sequence[str], timeout_s: float, *, program: Sequence[str]) -> CommandResult:
+    """``PROGRAM ARGS`` as a supervised process tree; at the time limit SIGTERM, then the whole tree.
 
-    The tree (:mod:`amp_suite.processes.tree`) dies with this process, SIGKILL included, so a stopped or
+    ``program`` is the command line of ``amp-suite`` itself, which the command
+    line hands down (:func:`amp_suite.cli.own_command`): the doctor sits below
+    the command line in the layering and does not name it.  The tree (:mod:`amp_suite.processes.tree`) dies with this process, SIGKILL included, so a stopped or
     killed acceptance never leaves a sweep running; a command told to stop first gets SIGTERM, so a sweep
     keeps its finished cells and writes its report.
     """
     from amp_suite.processes import tree as process_tree
 
     started = time.perf_counter()
-    process = process_tree.start([sys.executable, "-m", "amp_suite", *args], stdin=subprocess.DEVNULL,
+    process = process_tree.start([*program, *args], stdin=subprocess.DEVNULL,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="replace")
     try:
         out, err = process.communicate(timeout=timeout_s)
@@ -137,7 +138,7 @@ class AcceptanceRun:
         return [o for o in self.outcomes if o.pending]
 
 
-def run_plan(plan: AcceptancePlan, *, executor: Executor = subprocess_executor,
+def run_plan(plan: AcceptancePlan, *, executor: Executor,
              emit: Callable[[str], None] = print,
              progress: Callable[[str], None] | None = None,
              asked: Sequence[str] = (), budget_s: float | None = None,

@@ -6,13 +6,23 @@ plugins.  Hooks marked *firstresult* stop at the first implementation that
 returns something other than ``None``.
 
 The per-run hooks are called inside the worker process that owns the run,
-in this order::
+in this order (``docs/hooks.md``, "The calls of one cell", says what each
+line means; a test matches both against the calls of real cells)::
 
-    select_device -> set_precision -> build_model
-      -> (per epoch, per window) stage_batches -> train_epoch
-         (reset_memory_peak once warm-up is done)
-      -> measure -> predict (validation, eval mode)
-      -> runtime_versions (once the cell succeeded)
+    framework_info
+    select_device
+    framework_info
+    set_precision
+    build_model
+    ( reset_memory_peak? stage_batches train_epoch predict* )+
+    measure+
+    predict+
+    ( stage_batches train_epoch )*
+    runtime_versions
+
+``predict`` inside the training loop evaluates a workload with a target
+accuracy between phases; the last group is the timing extension, trained
+after validation.
 
 A worker registers only the framework plugin its run names (plus plugins
 that run no framework, i.e. that do not implement ``framework_info``), so a

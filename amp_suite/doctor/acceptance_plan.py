@@ -75,8 +75,6 @@ CALIBRATE_BASE_S = 10.0
 CALIBRATE_PER_FRAMEWORK_S = 45.0
 FUSED_ESTIMATE_S = 40.0
 DP_PER_FRAMEWORK_S = 120.0
-# After the time limit a command gets SIGTERM (amp-suite run then writes its report), then SIGKILL.
-TERM_GRACE_S = 30
 
 # An empty configuration: the sweeps run from the packaged catalog, whatever ./benchmarks.toml says.
 NEUTRAL_CONFIG = ("# amp-suite doctor --acceptance: declares nothing, so the sweeps run from the\n"

@@ -221,7 +221,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     else:
         notes.append("optimizer=torch's default implementation (foreach on CUDA, for-loop on the CPU; "
                      "the figure optimizer_implementation says which ran)")
-    notes.append(ATTENTION_NOTES[str(option(run, "attention"))])
+    attention = str(option(run, "attention"))
+    notes.append(ATTENTION_NOTES.get(attention, f"attention={attention}"))  # build_model refuses an unknown one
     if applied.compute_dtype == "float64":
         notes.append("dtype=float64 parameters, BatchNorm statistics, optimizer state, images, dropout masks, "
                      "logits and loss (the module built and loaded in float32, then cast; no autocast)")

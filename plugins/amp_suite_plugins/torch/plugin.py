@@ -16,6 +16,18 @@ the module is built and loaded as always, then cast with ``.to(float64)``
 are float64; images and masks are staged in float64, autocast stays off, and
 logits, loss and ``get_variables`` are float64.
 
+Layers: each kind of the vocabulary is one entry of
+:data:`amp_suite_plugins.torch.layers.TORCH_KINDS` (its module, its forward,
+its canonical variables).  Transformers (``docs/layers.md``): a token
+workload's inputs are int64 ids ``(batch, context)`` and its loss the mean
+cross-entropy over every token; option ``attention`` picks
+``scaled_dot_product_attention`` or the explicit reference; LayerNorm,
+RMSNorm and the reference softmax are upcast to float32 under AMP on every
+device (CPU autocast would leave them in the compute dtype); ``adamw`` is
+``torch.optim.AdamW`` with a decay and a no-decay parameter group; with
+``clip_norm`` the gradients are clipped by global norm after
+``GradScaler.unscale_``.
+
 Dropout: the host's masks (``Batch.masks``) are staged with their batch as
 tensors in the compute dtype (an elementwise mask of an image in the model's
 memory format) and multiplied in by the training forward pass,

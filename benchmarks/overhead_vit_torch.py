@@ -251,12 +251,13 @@ def measure_ratios(precisions: list[str], steps: int, warmup: int, rounds: int) 
 
 
 def paired_in_one_process(precision: str, steps: int, warmup: int) -> float:
-    """The suite's step and the idiomatic step alternated in one process, each step's CPU time measured.
+    """The suite's step and the idiomatic step alternated in one process; returns idiomatic / suite CPU time.
 
     On a shared machine whose load swings between runs this ratio is the
     steadier one: both steps see the same load at nearly the same time, and
-    process CPU time leaves out the time other processes hold the cores.  It
-    times the plugin's step (``make_step``) without the worker around it.
+    process CPU time leaves out the time other processes hold the cores (wall
+    time, printed beside it, does not).  It times the plugin's step
+    (``make_step``) without the worker around it.
     """
     import dataclasses
 
@@ -278,17 +279,19 @@ def paired_in_one_process(precision: str, steps: int, warmup: int) -> float:
     staged = plugin.stage_batches(run, model, run_pipeline(run, workload).epoch(0)[:steps])
     ours = plugin.make_step(torch, model)
     times: dict[str, list[float]] = {"suite": [], "idiomatic": []}
+    walls: dict[str, list[float]] = {"suite": [], "idiomatic": []}
     for index in range(steps):
         for side in (("suite", "idiomatic") if index % 2 == 0 else ("idiomatic", "suite")):
-            start = time.process_time()
+            start, wall = time.process_time(), time.perf_counter()
             loss = ours(staged[index])[0] if side == "suite" else theirs(*inputs[index])
             float(loss.detach())
             if index >= warmup:
                 times[side].append(time.process_time() - start)
+                walls[side].append(time.perf_counter() - wall)
     ratio = sum(times["idiomatic"]) / sum(times["suite"])
-    print(f"{precision:<9} paired in one process, CPU time per step: idiomatic "
-          f"{statistics.median(times['idiomatic']) * 1e3:.0f} ms, suite {statistics.median(times['suite']) * 1e3:.0f} "
-          f"ms: ratio {ratio:.3f}", flush=True)
+    print(f"{precision:<9} paired in one process, per step: idiomatic "
+          f"{statistics.median(times['idiomatic']) * 1e3:.0f} ms CPU, suite {statistics.median(times['suite']) * 1e3:.0f} "
+          f"ms CPU: ratio {ratio:.3f} (wall time: {sum(walls['idiomatic']) / sum(walls['suite']):.3f})", flush=True)
     return ratio
 
 

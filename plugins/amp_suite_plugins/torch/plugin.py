@@ -247,8 +247,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                      f"{applied.compute_dtype} (forced: CPU autocast leaves both to their reduced-precision input, "
                      "CUDA autocast runs layer_norm in float32)")
         notes.append("attention_softmax=" + (
-            "inside scaled_dot_product_attention, which autocast runs on compute-dtype q, k, v (its flash "
-            "kernels, CPU and CUDA, keep scores and softmax in float32)" if option(run, "attention") == "fused" else
+            "inside scaled_dot_product_attention, which autocast runs on compute-dtype q, k, v (its fused "
+            "kernels keep scores and softmax in float32; see docs/layers.md)" if option(run, "attention") == "fused" else
             f"float32 (forced: CPU autocast leaves softmax to its input), probabilities cast to "
             f"{applied.compute_dtype} for the weighted sum"))
         notes.append(f"token tables=cast to {applied.compute_dtype} where used (class token, positions, looked-up "

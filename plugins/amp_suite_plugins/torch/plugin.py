@@ -16,6 +16,18 @@ the module is built and loaded as always, then cast with ``.to(float64)``
 are float64; images and masks are staged in float64, autocast stays off, and
 logits, loss and ``get_variables`` are float64.
 
+Layers: each kind of the vocabulary is one entry of
+:data:`amp_suite_plugins.torch.layers.TORCH_KINDS` (its module, its forward,
+its canonical variables).  Transformers (``docs/layers.md``): a token
+workload's inputs are int64 ids ``(batch, context)`` and its loss the mean
+cross-entropy over every token; option ``attention`` picks
+``scaled_dot_product_attention`` or the explicit reference; LayerNorm,
+RMSNorm and the reference softmax are upcast to float32 under AMP on every
+device (CPU autocast would leave them in the compute dtype); ``adamw`` is
+``torch.optim.AdamW`` with a decay and a no-decay parameter group; with
+``clip_norm`` the gradients are clipped by global norm after
+``GradScaler.unscale_``.
+
 Dropout: the host's masks (``Batch.masks``) are staged with their batch as
 tensors in the compute dtype (an elementwise mask of an image in the model's
 memory format) and multiplied in by the training forward pass,
@@ -58,9 +70,7 @@ from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
-    chw_rows_to_hwc,
     cpu_device,
-    hwc_rows_to_chw,
     loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
@@ -73,15 +83,22 @@ from amp_suite.records import (
     EpochResult,
     FrameworkInfo,
     FrameworkOption,
-    LayerSpec,
     OptimizerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite.workloads.layers import dense_after_flatten, walk
-from amp_suite.workloads.workload import learning_rate_at
+from amp_suite.workloads.layers import dense_after_flatten
+from amp_suite.workloads.workload import learning_rate_at, variable_specs
+from amp_suite_plugins.torch.layers import (
+    ATTENTION_IMPLEMENTATIONS,
+    TORCH_KINDS,
+    load_variables,
+    named_parameters,
+    read_variables,
+    spec_net,
+)
 
 NAME = "torch"
 # The keys of [frameworks.torch] this plugin reads (the loss-scaling keys every plugin reads come on top).
@@ -94,8 +111,17 @@ OPTIONS = {
                                "warm-up steps"),
     "fused": FrameworkOption(Field(bool), False, "the torch.optim optimizer with fused=True: one kernel for the "
                              "whole update"),
+    "attention": FrameworkOption(Field(str, choices=ATTENTION_IMPLEMENTATIONS), "fused",
+                                 "multi_head_attention through torch.nn.functional.scaled_dot_product_attention "
+                                 "(fused) or an explicit matmul, float32 softmax, matmul (reference)"),
 }
 
+
+# What ran for multi_head_attention, by option attention.
+ATTENTION_NOTES = {
+    "fused": "attention=fused (torch.nn.functional.scaled_dot_product_attention, is_causal for a causal mask)",
+    "reference": "attention=reference (q @ kᵀ / √d, an explicit mask, softmax in float32 under AMP, @ v)",
+}
 
 # eager; the whole training step through torch.compile; the same replayed as CUDA graphs (GPU only).
 MODES = {"cpu": ("eager", "compiled"), "gpu": ("eager", "compiled", "cudagraphs")}
@@ -118,6 +144,7 @@ def framework_info() -> FrameworkInfo:
         calibration_probe="amp_suite_plugins.torch.calibration",
         modes=MODES,
         default_mode="eager",
+        layer_kinds=tuple(TORCH_KINDS),
     )
 
 
@@ -149,6 +176,8 @@ class TorchModel:
     stored_dtype: Any = None  # parameters, statistics, images, logits and loss: torch.float64 under fp64, else float32
     mode: str = "eager"  # the execution mode (MODES)
     compiled_step: Any = None  # compiled and cudagraphs modes: torch.compile of the whole step (see make_step)
+    tokens: bool = False  # inputs are int token ids (batch, context) and labels one per token
+    clip_norm: float = 0.0  # > 0: gradients clipped to this global norm (unscaled first under a loss scale)
 
 
 @hookimpl
@@ -204,6 +233,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     else:
         notes.append("optimizer=torch's default implementation (foreach on CUDA, for-loop on the CPU; "
                      "the figure optimizer_implementation says which ran)")
+    attention = str(option(run, "attention"))
+    notes.append(ATTENTION_NOTES.get(attention, f"attention={attention}"))  # build_model refuses an unknown one
     if applied.compute_dtype == "float64":
         notes.append("dtype=float64 parameters, BatchNorm statistics, optimizer state, images, dropout masks, "
                      "logits and loss (the module built and loaded in float32, then cast; no autocast)")
@@ -212,6 +243,16 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         notes.append(f"sigmoid={applied.compute_dtype} (autocast leaves sigmoid, swish and relu6 to their "
                      "reduced-precision input: the squeeze-and-excitation gate computes in the compute dtype); "
                      f"dropout masks multiplied in {applied.compute_dtype}")
+        notes.append(f"layer_norm, rms_norm=float32 statistics and normalization, output cast to "
+                     f"{applied.compute_dtype} (forced: CPU autocast leaves both to their reduced-precision input, "
+                     "CUDA autocast runs layer_norm in float32)")
+        notes.append("attention_softmax=" + (
+            "inside scaled_dot_product_attention, which autocast runs on compute-dtype q, k, v (its fused "
+            "kernels keep scores and softmax in float32; see docs/layers.md)" if option(run, "attention") == "fused" else
+            f"float32 (forced: CPU autocast leaves softmax to its input), probabilities cast to "
+            f"{applied.compute_dtype} for the weighted sum"))
+        notes.append(f"token tables=cast to {applied.compute_dtype} where used (class token, positions, looked-up "
+                     "rows); logits cast to float32 before the loss")
     if run.distributed:
         notes += _data_parallel_notes(run, device)
     return dataclasses.replace(applied, notes=tuple(notes))
@@ -236,140 +277,22 @@ def _data_parallel_notes(run: RunSpec, device: DeviceInfo) -> list[str]:
     return notes
 
 
-def _spec_net(torch: Any, workload: Workload, flatten_channels_last: bool = False) -> Any:
-    """An ``nn.Module`` that owns one torch layer per layer with variables and runs the spec graph.
-
-    ``flatten_channels_last`` flattens activations in their channels-last memory
-    order (NHWC, a view: the canonical HWC row order of the dense weights);
-    otherwise in PyTorch's logical NCHW order, which copies a channels-last
-    tensor in the forward and the backward pass and hands the layers below a
-    contiguous gradient (slower, measured by ``benchmarks/overhead.py``).
-
-    ``forward(x, masks)`` multiplies each ``dropout`` layer's activation by its
-    host-drawn mask (see :func:`_stage_masks`); ``masks=None`` (evaluation,
-    ``predict``) applies no dropout.
-    """
-    nn, functional = torch.nn, torch.nn.functional
-    Module: Any = nn.Module  # torch is imported by the caller: an Any base class to the type checker
-
-    class SpecNet(Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.specs = workload.layers
-            named, self.kinds = {}, {}
-            for item in walk(workload.layers, workload.input_shape):
-                spec, fan_in = item.layer, item.input_shape[-1]
-                if spec.kind == "conv2d":
-                    named[spec.name] = nn.Conv2d(fan_in, spec.features, spec.kernel_size, stride=spec.stride,
-                                                 padding=spec.padding, bias=spec.use_bias)
-                elif spec.kind == "depthwise_conv2d":  # depth multiplier 1: one group per channel
-                    named[spec.name] = nn.Conv2d(fan_in, fan_in, spec.kernel_size, stride=spec.stride,
-                                                 padding=spec.padding, groups=fan_in, bias=spec.use_bias)
-                elif spec.kind == "batch_norm":
-                    named[spec.name] = nn.BatchNorm2d(fan_in, eps=spec.epsilon, momentum=spec.momentum)
-                elif spec.kind == "dense":
-                    named[spec.name] = nn.Linear(fan_in, spec.features, bias=spec.use_bias)
-                else:
-                    continue
-                self.kinds[spec.name] = spec.kind
-            self.named = nn.ModuleDict(named)
-
-        def forward(self, x: Any, masks: dict[str, Any] | None = None) -> Any:
-            return self.run(self.specs, x, masks)
-
-        def run(self, specs: tuple[LayerSpec, ...], x: Any, masks: dict[str, Any] | None) -> Any:
-            for spec in specs:
-                kind = spec.kind
-                if spec.name in self.kinds:  # a layer with variables: conv, depthwise, BatchNorm, dense
-                    x = self.named[spec.name](x)
-                elif kind == "relu":
-                    x = functional.relu(x)
-                elif kind == "relu6":
-                    x = functional.relu6(x)
-                elif kind == "swish":
-                    x = functional.silu(x)
-                elif kind == "sigmoid":
-                    x = torch.sigmoid(x)
-                elif kind == "residual":
-                    x = self.run(spec.body, x, masks) + self.run(spec.shortcut, x, masks)
-                elif kind == "multiply":  # squeeze-and-excitation: body(x) is (n, c, 1, 1), broadcast
-                    x = x * self.run(spec.body, x, masks)
-                elif kind == "dropout":
-                    if masks is not None:
-                        mask = masks[spec.name]
-                        # per sample: (n,) broadcast over the rest; elementwise: staged in x's layout
-                        x = x * (mask.view(-1, *(1,) * (x.dim() - 1)) if mask.dim() == 1 else mask)
-                elif kind == "zero_pad":
-                    top, bottom, left, right = spec.pads
-                    x = functional.pad(x, (left, right, top, bottom))  # NCHW: last dim (width) first
-                elif kind == "max_pool":
-                    x = functional.max_pool2d(x, spec.window, spec.stride)
-                elif kind == "avg_pool":
-                    x = functional.avg_pool2d(x, spec.window, spec.stride)
-                elif kind == "global_avg_pool" and spec.keepdims:
-                    x = functional.adaptive_avg_pool2d(x, 1)
-                elif kind == "global_avg_pool":
-                    x = torch.flatten(functional.adaptive_avg_pool2d(x, 1), 1)
-                elif kind == "flatten" and flatten_channels_last:
-                    x = torch.flatten(x.permute(0, 2, 3, 1), 1)
-                elif kind == "flatten":
-                    x = torch.flatten(x, 1)
-                else:
-                    raise ValueError(f"torch plugin cannot build layer kind {kind!r}")
-            return x
-
-    return SpecNet()
-
-
-# canonical leaf -> torch attribute (conv/dense: w, b; BatchNorm: scale, offset, mean, var)
-_LEAVES = {"w": "weight", "b": "bias", "scale": "weight", "offset": "bias", "mean": "running_mean",
-           "var": "running_var"}
-
-
-def _to_torch_layout(kind: str, leaf: str, value: np.ndarray, flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
-    if leaf == "w" and kind == "depthwise_conv2d":
-        return value.transpose(2, 3, 0, 1)  # (k, k, c, 1) -> (c, 1, k, k): groups=c, one filter each
-    if leaf == "w" and value.ndim == 4:
-        return value.transpose(3, 2, 0, 1)  # HWIO -> OIHW
-    if leaf == "w":
-        if flat_hwc is not None:
-            value = hwc_rows_to_chw(value, flat_hwc)  # torch flattens NCHW as (c, h, w)
-        return value.T  # (in, out) -> (out, in)
-    return value
-
-
-def _from_torch_layout(kind: str, leaf: str, value: np.ndarray,
-                       flat_hwc: tuple[int, int, int] | None) -> np.ndarray:
-    if leaf == "w" and kind == "depthwise_conv2d":
-        return value.transpose(2, 3, 0, 1)  # (c, 1, k, k) -> (k, k, c, 1)
-    if leaf == "w" and value.ndim == 4:
-        return value.transpose(2, 3, 1, 0)
-    if leaf == "w":
-        value = value.T
-        return chw_rows_to_hwc(value, flat_hwc) if flat_hwc is not None else value
-    return value
-
-
-def _load(torch: Any, net: Any, variables: dict[str, np.ndarray], flattened: dict[str, tuple[int, int, int]]) -> None:
-    with torch.no_grad():
-        for key, value in variables.items():
-            layer, leaf = key.rsplit("/", 1)
-            target = getattr(net.named[layer], _LEAVES[leaf])
-            target.copy_(torch.from_numpy(np.ascontiguousarray(_to_torch_layout(
-                net.kinds[layer], leaf, value, flattened.get(layer)))))
-
-
 def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool = False,
-                    device_type: str = "cpu", tensor_lr: bool = False) -> tuple[Any, Any]:
-    """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient).
+                    device_type: str = "cpu", tensor_lr: bool = False,
+                    decayed: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient; AdamW's decoupled).
 
     ``fused`` asks for the single-kernel implementation; an optimizer or device
     without one raises :class:`UnsupportedError`.  ``tensor_lr`` holds the
     learning rate in a 0-d tensor on the parameters' device (the compiled
     modes): a schedule then fills it in place, where a changing Python float
     would make torch.compile recompile the optimizer step at every step.
+    ``adamw`` is ``torch.optim.AdamW`` with two parameter groups: ``decayed``
+    (the parameters whose ``VariableSpec.decay`` is set, by name) at the
+    workload's weight decay and every other parameter at 0.
     """
     params = list(params)
+    groups: list[Any] = params
     kwargs: dict[str, Any]
     if spec.name == "sgd":
         cls, kwargs = torch.optim.SGD, dict(lr=spec.learning_rate, momentum=spec.momentum,
@@ -380,10 +303,19 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
     elif spec.name == "adam":
         cls, kwargs = torch.optim.Adam, dict(lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
                                              eps=spec.epsilon, weight_decay=spec.weight_decay)
+    elif spec.name == "adamw":
+        cls, kwargs = torch.optim.AdamW, dict(lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
+                                              eps=spec.epsilon, weight_decay=0.0)
+        chosen = {id(p) for p in (decayed or {}).values()}
+        groups = [group for group in (
+            {"params": [p for p in params if id(p) in chosen], "weight_decay": spec.weight_decay},
+            {"params": [p for p in params if id(p) not in chosen], "weight_decay": 0.0}) if group["params"]]
     else:
         raise ValueError(f"torch plugin has no optimizer {spec.name!r}")
     if tensor_lr and spec.schedule != "constant":
         kwargs["lr"] = torch.tensor(spec.learning_rate, dtype=torch.float32, device=params[0].device)
+        if groups is not params:  # one tensor per group: the schedule fills each in place
+            groups = [{**group, "lr": kwargs["lr"].clone()} for group in groups]
     if fused:
         import inspect
 
@@ -391,12 +323,12 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
             raise UnsupportedError(f"option fused: torch {torch.__version__} has no fused {cls.__name__} "
                                    f"(optimizer {spec.name!r}); run without fused")
         try:
-            optimizer = cls(params, fused=True, **kwargs)
+            optimizer = cls(groups, fused=True, **kwargs)
         except (RuntimeError, ValueError, TypeError) as exc:  # e.g. no fused kernel for this device
             raise UnsupportedError(f"option fused: torch {torch.__version__} cannot run a fused "
                                    f"{cls.__name__} on {device_type}: {' '.join(str(exc).split())[:300]}") from None
     else:
-        optimizer = cls(params, **kwargs)
+        optimizer = cls(groups, **kwargs)
     scheduler = None
     if spec.schedule != "constant":
         scheduler = torch.optim.lr_scheduler.LambdaLR(
@@ -437,16 +369,20 @@ def build_model(
     flattened = {} if channels_last else {
         name: hwc for name, hwc in dense_after_flatten(workload.layers, workload.input_shape).items()
         if hwc[0] * hwc[1] > 1}
-    net = _spec_net(torch, workload, flatten_channels_last=channels_last)
-    _load(torch, net, {**initial_weights, **initial_state}, flattened)
+    autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
+    net = spec_net(torch, workload, flatten_channels_last=channels_last, compute_dtype=autocast_dtype,
+                   attention=str(option(run, "attention")))
+    load_variables(torch, net, {**initial_weights, **initial_state}, flattened)
     stored = getattr(torch, applied.param_dtype)  # float64 only under fp64: every float32 value casts exactly
     net = net.to(dev, stored, memory_format=memory_format)
     net.train()
     mode = mode_of(run)
+    decay = {spec.name for spec in variable_specs(workload) if spec.decay}
     optimizer, scheduler = _make_optimizer(torch, workload.optimizer, net.parameters(),
                                            fused=bool(option(run, "fused")), device_type=dev.type,
-                                           tensor_lr=mode in COMPILE_MODES)
-    autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
+                                           tensor_lr=mode in COMPILE_MODES,
+                                           decayed={name: p for name, p in named_parameters(net).items()
+                                                    if name in decay})
     scaler = None
     if applied.loss_scaling == "dynamic":
         assert applied.initial_loss_scale is not None  # standard_precision sets it for dynamic scaling
@@ -463,7 +399,8 @@ def build_model(
     if option(run, "compile") and mode == "eager":
         train_forward = torch.compile(train_forward)
     model = TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
-                       train_forward, process, stored, mode)
+                       train_forward, process, stored, mode, tokens=workload.tokens,
+                       clip_norm=workload.optimizer.clip_norm)
     if mode in COMPILE_MODES:
         model.compiled_step = torch.compile(_whole_step(torch, model), mode=COMPILE_MODES[mode])
     return model
@@ -489,8 +426,11 @@ def _data_parallel(torch: Any, run: RunSpec, net: Any, device: DeviceInfo) -> tu
 
 
 def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
-    # NHWC numpy -> logical NCHW tensor in the model's memory format and stored dtype (float64 under fp64)
-    tensor = torch.from_numpy(images).permute(0, 3, 1, 2)
+    """The model's input: token ids as int64, else NHWC numpy images as logical NCHW in the model's memory
+    format and stored dtype (float64 under fp64)."""
+    if model.tokens:
+        return torch.from_numpy(np.ascontiguousarray(images, dtype=np.int64)).to(model.device)
+    tensor = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)).permute(0, 3, 1, 2)
     return tensor.contiguous(memory_format=model.memory_format).to(model.device, model.stored_dtype)
 
 
@@ -533,9 +473,16 @@ def _autocast(torch: Any, model: TorchModel) -> Any:
 
 
 def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any, masks: dict[str, Any]) -> Any:
+    """The mean cross-entropy over every label (one per example, or one per token), from float32 logits."""
     with _autocast(torch, model):
         logits = model.train_forward(images, masks)
-        return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype), labels)
+        return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype).flatten(0, -2), labels.flatten())
+
+
+def _clip(torch: Any, model: TorchModel) -> None:
+    """Clip the (unscaled) gradients to the workload's global norm, where it sets one."""
+    if model.clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.module.parameters(), model.clip_norm)
 
 
 def _whole_step(torch: Any, model: TorchModel):
@@ -547,9 +494,13 @@ def _whole_step(torch: Any, model: TorchModel):
         loss = _forward_loss(torch, model, images, labels, masks)
         if model.scaler is None:
             loss.backward()
+            _clip(torch, model)
             model.optimizer.step()
             return loss.detach(), None
         model.scaler.scale(loss).backward()
+        if model.clip_norm > 0:  # clipping sees the true gradients: unscaled first
+            model.scaler.unscale_(model.optimizer)
+            _clip(torch, model)
         # The scale as a device tensor, without a host sync: GradScaler's public get_scale() calls .item(), and
         # torch has no public asynchronous accessor (2.13).  Traced here, the copy and comparison join the graph.
         before = model.scaler._get_scale_async().clone()
@@ -622,10 +573,14 @@ def make_step(torch: Any, model: TorchModel):
         loss = _forward_loss(torch, model, images, labels, masks)
         if model.scaler is None:
             loss.backward()
+            _clip(torch, model)
             model.optimizer.step()
             applied: Any = True
         else:
             model.scaler.scale(loss).backward()
+            if model.clip_norm > 0:  # clipping sees the true gradients: unscaled first (step does not unscale again)
+                model.scaler.unscale_(model.optimizer)
+                _clip(torch, model)
             model.scaler.step(model.optimizer)  # skipped when gradients hold inf/NaN
             # Whether it was skipped, as GradScaler counted it: no .item() (a wait at every step, which would
             # break the window's one wait) and no kernel (a copy and a comparison of the scale were two).
@@ -751,7 +706,7 @@ def predict(run: RunSpec, model: TorchModel, images: np.ndarray, training: bool)
     net.train(training)
     try:
         with torch.no_grad(), _autocast(torch, model):
-            logits = net(_to_tensor(torch, model, np.ascontiguousarray(images, dtype=np.float32)))
+            logits = net(_to_tensor(torch, model, images))
         return logits.to(model.stored_dtype).cpu().numpy()
     finally:
         if training:  # a training-mode forward moved the running statistics: put them back
@@ -763,17 +718,7 @@ def predict(run: RunSpec, model: TorchModel, images: np.ndarray, training: bool)
 
 @hookimpl
 def get_variables(run: RunSpec, model: TorchModel) -> dict[str, np.ndarray]:
-    out = {}
-    for layer, module in model.module.named.items():
-        for leaf, attribute in _LEAVES.items():
-            tensor = getattr(module, attribute, None)
-            if tensor is None or (leaf in ("scale", "offset", "mean", "var")) != hasattr(module, "running_mean"):
-                continue
-            value = tensor.detach().to(model.stored_dtype).cpu().numpy()
-            # a copy: on the CPU the numpy array would share the tensor's memory
-            out[f"{layer}/{leaf}"] = np.array(_from_torch_layout(model.module.kinds[layer], leaf, value,
-                                                                 model.flattened.get(layer)))
-    return out
+    return read_variables(model.module, model.stored_dtype, model.flattened)
 
 
 @hookimpl

@@ -98,7 +98,8 @@ def check_return(plugin: str, hook: str, value: Any) -> Any:
 
 
 def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32") -> None:
-    """``predict``'s answer: a float32 numpy array ``(images, classes)``, else a one-line :class:`PluginError`.
+    """``predict``'s answer: a float32 numpy array ``(images, classes)`` (``(images, tokens, vocab)`` for token
+    ids), else a one-line :class:`PluginError`.
 
     Logits in a reduced dtype would make every comparison of the host round
     them again (and numpy cannot hold bfloat16): the contract is float32 out,
@@ -117,6 +118,6 @@ def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32")
         rule = "float32 whatever the compute dtype" if expected == "float32" else f"{expected} under {precision}"
         raise PluginError(f"plugin {plugin!r}: predict returned logits of dtype {logits.dtype}; they must be "
                           f"{rule} (cast them before returning)")
-    if logits.ndim != 2 or logits.shape[0] != images:
+    if logits.ndim not in (2, 3) or logits.shape[0] != images:  # 3: (examples, tokens, vocab) of a token workload
         raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
                           f"({images}, classes) for {images} images")

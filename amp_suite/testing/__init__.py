@@ -401,7 +401,7 @@ def assert_optimizer_arithmetic(result: ProbeResult, *, rtol: float = 5e-5) -> N
     from amp_suite.workloads.workload import learning_rate_at
 
     assert result.gradient_steps, "probe with ProbeRequest(gradient_oracle=True)"
-    optimizer = ReferenceOptimizer(result.optimizer)
+    optimizer = ReferenceOptimizer(result.optimizer, decayed=_decayed(result))
     what = describe(optimizer.spec)
     for n, step in enumerate(result.gradient_steps):
         assert abs(step.loss - step.oracle_loss) <= 1e-5 * abs(step.oracle_loss), \
@@ -419,6 +419,14 @@ def assert_optimizer_arithmetic(result: ProbeResult, *, rtol: float = 5e-5) -> N
             assert max(errors.values()) <= rtol, \
                 f"step {n}: BatchNorm statistics differ from the same forward pass's (allowed {rtol:g}): " \
                 f"{_worst(errors)}"
+
+
+def _decayed(result: ProbeResult) -> set[str]:
+    """The variables the probed workload declares ``decay`` (AdamW's decoupled decay applies to them only)."""
+    from amp_suite.workloads.workload import variable_specs, workload_from_config
+
+    table = result.request.table or WORKLOADS[result.request.workload]
+    return {spec.name for spec in variable_specs(workload_from_config(result.request.workload, table)) if spec.decay}
 
 
 def _rate_hint(moved: dict[str, np.ndarray], expected: dict[str, np.ndarray], rate: float) -> str:

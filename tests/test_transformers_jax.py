@@ -32,8 +32,9 @@ from amp_suite.testing import (
 from amp_suite.workloads import reference
 from amp_suite.workloads.workload import init_weights, param_count, workload_from_config
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not framework_installed("jax"), reason="jax is not installed")]
+# The probes start JAX (seconds each on 2 cores): they are marked slow one by one; the table checks are not.
+pytestmark = pytest.mark.skipif(not framework_installed("jax"), reason="jax is not installed")
+slow = pytest.mark.slow
 
 BATCH = 4
 # An isolating model's table: a 4x4 image of 2 channels, its own architecture (token_kind_nets).
@@ -50,6 +51,31 @@ KIND_NETS = ("tokens_patch_embed", "tokens_class_token", "tokens_position_embedd
              "tokens_rms_norm", "tokens_gelu", "tokens_dense", "tokens_residual", "tokens_attention",
              "tokens_causal_attention", "tokens_class_token_pool", "tokens_block")
 REFERENCE = {"attention": "reference"}
+
+
+def test_every_vocabulary_kind_is_one_table_entry_and_a_missing_one_is_unsupported() -> None:
+    from amp_suite.errors import UnsupportedError
+    from amp_suite.plugins.host import PluginHost
+    from amp_suite.workloads.kinds import missing_kinds
+    from amp_suite_plugins.jax.layers import LAYER_KINDS, TRANSLATIONS, translation
+
+    assert PluginHost().frameworks()["jax"].layer_kinds == LAYER_KINDS == tuple(TRANSLATIONS)
+    assert missing_kinds(LAYER_KINDS) == []
+    with pytest.raises(UnsupportedError, match="does not build layer kind 'conv3d' \\(layer 'stem'\\)"):
+        translation("conv3d", "stem")
+
+
+def test_the_flax_example_declares_the_kinds_it_builds_so_token_kinds_are_named_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from pathlib import Path
+
+    from amp_suite.workloads.kinds import TOKEN_KINDS, missing_kinds
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1] / "examples" / "amp-suite-flax"))
+    from amp_suite_flax.plugin import framework_info
+
+    kinds = framework_info().layer_kinds
+    assert "conv2d" in kinds and set(TOKEN_KINDS) <= set(missing_kinds(kinds))
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +106,7 @@ def _reference_logits(result: ProbeResult, table: dict[str, Any]) -> np.ndarray:
     return reference.forward(workload.layers, result.inputs, result.initial)
 
 
+@slow
 @pytest.mark.parametrize("model", KIND_NETS)
 def test_each_token_kind_at_fp64_equals_the_numpy_reference(probe: Any, model: str) -> None:
     table = _kind_table(model)
@@ -91,6 +118,7 @@ def test_each_token_kind_at_fp64_equals_the_numpy_reference(probe: Any, model: s
     assert error <= 1e-9, f"{model}: fp64 logits differ from the NumPy reference by {error:.2e}"
 
 
+@slow
 @pytest.mark.parametrize("model", ["gpt", "vit"])
 def test_whole_transformers_at_fp64_equal_the_reference_and_the_neutral_parameter_count(probe: Any,
                                                                                         model: str) -> None:
@@ -116,6 +144,7 @@ def _labels(workload: Any, table: dict[str, Any]) -> np.ndarray:
     return input_pipeline(workload, data, batch_size=BATCH, steps=1, seed=0).batches(0, 0, 1)[0].labels
 
 
+@slow
 @pytest.mark.parametrize("model", ["tokens_attention", "tokens_causal_attention", "gpt"])
 def test_fused_attention_gives_the_reference_attentions_forward_at_fp64(probe: Any, model: str) -> None:
     table = TRANSFORMERS.get(model) or _kind_table(model)
@@ -135,6 +164,7 @@ def _update(result: ProbeResult) -> np.ndarray:
                            for k in sorted(result.initial)])
 
 
+@slow
 def test_a_loss_scale_of_2_to_the_15_does_not_change_the_clipped_update_under_amp_fp16(probe: Any) -> None:
     # A pre-norm block on patches (tokens_block).  Not the ViT or the GPT: their class token and embeddings start
     # at std 0.02 and reach a LayerNorm, whose backward multiplies their gradient by about 1/0.02; at a scale of
@@ -154,6 +184,7 @@ def test_a_loss_scale_of_2_to_the_15_does_not_change_the_clipped_update_under_am
     assert relative_l2(_update(scaled), _update(unscaled)) <= 1e-2
 
 
+@slow
 @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
 @pytest.mark.parametrize("model", ["vit", "gpt"])
 def test_amp_trains_a_tiny_transformer_with_float32_normalization_and_softmax(probe: Any, model: str,
@@ -175,6 +206,7 @@ def test_amp_trains_a_tiny_transformer_with_float32_normalization_and_softmax(pr
         assert any("attention=fused was asked" in note for note in result.applied["notes"])
 
 
+@slow
 def test_adamw_warmup_cosine_and_clipping_follow_the_float64_reference(probe: Any) -> None:
     """Three fp64 steps of the tiny ViT: each parameter's change equals the kit's float64 AdamW (decay on the
     declared variables only), at the warm-up/cosine rate, on the clipped gradients the backend measured."""

@@ -19,6 +19,18 @@ throughout, the BatchNorm state is made in float64, canonical values are cast
 to the dtype haiku made each variable in, and images, masks, logits and loss
 are float64 (optax keeps its moments in the parameters' dtype).
 
+Layers: :mod:`amp_suite_plugins.jax.layers` holds one translation per layer
+kind (a table; ``framework_info().layer_kinds`` are its keys), the token
+kinds of ``docs/layers.md`` included.  LayerNorm and RMSNorm are float32
+islands like BatchNorm (their own jmp policy); ``multi_head_attention`` is
+``jax.nn.dot_product_attention`` or, with ``[frameworks.jax] attention =
+"reference"``, matmul, float32 softmax, matmul.  A token workload's inputs are
+int32 ids (no policy casts them), its logits ``(batch, context, vocab)`` and
+its loss the mean cross-entropy over every token.  The optimizer is
+:func:`amp_suite_plugins.jax.optax_optimizer.optax_optimizer`: AdamW gets the
+mask of the variables declared ``decay``, and the gradients reach its clip
+already unscaled.
+
 A staged batch is the pytree ``(images, labels, masks)``: the host's dropout
 masks enter the jitted step beside the images (sharded like them on a mesh)
 and the model multiplies them in; evaluation and ``predict`` pass none.

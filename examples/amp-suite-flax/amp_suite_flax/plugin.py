@@ -19,7 +19,10 @@ Everything amp-suite needs from a framework backend, written from
   compute dtype, ``multiply`` the squeeze-and-excitation product ``x * body(x)``;
 * the optimizer is amp-suite's optax translation of ``workload.optimizer``
   (``amp_suite_plugins.jax.optax_optimizer``, shared with the haiku plugin, so
-  both keep docs/workloads.md's arithmetic);
+  both keep docs/workloads.md's arithmetic; ``adamw`` gets the mask of the
+  variables declared ``decay``);
+* the token kinds of docs/layers.md are not built: ``framework_info`` declares
+  the kinds it has (``layer_kinds``), so the host and the kit name the others;
 * dropout masks come from the host (``Batch.masks``): ``stage_batches`` stages
   them with the batch, the jitted train step takes them as inputs and
   multiplies each ``dropout`` layer's activation by its mask (``(batch,)``
@@ -114,11 +117,7 @@ def framework_info() -> FrameworkInfo:
         # run as `python -m MODULE` by `amp-suite doctor` and `amp-suite calibrate`, one process each
         doctor_probe="amp_suite_flax.doctor",
         calibration_probe="amp_suite_flax.calibration",
-        # the kinds of the layer vocabulary its translator builds (the convolutional ones, not the token kinds):
-        # a sweep makes a cell of a workload with any other kind unsupported, naming it
-        layer_kinds=("conv2d", "depthwise_conv2d", "zero_pad", "batch_norm", "relu", "relu6", "swish", "sigmoid",
-                     "residual", "multiply", "max_pool", "avg_pool", "global_avg_pool", "flatten", "dense",
-                     "dropout"),
+        layer_kinds=KINDS,  # not the token kinds: the host makes a transformer's cells unsupported, naming them
     )
 
 
@@ -464,6 +463,23 @@ def canonical_variables(layers: tuple[LayerSpec, ...], params: Any, stats: Stats
     return out
 
 
+def decay_mask(workload: Workload) -> Callable[[Any], Any]:
+    """``params -> tree of bools``: AdamW's decoupled decay applies to the variables declared ``decay`` only."""
+    import jax
+
+    from amp_suite.workloads.workload import variable_specs
+
+    decayed = {spec.name for spec in variable_specs(workload) if spec.decay}
+    kinds = _owners(workload.layers)
+
+    def mask(params: Any) -> Any:
+        return jax.tree_util.tree_map_with_path(
+            lambda path, _: _canonical_name(kinds, jax.tree_util.keystr(path, simple=True, separator="/"))
+            in decayed, params)
+
+    return mask
+
+
 @hookimpl
 def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
                 initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo) -> FlaxModel:
@@ -481,7 +497,7 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     stats = load_canonical(net, layers, initial_weights, initial_state)
     graphdef, params = nnx.split(net, nnx.Param)
     params, stats = jax.device_put((params, stats), where.state)
-    optimizer = optax_optimizer(workload.optimizer, backend="flax")
+    optimizer = optax_optimizer(workload.optimizer, backend="flax", decayed=decay_mask(workload))
     dynamic = applied.loss_scaling == "dynamic"
     # The loss scale crosses the jit boundary as plain arrays, (scale, counter) or (): make_train_step
     # builds the jmp object inside the trace (a jmp.DynamicLossScale output costs two host-side

@@ -19,6 +19,18 @@ throughout, the BatchNorm state is made in float64, canonical values are cast
 to the dtype haiku made each variable in, and images, masks, logits and loss
 are float64 (optax keeps its moments in the parameters' dtype).
 
+Layers: :mod:`amp_suite_plugins.jax.layers` holds one translation per layer
+kind (a table; ``framework_info().layer_kinds`` are its keys), the token
+kinds of ``docs/layers.md`` included.  LayerNorm and RMSNorm are float32
+islands like BatchNorm (their own jmp policy); ``multi_head_attention`` is
+``jax.nn.dot_product_attention`` or, with ``[frameworks.jax] attention =
+"reference"``, matmul, float32 softmax, matmul.  A token workload's inputs are
+int32 ids (no policy casts them), its logits ``(batch, context, vocab)`` and
+its loss the mean cross-entropy over every token.  The optimizer is
+:func:`amp_suite_plugins.jax.optax_optimizer.optax_optimizer`: AdamW gets the
+mask of the variables declared ``decay``, and the gradients reach its clip
+already unscaled.
+
 A staged batch is the pytree ``(images, labels, masks)``: the host's dropout
 masks enter the jitted step beside the images (sharded like them on a mesh)
 and the model multiplies them in; evaluation and ``predict`` pass none.
@@ -61,17 +73,30 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
-    LayerSpec,
+    FrameworkOption,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
+from amp_suite.schema import Field
 from amp_suite.workloads.layers import iter_layers
+from amp_suite.workloads.workload import variable_specs
 from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
+from amp_suite_plugins.jax.layers import (
+    ATTENTION_IMPLEMENTATIONS,
+    LAYER_KINDS,
+    attention_implementation,
+    module_classes,
+    translation,
+)
 from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
 
 NAME = "jax"
-MODULE_NAME = "sequential_cnn"
+OPTIONS = {
+    "attention": FrameworkOption(Field(str, choices=ATTENTION_IMPLEMENTATIONS), "fused",
+                                 "multi_head_attention as jax.nn.dot_product_attention ('fused') or as matmul, "
+                                 "float32 softmax, matmul written out ('reference')"),
+}
 
 
 @hookimpl
@@ -89,7 +114,14 @@ def framework_info() -> FrameworkInfo:
         calibration_probe="amp_suite_plugins.jax.calibration",
         modes={"cpu": ("compiled",), "gpu": ("compiled",)},  # one jitted step: jax.jit is its only mode
         default_mode="compiled",
+        options=OPTIONS,
+        layer_kinds=LAYER_KINDS,
     )
+
+
+def _option(run: RunSpec, name: str) -> Any:
+    """``run.options[name]``, else the default :data:`OPTIONS` declares."""
+    return run.options.get(name, OPTIONS[name].default)
 
 
 @dataclass
@@ -157,6 +189,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   f"sigmoid={applied.compute_dtype} (jax.nn activations, the squeeze-and-excitation gate included, "
                   "compute in the model's jmp compute dtype); dropout masks multiplied in "
                   f"{applied.compute_dtype}")
+    notes += _token_notes(run, device, applied)
     if run.distributed:
         notes += (f"data_parallel=jax.jit(shard_map) over a 1-D Mesh of {run.devices} {device.kind} devices"
                   + (f" in {run.nnodes} processes (jax.distributed)" if run.nnodes > 1 else "")
@@ -168,118 +201,36 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     return dataclasses.replace(applied, notes=notes)
 
 
-def _module_classes(workload: Workload, sync_axis: str | None = None, replicas: int = 1,
-                    statistics_dtype: str = "float32") -> tuple[type, type]:
-    """Fresh haiku module classes for ``workload`` (fresh, so policies set on them stay local).
+def _decay_mask(workload: Workload) -> Any:
+    """``params -> tree of bools``: AdamW decays the variables the workload declares ``decay``, nothing else."""
+    decayed = {spec.name for spec in variable_specs(workload) if spec.decay}
 
-    ``sync_axis``: the mesh axis BatchNorm averages its batch moments over when
-    called with ``sync``; ``statistics_dtype``: the running statistics' dtype
-    (float64 under fp64; jmp policies cover parameters, not state).
-    """
-    import haiku as hk
-    import jax
-    import jax.numpy as jnp
+    def mask(params: Any) -> Any:
+        return {module: {leaf: _canonical_key(module, leaf) in decayed for leaf in leaves}
+                for module, leaves in params.items()}
 
-    class BatchNorm(hk.Module):
-        """The suite's BatchNorm: batch statistics in training, running ones in evaluation.
+    return mask
 
-        haiku's own ``hk.BatchNorm`` keeps its averages with zero-debiasing and
-        the biased variance; the suite's running statistics start at 0 and 1 and
-        track the unbiased variance, as PyTorch's do.
-        """
 
-        def __init__(self, spec: LayerSpec) -> None:
-            super().__init__(name=spec.name)
-            self.momentum, self.epsilon = spec.momentum, spec.epsilon
-
-        def __call__(self, x: Any, is_training: bool, sync: bool = False) -> Any:
-            channels = x.shape[-1]
-            scale = hk.get_parameter("scale", (channels,), x.dtype, init=jnp.ones)
-            offset = hk.get_parameter("offset", (channels,), x.dtype, init=jnp.zeros)
-            running_mean = hk.get_state("mean", (channels,), statistics_dtype, init=jnp.zeros)
-            running_var = hk.get_state("var", (channels,), statistics_dtype, init=jnp.ones)
-            if is_training:
-                mean = jnp.mean(x, axis=(0, 1, 2))
-                count = x.size // channels
-                if sync and sync_axis is not None:  # moments of the global batch: equal shards, means of means
-                    mean = jax.lax.pmean(mean, sync_axis)
-                    count *= replicas
-                var = jnp.mean(jnp.square(x - mean), axis=(0, 1, 2))
-                if sync and sync_axis is not None:
-                    var = jax.lax.pmean(var, sync_axis)
-                hk.set_state("mean", (1 - self.momentum) * running_mean + self.momentum * mean)
-                hk.set_state("var", (1 - self.momentum) * running_var
-                             + self.momentum * var * (count / (count - 1)))
-            else:
-                mean, var = running_mean.astype(x.dtype), running_var.astype(x.dtype)
-            return (x - mean) * (scale * jax.lax.rsqrt(var + self.epsilon)) + offset
-
-    def run(specs: tuple[LayerSpec, ...], x: Any, is_training: bool, sync: bool = False,
-            masks: dict[str, Any] | None = None) -> Any:
-        """The layer graph on ``x`` in the compute dtype.
-
-        A plain function, not a method of ``SpecNet``: haiku applies a class's
-        jmp policy to every method call, so a method would hand each residual
-        branch and gate back in float32 (the policy's output dtype) and what
-        follows would compute in float32.
-        """
-        for spec in specs:
-            kind = spec.kind
-            if kind == "conv2d":
-                pad = ((spec.padding, spec.padding),) * 2
-                x = hk.Conv2D(spec.features, spec.kernel_size, stride=spec.stride, padding=pad,
-                              with_bias=spec.use_bias, name=spec.name)(x)
-            elif kind == "depthwise_conv2d":  # haiku's kernel is (k, k, 1, c): see _to_haiku_layout
-                pad = ((spec.padding, spec.padding),) * 2
-                x = hk.DepthwiseConv2D(1, spec.kernel_size, stride=spec.stride, padding=pad,
-                                       with_bias=spec.use_bias, name=spec.name)(x)
-            elif kind == "batch_norm":
-                x = BatchNorm(spec)(x, is_training, sync)
-            elif kind == "relu":
-                x = jax.nn.relu(x)
-            elif kind == "relu6":
-                x = jax.nn.relu6(x)
-            elif kind == "swish":
-                x = jax.nn.swish(x)
-            elif kind == "sigmoid":
-                x = jax.nn.sigmoid(x)
-            elif kind == "residual":
-                x = (run(spec.body, x, is_training, sync, masks)
-                     + run(spec.shortcut, x, is_training, sync, masks))
-            elif kind == "multiply":  # squeeze-and-excitation: body(x) is (n, 1, 1, c), broadcast
-                x = x * run(spec.body, x, is_training, sync, masks)
-            elif kind == "dropout":
-                if masks is not None:
-                    keep = masks[spec.name].astype(x.dtype)
-                    x = x * (keep.reshape((-1,) + (1,) * (x.ndim - 1)) if keep.ndim == 1 else keep)
-            elif kind == "zero_pad":
-                top, bottom, left, right = spec.pads
-                x = jnp.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)))
-            elif kind in ("max_pool", "avg_pool"):
-                pool = hk.max_pool if kind == "max_pool" else hk.avg_pool
-                x = pool(x, window_shape=(1, spec.window, spec.window, 1),
-                         strides=(1, spec.stride, spec.stride, 1), padding="VALID")
-            elif kind == "global_avg_pool":
-                x = jnp.mean(x, axis=(1, 2), keepdims=spec.keepdims)
-            elif kind == "flatten":
-                x = hk.Flatten()(x)
-            elif kind == "dense":
-                x = hk.Linear(spec.features, with_bias=spec.use_bias, name=spec.name)(x)
-            else:
-                raise ValueError(f"jax plugin cannot build layer kind {kind!r}")
-        return x
-
-    class SpecNet(hk.Module):
-        """The layer graph; ``masks`` (dropout name -> host mask) only in a training step, else no dropout."""
-
-        def __init__(self) -> None:
-            super().__init__(name=MODULE_NAME)
-
-        def __call__(self, x: Any, is_training: bool, sync: bool = False,
-                     masks: dict[str, Any] | None = None) -> Any:
-            return run(workload.layers, x, is_training, sync, masks)
-
-    return SpecNet, BatchNorm
+def _token_notes(run: RunSpec, device: DeviceInfo, applied: PrecisionApplied) -> tuple[str, ...]:
+    """What the token kinds run as: the attention implementation, and the float32 islands under AMP."""
+    compute = applied.compute_dtype
+    implementation, reason = attention_implementation(_option(run, "attention"), device.kind, compute)
+    if implementation == "fused":
+        attention = ("multi_head_attention=fused: jax.nn.dot_product_attention (XLA implementation: q k^T with a "
+                     "float32 result, softmax in float32 always, probabilities cast to the input dtype for the "
+                     "weighted sum; under fp64 that float32 softmax limits it to float32 round-off)")
+    else:
+        attention = ("multi_head_attention=reference: einsum q k^T in the compute dtype, logits upcast to float32 "
+                     "(float64 under fp64) for the softmax, probabilities cast back for the einsum with v"
+                     + (f"; attention=fused was asked, but {reason}" if reason else ""))
+    notes: tuple[str, ...] = (attention,)
+    if compute in ("float16", "bfloat16"):
+        notes += (f"layer_norm, rms_norm=hk.LayerNorm/hk.RMSNorm subclasses under a jmp policy params=float32,"
+                  f"compute=float32,output={compute} (forced: a jmp policy on the model would compute them in "
+                  f"{compute}); gelu, dense, patch_embed, embeddings and the attention projections in {compute}; "
+                  "logits cast to float32 before the loss",)
+    return notes
 
 
 def _canonical_key(module_path: str, leaf: str) -> str:
@@ -340,17 +291,22 @@ def build_model(
         mesh = Mesh(np.array(jax.devices(device.kind)[:run.devices]), (AXIS,))
         dev = jax.local_devices()[0]
     stored = jnp.dtype(applied.param_dtype)  # float32; float64 under fp64 (set_precision turned x64 on)
-    net_class, bn_class = _module_classes(workload, AXIS if run.sync_batch_norm and mesh is not None else None,
-                                          run.devices, stored.name)
+    for spec in iter_layers(workload.layers):  # a kind the table lacks is refused before anything is traced
+        translation(spec.kind, spec.name)
+    classes = module_classes(workload.layers, AXIS if run.sync_batch_norm and mesh is not None else None,
+                             run.devices, stored.name)
+    net_class = classes.net
     compute = jnp.dtype(applied.compute_dtype)
     hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=stored, compute_dtype=compute,
                                                         output_dtype=stored))
-    hk.mixed_precision.set_policy(bn_class, jmp.Policy(param_dtype=stored, compute_dtype=stored,
-                                                       output_dtype=compute))
+    for island in classes.float32_islands:  # batch_norm, layer_norm, rms_norm: statistics in float32
+        hk.mixed_precision.set_policy(island, jmp.Policy(param_dtype=stored, compute_dtype=stored,
+                                                         output_dtype=compute))
+    attention = attention_implementation(_option(run, "attention"), device.kind, applied.compute_dtype)[0]
     net = hk.transform_with_state(
-        lambda x, is_training, sync=False, masks=None: net_class()(x, is_training, sync, masks))
+        lambda x, is_training, sync=False, masks=None: net_class()(x, is_training, sync, masks, attention))
     sync = bool(mesh is not None and run.sync_batch_norm)  # only the train step runs inside shard_map
-    example = jax.ShapeDtypeStruct((1, *workload.input_shape), stored)
+    example = jax.ShapeDtypeStruct((1, *workload.input_shape), jnp.int32 if workload.tokens else stored)
     # evaluation mode: the same variables, and no batch statistics of a one-example batch (n - 1 = 0 at 1x1).
     # Only the tree's names, shapes and dtypes are kept (every value becomes the canonical one), so init is traced,
     # not run: run eagerly it compiled every initializer op by op (an fp64 EfficientNet-B0: 450 XLA programs).
@@ -360,7 +316,7 @@ def build_model(
     state = _load_canonical(state, initial_state, depthwise)
     put = (lambda tree: _replicate(jax, mesh, tree)) if mesh is not None else (lambda tree: jax.device_put(tree, dev))
     params, state = put(params), put(state)
-    optimizer = optax_optimizer(workload.optimizer)
+    optimizer = optax_optimizer(workload.optimizer, decayed=_decay_mask(workload))
     dynamic = applied.loss_scaling == "dynamic"
     period = loss_scale_growth_interval(run)
     # The loss scale crosses the jit boundary as plain arrays (scale, counter) and becomes
@@ -517,7 +473,9 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]
 def predict(run: RunSpec, model: JaxModel, images: np.ndarray, training: bool) -> np.ndarray:
     import jax
 
-    x = jax.device_put(np.asarray(images, dtype=model.stored_dtype), model.device)
+    inputs = np.asarray(images)  # token ids stay int32; images take the stored dtype
+    x = jax.device_put(inputs.astype(np.int32) if np.issubdtype(inputs.dtype, np.integer)
+                       else inputs.astype(model.stored_dtype), model.device)
     params, state = (model.params, model.state) if model.mesh is None else _local(jax, (model.params, model.state))
     # apply returns new state beside the logits; dropping it leaves the model untouched.
     return np.asarray(model.forward(params, state, x, bool(training)), dtype=model.stored_dtype)

@@ -117,6 +117,6 @@ def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32")
         rule = "float32 whatever the compute dtype" if expected == "float32" else f"{expected} under {precision}"
         raise PluginError(f"plugin {plugin!r}: predict returned logits of dtype {logits.dtype}; they must be "
                           f"{rule} (cast them before returning)")
-    if logits.ndim != 2 or logits.shape[0] != images:
+    if logits.ndim not in (2, 3) or logits.shape[0] != images:  # 3: (n, context, vocab) of a token workload
         raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
-                          f"({images}, classes) for {images} images")
+                          f"({images}, classes) for {images} images, or ({images}, context, vocab) for token ids")

@@ -119,4 +119,4 @@ def check_logits(plugin: str, logits: Any, images: int, precision: str = "fp32")
                           f"{rule} (cast them before returning)")
     if logits.ndim not in (2, 3) or logits.shape[0] != images:  # 3: (n, context, vocab) of a token workload
         raise PluginError(f"plugin {plugin!r}: predict returned logits of shape {logits.shape}; expected "
-                          f"({images}, classes) for {images} images, or ({images}, context, vocab) for token ids")
+                          f"({images}, classes) for {images} images")

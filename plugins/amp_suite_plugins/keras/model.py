@@ -5,6 +5,14 @@ translated to Keras 3 layers, once: the Keras plugins of each backend
 (``plugin`` on TensorFlow, ``on_jax``, ``on_torch``) build their model here
 and read its variables back here.  Keras is passed in (imported by the hooks,
 after ``KERAS_BACKEND`` is set); nothing in this module imports a backend.
+
+Each layer kind is one entry of :data:`BUILDERS` (kind -> builder of its
+Keras layers) and, where it owns variables, one of :data:`LEAVES` (the
+canonical leaf of each Keras weight, in Keras's order); ``LAYER_KINDS`` is
+what the plugins declare in ``FrameworkInfo.layer_kinds``.  The token kinds'
+layers live in :mod:`amp_suite_plugins.keras.token_layers`.  A token workload
+takes int32 ids, ``(batch, context)``, and gives ``(batch, context, vocab)``
+logits.
 """
 
 from __future__ import annotations
@@ -156,8 +164,7 @@ BUILDERS: dict[str, Builder] = {
     "relu6": lambda t, spec, x: t.keras.layers.ReLU(max_value=6.0)(x),
     "swish": lambda t, spec, x: t.keras.layers.Activation("swish")(x),  # Keras's swish is x * sigmoid(x)
     "sigmoid": lambda t, spec, x: t.keras.layers.Activation("sigmoid")(x),
-    # Keras's gelu is the exact erf form unless approximate=True (tf.nn.gelu, jax.nn.gelu, F.gelu alike).
-    "gelu": lambda t, spec, x: t.keras.layers.Activation("gelu")(x),
+    "gelu": _token_layer("ExactGelu"),
     "residual": _residual,
     "multiply": _multiply,
     "max_pool": lambda t, spec, x: t.keras.layers.MaxPooling2D(spec.window, strides=spec.stride)(x),

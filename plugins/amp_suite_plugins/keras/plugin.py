@@ -284,6 +284,8 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
         with tf.GradientTape() as tape:
             logits = tf.cast(model(model_inputs(mask_names, images, masks), training=True), stored)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            if workload.tokens:  # one loss per token: each example's is the mean over its tokens
+                per_example = tf.reduce_mean(per_example, axis=-1)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             target = optimizer.scale_loss(loss) if loss_scaled else loss
         return loss, tape.gradient(target, variables_)

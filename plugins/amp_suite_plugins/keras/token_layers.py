@@ -11,8 +11,7 @@ the statistics and normalization of ``layer_norm`` and ``rms_norm`` and the
 softmax of the reference attention.  Float64
 inputs stay float64 everywhere (fp64, the reference of the tests).
 
-``gelu`` is Keras's
-``Activation("gelu")`` (exact erf form), ``token_embedding`` Keras's
+``token_embedding`` is Keras's
 ``Embedding`` and ``patch_embed`` Keras's ``Conv2D`` then ``Reshape``: see
 :mod:`amp_suite_plugins.keras.model`.
 """
@@ -37,6 +36,17 @@ def project(x: Any, w: Any, b: Any = None) -> Any:
     outside TensorFlow, ``keras/src/backend/common/dtypes.py``), its ``einsum`` keeps float64."""
     y = ops.einsum("...i,io->...o", x, w) if keras.backend.standardize_dtype(x.dtype) == "float64" else ops.matmul(x, w)
     return y if b is None else y + b
+
+
+class ExactGelu(keras.layers.Layer):
+    """The exact GELU, ``x * (1 + erf(x / sqrt(2))) / 2``: Keras's ``gelu(approximate=False)``, except for
+    float64 inputs, which it computes from ``ops.erf`` with a float64 constant (TensorFlow's float64
+    ``tf.nn.gelu`` is 1.3e-9 off, a float32 constant inside)."""
+
+    def call(self, inputs: Any) -> Any:
+        if keras.backend.standardize_dtype(inputs.dtype) != "float64":
+            return keras.activations.gelu(inputs, approximate=False)
+        return 0.5 * inputs * (1.0 + ops.erf(inputs * (1.0 / math.sqrt(2.0))))
 
 
 class TokenDense(keras.layers.Dense):
@@ -177,7 +187,12 @@ class TokenAttention(keras.layers.Layer):
         q, k, v = (ops.reshape(qkv[..., i * f:(i + 1) * f], (-1, tokens, self.heads, width)) for i in range(3))
         scale = 1.0 / math.sqrt(width)
         if self.implementation == "fused":
-            joined = ops.dot_product_attention(q, k, v, scale=scale, is_causal=self.causal)
+            fused_scale: Any = scale
+            if keras.backend.backend() == "tensorflow" and _island_dtype(q) == "float64":
+                # Keras's TensorFlow path does tf.cast(scale, logits.dtype): a Python float becomes a float32
+                # constant first (1e-8 off under fp64); a float64 tensor is cast exactly.
+                fused_scale = ops.convert_to_tensor(scale, dtype="float64")
+            joined = ops.dot_product_attention(q, k, v, scale=fused_scale, is_causal=self.causal)
         else:
             joined = self._reference(q, k, v, scale)
         return project(ops.reshape(joined, (-1, tokens, f)), self.out_w, self.out_b)

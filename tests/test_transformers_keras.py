@@ -17,7 +17,10 @@ worker calls them), once per session; the tests below judge what it measured:
 * a loss scale of 2**15 leaves the clipped amp_fp16 update unchanged, the clip
   binds (the update's norm is ``lr * clip_norm``, not ``lr * clip_norm / 2**15``);
 * AdamW decays exactly the variables declared ``decay`` (decoupled:
-  ``-lr * weight_decay * w``); warmup_cosine is ``learning_rate_at``.
+  ``-lr * weight_decay * w``); warmup_cosine is ``learning_rate_at``;
+* three fp64 AdamW steps with warm-up, cosine and a binding clip, applied to
+  the backend's own gradients (the kit's gradient oracle, one probe per
+  backend), are that arithmetic computed in NumPy (``adamw_reference``).
 """
 
 from __future__ import annotations
@@ -156,3 +159,61 @@ def test_warmup_cosine_is_learning_rate_at(checks: dict[str, Any]) -> None:
     spec = OptimizerSpec(name="adamw", learning_rate=1e-2, schedule="warmup_cosine", warmup_steps=2, decay_steps=5)
     expected = [learning_rate_at(spec, step) for step in range(6)]
     np.testing.assert_allclose(checks["schedule"], expected, rtol=1e-6, atol=1e-12)
+
+
+# AdamW with every hyper-parameter away from a default, a warm-up of one step, a cosine over the other two
+# and a clip norm below the gradient's (so it binds); epsilon large beside the gradients, as in the kit's
+# arithmetic check, so that an update is a smooth function of its gradient.
+ADAMW_VIT = {"model": "vit", "input_size": 8, "channels": 1, "num_classes": 3, "width": 8, "depth": 1, "heads": 2,
+             "mlp": 16, "patch": 4, "batch_size": 4, "optimizer": "adamw", "learning_rate": 5e-2, "beta1": 0.85,
+             "beta2": 0.995, "epsilon": 1e-3, "weight_decay": 0.1, "schedule": "warmup_cosine", "warmup_steps": 1,
+             "clip_norm": 0.05}
+
+
+def adamw_reference(spec: OptimizerSpec, decayed: set[str], steps: list[Any]) -> list[dict[str, np.ndarray]]:
+    """The change of every parameter at each step, in float64: the gradients clipped to ``clip_norm`` by
+    their global norm, Adam (epsilon on the bias-corrected root) and decoupled decay of ``decayed``."""
+    first: dict[str, np.ndarray] = {}
+    second: dict[str, np.ndarray] = {}
+    changes = []
+    for n, step in enumerate(steps):
+        norm = float(np.sqrt(sum(float((g ** 2).sum()) for g in step.gradients.values())))
+        factor = min(1.0, spec.clip_norm / norm) if spec.clip_norm > 0 else 1.0
+        rate, t = learning_rate_at(spec, n), n + 1
+        change = {}
+        for name, raw in step.gradients.items():
+            g = raw * factor
+            first[name] = spec.beta1 * first.get(name, 0.0) + (1 - spec.beta1) * g
+            second[name] = spec.beta2 * second.get(name, 0.0) + (1 - spec.beta2) * g * g
+            m_hat, v_hat = first[name] / (1 - spec.beta1 ** t), second[name] / (1 - spec.beta2 ** t)
+            decay = spec.weight_decay * np.asarray(step.before[name], np.float64) if name in decayed else 0.0
+            change[name] = -rate * (m_hat / (np.sqrt(v_hat) + spec.epsilon) + decay)
+        changes.append(change)
+    return changes
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_adamw_warmup_cosine_and_clipping_are_the_declared_arithmetic(framework: str, tmp_path: Path) -> None:
+    """Three fp64 steps of the backend's optimizer on its own gradients (the kit's gradient oracle) equal
+    AdamW with warm-up, cosine and global-norm clipping computed in NumPy."""
+    from amp_suite.testing import ProbeRequest, relative_l2, run_probe
+
+    if not framework_installed(framework):
+        pytest.skip(f"{framework} is not installed")
+    result = run_probe(ProbeRequest(framework=framework, precision="fp64", workload="vit", table=ADAMW_VIT,
+                                    steps=3, batch_size=4, gradient_oracle=True), tmp_path)
+    spec = OptimizerSpec(**result.optimizer)
+    assert spec.name == "adamw" and spec.decay_steps == 3
+    workload = workload_from_config("vit", ADAMW_VIT)
+    decayed = {variable.name for variable in variable_specs(workload) if variable.decay}
+    first_norm = float(np.sqrt(sum(float((g ** 2).sum()) for g in result.gradient_steps[0].gradients.values())))
+    assert first_norm > 2 * spec.clip_norm, "the clip must bind for the check to see it"
+    expected = adamw_reference(spec, decayed, result.gradient_steps)
+    for n, (step, change) in enumerate(zip(result.gradient_steps, expected, strict=True)):
+        moved = {k: np.asarray(step.after[k], np.float64) - step.before[k] for k in change}
+        if n == 0:  # the warm-up's first rate is 0: nothing moves
+            assert all(not np.any(d) for d in moved.values())
+            continue
+        errors = {k: relative_l2(moved[k], d) for k, d in change.items()}
+        worst = max(errors, key=errors.__getitem__)
+        assert errors[worst] <= 1e-6, f"step {n}: {worst} moved {errors[worst]:.3g} away from AdamW's arithmetic"

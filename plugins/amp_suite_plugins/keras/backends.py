@@ -19,13 +19,49 @@ from typing import Any
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.plugins.kit import loss_scale_growth_interval
-from amp_suite.records import PrecisionApplied, RunSpec, Workload
-from amp_suite_plugins.keras.model import POLICIES
+from amp_suite.records import FrameworkOption, PrecisionApplied, RunSpec, Workload
+from amp_suite.schema import Field
+from amp_suite_plugins.keras.model import POLICIES, undecayed_variables
 
 # Framework name -> the KERAS_BACKEND it runs on.
 BACKENDS = {"keras": "tensorflow", "keras@jax": "jax", "keras@torch": "torch"}
 # Names the backend a probe process is for (FrameworkInfo.env): KERAS_BACKEND itself may be the user's.
 PROBE_BACKEND_ENV = "AMP_SUITE_KERAS_BACKEND"
+
+
+# The framework option every Keras backend declares: which multi_head_attention runs.
+ATTENTION_OPTION = FrameworkOption(
+    Field(str, choices=("fused", "reference")), "fused",
+    "multi_head_attention: fused = keras.ops.dot_product_attention (each backend's own kernel); "
+    "reference = explicit matmul, float32 softmax, matmul")
+# What keras.ops.dot_product_attention runs on each backend (keras/src/backend/<backend>/nn.py), for the notes.
+FUSED_ATTENTION = {
+    "tensorflow": "keras.ops.dot_product_attention -> Keras's einsum/softmax/einsum (TF has no fused kernel); "
+                  "logits upcast to float32, softmax in float32, probabilities cast back",
+    "jax": "keras.ops.dot_product_attention -> jax.nn.dot_product_attention(implementation='xla'); "
+           "logits in at least float32, softmax in float32, probabilities cast back",
+    "torch": "keras.ops.dot_product_attention -> torch.nn.functional.scaled_dot_product_attention; "
+             "on a CPU its kernels accumulate and take the softmax of float16/bfloat16 inputs in float32",
+}
+
+
+def attention_of(run: RunSpec) -> str:
+    """The run's attention implementation (the ``attention`` option)."""
+    return str(run.options.get("attention", ATTENTION_OPTION.default))
+
+
+def attention_notes(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str, ...]:
+    """What multi_head_attention runs, and the float32 islands of the token kinds (docs/layers.md)."""
+    attention = attention_of(run)
+    notes: tuple[str, ...] = (
+        "attention=" + (f"fused ({FUSED_ATTENTION[keras.backend.backend()]})" if attention == "fused" else
+                        "reference (explicit q k^T matmul, softmax in float32 (float64 under fp64), matmul)"),)
+    if applied.compute_dtype in ("float16", "bfloat16"):
+        notes += (f"layer_norm, rms_norm=float32 statistics and normalization (autocast=False, as Keras's own "
+                  f"LayerNormalization), output cast to {applied.compute_dtype}",
+                  f"projections, attention matmuls, gelu, embeddings={applied.compute_dtype} "
+                  "(Keras autocast of float32 variables); logits cast to float32 before the loss")
+    return notes
 
 
 def import_keras(backend: str) -> Any:
@@ -57,11 +93,13 @@ def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str
     return notes
 
 
-def make_training_optimizer(keras: Any, run: RunSpec, workload: Workload, applied: PrecisionApplied) -> Any:
-    """The suite's optimizer, inside Keras's own ``LossScaleOptimizer`` under dynamic loss scaling (amp_fp16)."""
+def make_training_optimizer(keras: Any, run: RunSpec, workload: Workload, applied: PrecisionApplied,
+                            model: Any) -> Any:
+    """The suite's optimizer for ``model``, inside Keras's own ``LossScaleOptimizer`` under dynamic loss scaling
+    (amp_fp16), which unscales the gradients before the inner optimizer clips them."""
     from amp_suite_plugins.keras.parts import make_optimizer
 
-    optimizer = make_optimizer(workload.optimizer)
+    optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
     if applied.loss_scaling == "dynamic":
         optimizer = keras.optimizers.LossScaleOptimizer(
             optimizer, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))

@@ -5,14 +5,25 @@ translated to Keras 3 layers, once: the Keras plugins of each backend
 (``plugin`` on TensorFlow, ``on_jax``, ``on_torch``) build their model here
 and read its variables back here.  Keras is passed in (imported by the hooks,
 after ``KERAS_BACKEND`` is set); nothing in this module imports a backend.
+
+Each layer kind is one entry of :data:`BUILDERS` (kind -> builder of its
+Keras layers) and, where it owns variables, one of :data:`LEAVES` (the
+canonical leaf of each Keras weight, in Keras's order); ``LAYER_KINDS`` is
+what the plugins declare in ``FrameworkInfo.layer_kinds``.  The token kinds'
+layers live in :mod:`amp_suite_plugins.keras.token_layers`.  A token workload
+takes int32 ids, ``(batch, context)``, and gives ``(batch, context, vocab)``
+logits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from amp_suite.errors import UnsupportedError
 from amp_suite.records import LayerSpec, Workload
 from amp_suite.workloads.layers import iter_layers, walk
 
@@ -48,55 +59,151 @@ def _mask_input(keras: Any, item: Any, dtype: str) -> Any:
     return keras.Input(shape=shape, name=f"{item.layer.name}_mask", optional=True, dtype=dtype)
 
 
-def apply_layers(keras: Any, specs: tuple[LayerSpec, ...], x: Any, synchronized: bool = False,
-           masks: dict[str, Any] | None = None) -> Any:
-    """Translate the layer vocabulary into Keras functional calls on ``x``; ``masks``: dropout name -> mask input."""
-    from amp_suite_plugins.keras.parts import GlobalAveragePooling, HostDropout, UnbiasedBatchNormalization
+@dataclass(frozen=True)
+class Translation:
+    """What every kind's builder needs besides its spec and input: Keras, the build's switches, the mask inputs."""
 
-    layers = keras.layers
-    masks = masks or {}
+    keras: Any
+    synchronized: bool = False  # BatchNormalization(synchronized=True) (TensorFlow's data parallel)
+    masks: dict[str, Any] = field(default_factory=dict)  # dropout layer name -> its mask input
+    attention: str = "fused"  # the framework option: "fused" (keras.ops.dot_product_attention) or "reference"
+
+
+Builder = Callable[[Translation, LayerSpec, Any], Any]
+
+
+def _batch_norm(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.parts import UnbiasedBatchNormalization
+
+    # PyTorch's momentum 0.1 is Keras's 0.9 (the weight of the old value).
+    return UnbiasedBatchNormalization(momentum=1.0 - spec.momentum, epsilon=spec.epsilon, name=spec.name,
+                                      synchronized=t.synchronized)(x)
+
+
+def _residual(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    return t.keras.layers.Add()([apply_layers(t, spec.body, x), apply_layers(t, spec.shortcut, x)])
+
+
+def _multiply(t: Translation, spec: LayerSpec, x: Any) -> Any:  # squeeze-and-excitation: body(x) is (1, 1, c)
+    return t.keras.layers.Multiply()([x, apply_layers(t, spec.body, x)])
+
+
+def _dropout(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.parts import HostDropout
+
+    return HostDropout(per_sample=spec.per_sample, name=spec.name)(x, t.masks[spec.name])
+
+
+def _zero_pad(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    top, bottom, left, right = spec.pads
+    return t.keras.layers.ZeroPadding2D(((top, bottom), (left, right)))(x)
+
+
+def _global_avg_pool(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.parts import GlobalAveragePooling
+
+    return GlobalAveragePooling(keepdims=spec.keepdims)(x)
+
+
+def _dense(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    """Keras's Dense, on the last axis: features, or every token of a (n, t, f) tensor (float64 kept, see
+    token_layers.TokenDense)."""
+    from amp_suite_plugins.keras.token_layers import TokenDense
+
+    return TokenDense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
+
+
+def _patch_embed(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    """A Conv2D with kernel = stride = patch (HWIO kernel: the canonical layout), its NHWC output
+    reshaped to tokens in row-major order."""
+    p = spec.kernel_size
+    x = t.keras.layers.Conv2D(spec.features, p, strides=p, padding="valid", use_bias=spec.use_bias, name=spec.name)(x)
+    return t.keras.layers.Reshape((x.shape[1] * x.shape[2], spec.features), name=f"{spec.name}_tokens")(x)
+
+
+def _token_layer(name: str) -> Callable[[Translation, LayerSpec, Any], Any]:
+    """A builder of the parameterless-constructor layer ``name`` of :mod:`token_layers` (named by the spec)."""
+    def build(t: Translation, spec: LayerSpec, x: Any) -> Any:
+        from amp_suite_plugins.keras import token_layers
+
+        return getattr(token_layers, name)(name=spec.name or None)(x)
+    return build
+
+
+def _layer_norm(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.token_layers import TokenLayerNormalization
+
+    return TokenLayerNormalization(spec.epsilon, name=spec.name)(x)
+
+
+def _rms_norm(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.token_layers import TokenRMSNormalization
+
+    return TokenRMSNormalization(spec.epsilon, name=spec.name)(x)
+
+
+def _attention(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.token_layers import TokenAttention
+
+    return TokenAttention(spec.heads, spec.causal, t.attention, name=spec.name)(x)
+
+
+def _token_pool(t: Translation, spec: LayerSpec, x: Any) -> Any:
+    from amp_suite_plugins.keras.token_layers import ClassTokenPool, TokenMeanPool
+
+    return (TokenMeanPool() if spec.kind == "token_mean_pool" else ClassTokenPool())(x)
+
+
+# One entry per layer kind of the vocabulary (amp_suite.workloads.kinds): adding a kind is one entry here.
+BUILDERS: dict[str, Builder] = {
+    "conv2d": lambda t, spec, x: _conv(t.keras, spec, x),
+    "depthwise_conv2d": lambda t, spec, x: _conv(t.keras, spec, x),
+    "zero_pad": _zero_pad,
+    "batch_norm": _batch_norm,
+    "relu": lambda t, spec, x: t.keras.layers.ReLU()(x),
+    "relu6": lambda t, spec, x: t.keras.layers.ReLU(max_value=6.0)(x),
+    "swish": lambda t, spec, x: t.keras.layers.Activation("swish")(x),  # Keras's swish is x * sigmoid(x)
+    "sigmoid": lambda t, spec, x: t.keras.layers.Activation("sigmoid")(x),
+    "gelu": _token_layer("ExactGelu"),
+    "residual": _residual,
+    "multiply": _multiply,
+    "max_pool": lambda t, spec, x: t.keras.layers.MaxPooling2D(spec.window, strides=spec.stride)(x),
+    "avg_pool": lambda t, spec, x: t.keras.layers.AveragePooling2D(spec.window, strides=spec.stride)(x),
+    "global_avg_pool": _global_avg_pool,
+    "flatten": lambda t, spec, x: t.keras.layers.Flatten()(x),
+    "dense": _dense,
+    "dropout": _dropout,
+    "patch_embed": _patch_embed,
+    "class_token": _token_layer("ClassToken"),
+    "position_embedding": _token_layer("PositionEmbedding"),
+    # Keras's Embedding: the rows are looked up in the variable dtype and cast to the compute dtype.
+    "token_embedding": lambda t, spec, x: t.keras.layers.Embedding(spec.vocab_size, spec.features,
+                                                                   name=spec.name)(x),
+    "layer_norm": _layer_norm,
+    "rms_norm": _rms_norm,
+    "multi_head_attention": _attention,
+    "token_mean_pool": _token_pool,
+    "class_token_pool": _token_pool,
+}
+LAYER_KINDS = tuple(BUILDERS)
+
+
+def apply_layers(t: Translation, specs: tuple[LayerSpec, ...], x: Any) -> Any:
+    """Translate the layer vocabulary into Keras functional calls on ``x``, one table entry per kind."""
     for spec in specs:
-        kind = spec.kind
-        if kind in ("conv2d", "depthwise_conv2d"):
-            x = _conv(keras, spec, x)
-        elif kind == "batch_norm":
-            # PyTorch's momentum 0.1 is Keras's 0.9 (the weight of the old value).
-            x = UnbiasedBatchNormalization(momentum=1.0 - spec.momentum, epsilon=spec.epsilon, name=spec.name,
-                                           synchronized=synchronized)(x)
-        elif kind == "relu":
-            x = layers.ReLU()(x)
-        elif kind == "relu6":
-            x = layers.ReLU(max_value=6.0)(x)
-        elif kind in ("swish", "sigmoid"):  # Keras's swish is x * sigmoid(x)
-            x = layers.Activation(kind)(x)
-        elif kind == "residual":
-            body = apply_layers(keras, spec.body, x, synchronized, masks)
-            x = layers.Add()([body, apply_layers(keras, spec.shortcut, x, synchronized, masks)])
-        elif kind == "multiply":  # squeeze-and-excitation: body(x) is (1, 1, c), broadcast
-            x = layers.Multiply()([x, apply_layers(keras, spec.body, x, synchronized, masks)])
-        elif kind == "dropout":
-            x = HostDropout(per_sample=spec.per_sample, name=spec.name)(x, masks[spec.name])
-        elif kind == "zero_pad":
-            top, bottom, left, right = spec.pads
-            x = layers.ZeroPadding2D(((top, bottom), (left, right)))(x)
-        elif kind == "max_pool":
-            x = layers.MaxPooling2D(spec.window, strides=spec.stride)(x)
-        elif kind == "avg_pool":
-            x = layers.AveragePooling2D(spec.window, strides=spec.stride)(x)
-        elif kind == "global_avg_pool":
-            x = GlobalAveragePooling(keepdims=spec.keepdims)(x)
-        elif kind == "flatten":
-            x = layers.Flatten()(x)
-        elif kind == "dense":
-            x = layers.Dense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
-        else:
-            raise ValueError(f"keras plugin cannot build layer kind {kind!r}")
+        builder = BUILDERS.get(spec.kind)
+        if builder is None:
+            raise UnsupportedError(f"the Keras plugins cannot build layer kind {spec.kind!r}; they build: "
+                                   f"{', '.join(LAYER_KINDS)}")
+        x = builder(t, spec, x)
     return x
 
 
 # canonical leaf -> Keras weight position, per layer kind (Keras orders a layer's weights so)
 LEAVES = {"conv2d": ("w", "b"), "depthwise_conv2d": ("w", "b"), "dense": ("w", "b"),
-           "batch_norm": ("scale", "offset", "mean", "var")}
+          "batch_norm": ("scale", "offset", "mean", "var"), "patch_embed": ("w", "b"), "class_token": ("token",),
+          "position_embedding": ("table",), "token_embedding": ("table",), "layer_norm": ("scale", "offset"),
+          "rms_norm": ("scale",), "multi_head_attention": ("qkv_w", "qkv_b", "out_w", "out_b")}
 
 
 def named_layers(workload: Workload) -> dict[str, LayerSpec]:
@@ -108,17 +215,31 @@ def dropouts(workload: Workload) -> list[Any]:
     return [item for item in walk(workload.layers, workload.input_shape) if item.layer.kind == "dropout"]
 
 
-def build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
-                       synchronized: bool = False, stored_dtype: str = "float32") -> Any:
-    """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`_inputs`).
+def input_dtype(workload: Workload, stored_dtype: str) -> str:
+    """The model input's dtype: int32 token ids for a token workload, else images in ``stored_dtype``."""
+    return "int32" if workload.tokens else stored_dtype
 
-    ``stored_dtype`` is the dtype of the inputs and the logits (float64 under fp64).
+
+def input_array(images: np.ndarray, stored_dtype: str) -> np.ndarray:
+    """A batch's model input as the model takes it: token ids stay integers, images become ``stored_dtype``."""
+    array = np.asarray(images)
+    return array if np.issubdtype(array.dtype, np.integer) else np.asarray(array, dtype=stored_dtype)
+
+
+def build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
+                       synchronized: bool = False, stored_dtype: str = "float32", attention: str = "fused") -> Any:
+    """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`model_inputs`).
+
+    ``stored_dtype`` is the dtype of image inputs and of the logits (float64
+    under fp64); a token workload takes int32 ids.  ``attention`` picks the
+    implementation of ``multi_head_attention`` (the framework option).
     """
-    inputs = keras.Input(shape=workload.input_shape, dtype=stored_dtype)
+    inputs = keras.Input(shape=workload.input_shape, dtype=input_dtype(workload, stored_dtype))
     masks = {item.layer.name: _mask_input(keras, item, stored_dtype) for item in dropouts(workload)}
+    translation = Translation(keras, synchronized, masks, attention)
     # Logits leave the mixed-precision region in float32 (float64 under fp64).
     outputs = keras.layers.Activation("linear", dtype=stored_dtype, name="logits_float32")(
-        apply_layers(keras, workload.layers, inputs, synchronized, masks))
+        apply_layers(translation, workload.layers, inputs))
     model = keras.Model([inputs, *masks.values()] if masks else inputs, outputs, name=workload.name)
     # Canonical layouts are Keras's own: HWIO kernels, (in, out) dense, NHWC flatten.
     for name, spec in named_layers(workload).items():
@@ -126,6 +247,12 @@ def build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.nd
         layer = model.get_layer(name)
         layer.set_weights([np.asarray(variables[f"{name}/{leaf}"], layer.variable_dtype) for leaf in leaves])
     return model
+
+
+def keras_variables(keras_model: Any, named: dict[str, LayerSpec]) -> dict[str, Any]:
+    """The Keras variable of every canonical variable name (``layer/leaf``)."""
+    return {f"{name}/{leaf}": variable for name, spec in named.items()
+            for leaf, variable in zip(LEAVES[spec.kind], keras_model.get_layer(name).weights, strict=False)}
 
 
 def read_variables(keras_model: Any, named: dict[str, LayerSpec], stored_dtype: str) -> dict[str, np.ndarray]:
@@ -136,3 +263,12 @@ def read_variables(keras_model: Any, named: dict[str, LayerSpec], stored_dtype: 
         for leaf, value in zip(LEAVES[spec.kind], values, strict=False):
             out[f"{name}/{leaf}"] = np.asarray(value, dtype=stored_dtype)
     return out
+
+
+def undecayed_variables(keras_model: Any, workload: Workload) -> list[Any]:
+    """The Keras variables AdamW must not decay: those whose ``VariableSpec.decay`` is false."""
+    from amp_suite.workloads.workload import variable_specs
+
+    decayed = {spec.name for spec in variable_specs(workload) if spec.decay}
+    return [variable for name, variable in keras_variables(keras_model, named_layers(workload)).items()
+            if name not in decayed]

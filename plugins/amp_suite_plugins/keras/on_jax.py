@@ -66,17 +66,29 @@ from amp_suite.records import (
 from amp_suite.schema import Field
 from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
 from amp_suite_plugins.keras.backends import (
+    ATTENTION_OPTION,
     PROBE_BACKEND_ENV,
+    attention_notes,
+    attention_of,
     import_keras,
     make_training_optimizer,
     mean_cross_entropy,
     set_policy,
 )
-from amp_suite_plugins.keras.model import build_keras_model, dropouts, model_inputs, named_layers, read_variables
+from amp_suite_plugins.keras.model import (
+    LAYER_KINDS,
+    build_keras_model,
+    dropouts,
+    input_array,
+    model_inputs,
+    named_layers,
+    read_variables,
+)
 
 NAME = "keras@jax"
 OPTIONS = {
     "jit_compile": FrameworkOption(Field(bool), True, "compile the train step with XLA (jax.jit); false: op by op"),
+    "attention": ATTENTION_OPTION,
 }
 
 
@@ -92,6 +104,7 @@ def framework_info() -> FrameworkInfo:
         distributions=("keras", "jax"),
         launcher="process",  # one worker drives every device of the machine
         options=OPTIONS,
+        layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.jax.calibration",
     )
@@ -99,6 +112,20 @@ def framework_info() -> FrameworkInfo:
 
 def _jit(run: RunSpec) -> bool:
     return bool(run.options.get("jit_compile", OPTIONS["jit_compile"].default))
+
+
+def _attention(run: RunSpec, device: DeviceInfo, applied: PrecisionApplied) -> str:
+    """The attention that runs: the option's, except fused float16 on a CPU, which JAX cannot run.
+
+    ``jax.nn.dot_product_attention`` asks XLA for float16 inputs with float32
+    accumulation (``preferred_element_type``), which XLA's CPU ``dot_general``
+    refuses ("precision F16_F16_F32 is not supported"); there the reference
+    implementation runs, and the notes say so.
+    """
+    attention = attention_of(run)
+    if attention == "fused" and device.kind == "cpu" and applied.compute_dtype == "float16":
+        return "reference"
+    return attention
 
 
 @dataclass
@@ -146,7 +173,11 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     jax.config.update("jax_default_matmul_precision", matmul)
     import keras
 
-    notes = set_policy(keras, run, applied) + (
+    fallback: tuple[str, ...] = ()
+    if _attention(run, device, applied) != attention_of(run):
+        fallback = ("attention_fallback=reference: jax.nn.dot_product_attention cannot run float16 on a CPU "
+                    "(XLA's CPU dot_general has no float16 x float16 -> float32)",)
+    notes = set_policy(keras, run, applied) + attention_notes(keras, run, applied) + fallback + (
         f"jax_default_matmul_precision={matmul}",
         f"jit_compile={_jit(run)} ({'XLA through jax.jit' if _jit(run) else 'op by op, no XLA program'})",
     )
@@ -176,8 +207,9 @@ def build_model(
     stored = applied.output_dtype
     target = _device(jax, device)
     with jax.default_device(target):
-        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
-        optimizer = make_training_optimizer(keras, run, workload, applied)
+        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
+                                  attention=_attention(run, device, applied))
+        optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
     loss_scaled = applied.loss_scaling == "dynamic"
     scale_index = ([id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
@@ -315,7 +347,7 @@ def predict(run: RunSpec, model: KerasJaxModel, images: np.ndarray, training: bo
     import jax
     import keras
 
-    x = jax.device_put(np.asarray(images, dtype=model.stored_dtype), model.device)
+    x = jax.device_put(input_array(images, model.stored_dtype), model.device)
     trainable, non_trainable, _ = _local(model, model.state)
     # Stateless: a training-mode call's moved statistics are dropped, not written back.
     logits, _ = model.model.stateless_call(trainable, non_trainable, model_inputs(model.mask_names, x, None),

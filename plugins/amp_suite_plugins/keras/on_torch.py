@@ -59,18 +59,30 @@ from amp_suite.records import (
 )
 from amp_suite.schema import Field
 from amp_suite_plugins.keras.backends import (
+    ATTENTION_OPTION,
     PROBE_BACKEND_ENV,
+    attention_notes,
+    attention_of,
     import_keras,
     make_training_optimizer,
     mean_cross_entropy,
     set_policy,
 )
-from amp_suite_plugins.keras.model import build_keras_model, dropouts, model_inputs, named_layers, read_variables
+from amp_suite_plugins.keras.model import (
+    LAYER_KINDS,
+    build_keras_model,
+    dropouts,
+    input_array,
+    model_inputs,
+    named_layers,
+    read_variables,
+)
 
 NAME = "keras@torch"
 OPTIONS = {
     "jit_compile": FrameworkOption(Field(bool), False, "wrap the train step in torch.compile (TorchInductor; Keras's "
                                    "jit_compile=True on PyTorch); false: eager, Keras's own default here"),
+    "attention": ATTENTION_OPTION,
 }
 
 
@@ -85,6 +97,7 @@ def framework_info() -> FrameworkInfo:
         env={"KERAS_BACKEND": "torch", PROBE_BACKEND_ENV: "torch"},
         distributions=("keras", "torch"),
         options=OPTIONS,
+        layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.torch.calibration",
     )
@@ -136,7 +149,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    notes = set_policy(keras, run, applied) + (
+    notes = set_policy(keras, run, applied) + attention_notes(keras, run, applied) + (
         f"allow_tf32={tf32}", f"float32_matmul_precision={torch.get_float32_matmul_precision()}",
         f"jit_compile={_jit(run)} ({'torch.compile of the train step' if _jit(run) else 'eager'}; "
         "no XLA on the PyTorch backend)",
@@ -155,8 +168,9 @@ def build_model(
     stored = applied.output_dtype
     device_name = "cuda:0" if device.kind == "gpu" else "cpu"
     with keras.device(device_name):
-        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
-        optimizer = make_training_optimizer(keras, run, workload, applied)
+        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
+                                  attention=attention_of(run))
+        optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
     loss_scaled = applied.loss_scaling == "dynamic"
     mask_names = tuple(item.layer.name for item in dropouts(workload))
@@ -234,7 +248,7 @@ def predict(run: RunSpec, model: KerasTorchModel, images: np.ndarray, training: 
     import torch
 
     with keras.device(model.device_name), torch.no_grad():
-        x = torch.as_tensor(np.asarray(images, dtype=model.stored_dtype)).to(model.device_name)
+        x = torch.as_tensor(input_array(images, model.stored_dtype)).to(model.device_name)
         if not training:
             logits = model.model(model_inputs(model.mask_names, x, None), training=False)
             return np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(logits, model.stored_dtype)))

@@ -20,6 +20,7 @@ the host's dropout masks instead of drawing its own):
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import keras
@@ -108,10 +109,20 @@ class HostDropout(keras.layers.Layer):
 
 
 class _SuiteOptimizer(keras.optimizers.Optimizer):
-    """Shared part: the gradient with weight decay added, as ``torch.optim`` does."""
+    """Shared part: the gradient with weight decay added, as ``torch.optim`` does.
+
+    ``clip_norm`` is Keras's own ``global_clipnorm`` (``clip_by_global_norm``
+    in the base optimizer's ``apply``, before weight decay and the update).
+    Inside a ``LossScaleOptimizer`` that clip sees the unscaled gradients:
+    the loss-scale optimizer divides them by its scale, then calls this
+    optimizer's ``apply`` (``_stateful_handle_finite_grads`` and
+    ``stateless_apply`` in ``keras/src/optimizers/loss_scale_optimizer.py``),
+    and refuses a ``global_clipnorm`` of its own.
+    """
 
     def __init__(self, spec: OptimizerSpec, learning_rate: Any, **kwargs: Any) -> None:
-        super().__init__(learning_rate=learning_rate, name=f"suite_{spec.name}", **kwargs)
+        super().__init__(learning_rate=learning_rate, name=f"suite_{spec.name}",
+                         global_clipnorm=spec.clip_norm or None, **kwargs)
         self.spec = spec
         # True when the train step hands over gradients already all-reduced over the replicas.
         self.gradients_reduced = False
@@ -182,13 +193,65 @@ class SuiteAdam(_SuiteOptimizer):
         self.assign_sub(variable, lr * m_hat / (ops.sqrt(v_hat) + self.spec.epsilon))
 
 
-OPTIMIZERS = {"sgd": SuiteSGD, "rmsprop": SuiteRMSprop, "adam": SuiteAdam}
+class SuiteAdamW(SuiteAdam):
+    """Adam with decoupled weight decay: ``w <- w - lr * (m_hat / (sqrt(v_hat) + eps) + weight_decay * w)``.
+
+    The decay is Keras's own (the base optimizer's ``weight_decay``: ``w -= w *
+    weight_decay * lr`` before the Adam update, at the same step's rate), and
+    so is the mask: ``exclude_from_weight_decay(var_list=...)`` with the
+    variables whose ``VariableSpec.decay`` is false.  ``keras.optimizers.AdamW``
+    itself is not used because its Adam adds epsilon to the uncorrected root,
+    unlike PyTorch, optax and the suite (see the module's docstring).
+    """
+
+    def __init__(self, spec: OptimizerSpec, learning_rate: Any, **kwargs: Any) -> None:
+        super().__init__(spec, learning_rate, weight_decay=spec.weight_decay or None, **kwargs)
+
+    def _decayed(self, gradient: Any, variable: Any) -> Any:
+        return ops.cast(gradient, variable.dtype)  # decoupled: the base optimizer decays the variable itself
 
 
-def make_optimizer(spec: OptimizerSpec) -> keras.optimizers.Optimizer:
-    """The suite's optimizer for ``spec``, with its learning-rate schedule."""
+class WarmupCosine(keras.optimizers.schedules.LearningRateSchedule):
+    """``learning_rate_at`` of ``warmup_cosine``: ``lr * step / warmup`` while ``step < warmup``, then a cosine
+    from ``lr`` to 0 over the remaining ``decay_steps - warmup`` steps (``lr`` throughout when none remain)."""
+
+    def __init__(self, learning_rate: float, warmup_steps: int, decay_steps: int) -> None:
+        self.learning_rate, self.warmup_steps, self.decay_steps = learning_rate, warmup_steps, decay_steps
+
+    def __call__(self, step: Any) -> Any:
+        dtype = keras.config.floatx()
+        step = ops.cast(step, dtype)
+        lr = ops.cast(self.learning_rate, dtype)
+        rest = self.decay_steps - self.warmup_steps
+        if rest > 0:
+            t = ops.minimum(step - self.warmup_steps, float(rest)) / float(rest)
+            decayed = lr * 0.5 * (1.0 + ops.cos(math.pi * t))
+        else:
+            decayed = lr
+        if self.warmup_steps <= 0:
+            return decayed
+        return ops.where(step < self.warmup_steps, lr * step / float(self.warmup_steps), decayed)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps,
+                "decay_steps": self.decay_steps}
+
+
+OPTIMIZERS = {"sgd": SuiteSGD, "rmsprop": SuiteRMSprop, "adam": SuiteAdam, "adamw": SuiteAdamW}
+
+
+def make_optimizer(spec: OptimizerSpec, not_decayed: list[Any] | None = None) -> keras.optimizers.Optimizer:
+    """The suite's optimizer for ``spec``, with its learning-rate schedule.
+
+    ``not_decayed``: the Keras variables AdamW leaves undecayed (``VariableSpec.decay`` false).
+    """
     learning_rate: Any = spec.learning_rate
     if spec.schedule == "cosine" and spec.decay_steps > 0:
         learning_rate = keras.optimizers.schedules.CosineDecay(spec.learning_rate, decay_steps=spec.decay_steps,
                                                                alpha=0.0)
-    return OPTIMIZERS[spec.name](spec, learning_rate)
+    elif spec.schedule == "warmup_cosine":
+        learning_rate = WarmupCosine(spec.learning_rate, spec.warmup_steps, spec.decay_steps)
+    optimizer = OPTIMIZERS[spec.name](spec, learning_rate)
+    if spec.name == "adamw" and not_decayed:
+        optimizer.exclude_from_weight_decay(var_list=not_decayed)
+    return optimizer

@@ -64,13 +64,16 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
-from amp_suite_plugins.keras.backends import import_keras, set_policy
+from amp_suite_plugins.keras.backends import ATTENTION_OPTION, attention_notes, attention_of, import_keras, set_policy
 from amp_suite_plugins.keras.model import (
+    LAYER_KINDS,
     build_keras_model,
     dropouts,
+    input_array,
     model_inputs,
     named_layers,
     read_variables,
+    undecayed_variables,
 )
 
 NAME = "keras"
@@ -78,6 +81,7 @@ NAME = "keras"
 OPTIONS = {
     "jit_compile": FrameworkOption(Field(bool), True, "compile the train step with XLA (jit_compile=True); "
                                    "false: a tf.function graph"),
+    "attention": ATTENTION_OPTION,
 }
 
 
@@ -93,6 +97,7 @@ def framework_info() -> FrameworkInfo:
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
         launcher="process",  # one worker per node drives every device of the node
         options=OPTIONS,
+        layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.doctor",
         calibration_probe="amp_suite_plugins.keras.calibration",
         # graph: tf.function without XLA (jit_compile=False); compiled: jit_compile=True.  The mode, when the sweep
@@ -163,7 +168,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     applied = standard_precision(run, device)
     tf32 = run.precision == "tf32"
     tf.config.experimental.enable_tensor_float_32_execution(tf32)
-    notes = set_policy(keras, run, applied) + (
+    notes = set_policy(keras, run, applied) + attention_notes(keras, run, applied) + (
         f"tensor_float_32_execution={tf.config.experimental.tensor_float_32_execution_enabled()}",
         f"jit_compile={_jit(run)} ({'XLA' if _jit(run) else 'a tf.function graph, no XLA'})",
     )
@@ -196,8 +201,9 @@ def build_model(
     device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
     stored = applied.output_dtype
     with tf.device(device_name):
-        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored)
-        optimizer = make_optimizer(workload.optimizer)
+        model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
+                                  attention=attention_of(run))
+        optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
         loss_scaled = applied.loss_scaling == "dynamic"
         if loss_scaled:
             optimizer = keras.optimizers.LossScaleOptimizer(
@@ -262,8 +268,9 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     loss_scaled = applied.loss_scaling == "dynamic"
     stored = applied.output_dtype
     with strategy.scope():
-        model = build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored)
-        inner = make_optimizer(workload.optimizer)
+        model = build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored,
+                                  attention=attention_of(run))
+        inner = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
         inner.gradients_reduced = True  # the step all-reduces the gradients itself
         optimizer = inner
         if loss_scaled:
@@ -277,6 +284,8 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
         with tf.GradientTape() as tape:
             logits = tf.cast(model(model_inputs(mask_names, images, masks), training=True), stored)
             per_example = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+            if workload.tokens:  # one loss per token: each example's is the mean over its tokens
+                per_example = tf.reduce_mean(per_example, axis=-1)
             loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
             target = optimizer.scale_loss(loss) if loss_scaled else loss
         return loss, tape.gradient(target, variables_)
@@ -393,7 +402,7 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
     import tensorflow as tf
 
     with tf.device(model.device_name):
-        x = tf.constant(np.asarray(images, dtype=model.stored_dtype))
+        x = tf.constant(input_array(images, model.stored_dtype))
         if not training:
             return model.predict_fn(x).numpy()
         # A training-mode call moves the moving statistics: put them back afterwards.

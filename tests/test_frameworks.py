@@ -21,18 +21,11 @@ pytestmark = pytest.mark.slow
 MNIST_CNN_PARAMS = 824_458
 
 
-@pytest.mark.xfail(strict=False, reason="until the framework plugins land")
-def _declares_every_layer_kind(self) -> None:
-    """The kit's kind check, expected to fail until each built-in plugin declares FrameworkInfo.layer_kinds."""
-    BackendConformance.test_declares_every_layer_kind(self)
-
-
 class TestTorchConformance(BackendConformance):
     framework = "torch"
     reference = ""  # the reference of the others
     compiles = False
     inspect = "layer_dtypes:of_torch"
-    test_declares_every_layer_kind = _declares_every_layer_kind
 
 
 class TestKerasConformance(BackendConformance):
@@ -40,7 +33,6 @@ class TestKerasConformance(BackendConformance):
     reference = "torch"
     param_count = MNIST_CNN_PARAMS
     inspect = "layer_dtypes:of_keras"
-    test_declares_every_layer_kind = _declares_every_layer_kind
 
 
 class TestJaxConformance(BackendConformance):
@@ -48,7 +40,6 @@ class TestJaxConformance(BackendConformance):
     reference = "torch"
     param_count = MNIST_CNN_PARAMS
     inspect = "layer_dtypes:of_jax"
-    test_declares_every_layer_kind = _declares_every_layer_kind
 
 
 class TestKerasOnJaxConformance(BackendConformance):
@@ -56,7 +47,6 @@ class TestKerasOnJaxConformance(BackendConformance):
     reference = "jax"  # the native framework of its backend
     param_count = MNIST_CNN_PARAMS
     inspect = "layer_dtypes:of_keras"
-    test_declares_every_layer_kind = _declares_every_layer_kind
 
 
 class TestKerasOnTorchConformance(BackendConformance):
@@ -65,7 +55,6 @@ class TestKerasOnTorchConformance(BackendConformance):
     param_count = MNIST_CNN_PARAMS
     inspect = "layer_dtypes:of_keras"
     compiles = False  # eager by default (jit_compile = false, Keras's own choice on PyTorch)
-    test_declares_every_layer_kind = _declares_every_layer_kind
 
 
 @pytest.mark.skipif(not framework_installed("torch"), reason="torch is not installed")

@@ -56,7 +56,6 @@ def test_the_conformance_kind_check_reads_the_plugins_declaration(monkeypatch):
     assert framework_info("bigram", ("bigramfw",)).name == "bigram"
 
 
-@pytest.mark.xfail(strict=False, reason="until the framework plugins land")
 @pytest.mark.parametrize("framework", BUILT_IN)
 def test_every_built_in_plugin_declares_every_kind(framework):
     frameworks = PluginHost().frameworks()

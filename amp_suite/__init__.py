@@ -10,8 +10,8 @@ The package owns the pluggy markers.  Plugins (built-in or third-party) write::
 
 and register their module through the ``amp_suite`` entry-point group.
 
-Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load`, :func:`amp_suite.compare` and
-:func:`amp_suite.equivalence` (see
+Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load`, :func:`amp_suite.compare`,
+:func:`amp_suite.equivalence` and :func:`amp_suite.learning_curves` (see
 :mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
 stays cheap and imports neither pandas nor a framework.
 """
@@ -29,11 +29,11 @@ hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 __all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load", "compare",
-           "equivalence"]
+           "equivalence", "learning_curves"]
 
 
 def __getattr__(name: str):
-    if name in ("run", "load", "compare", "equivalence"):
+    if name in ("run", "load", "compare", "equivalence", "learning_curves"):
         from amp_suite import api
 
         return getattr(api, name)

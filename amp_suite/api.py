@@ -183,3 +183,21 @@ def equivalence(directory: str | Path, *, margin: float | None = None, strict: b
                               margin if margin is not None else margin_of(environment))
     frame.attrs["out_dir"] = str(directory)
     return frame
+
+
+def learning_curves(directory: str | Path, *, strict: bool = True) -> pd.DataFrame:
+    """Every learning-curve point a sweep's cells stored (``curve_every``): one row per cell and point.
+
+    The columns are :data:`amp_suite.report.curves.POINT_COLUMNS` (``steps``,
+    ``val_loss``, ``val_accuracy`` beside the cell's workload, framework,
+    precision, seed and repeat); :func:`amp_suite.report.curves.curve_bands`
+    turns them into the median and min–max band over seeds the report shows.
+    """
+    from amp_suite.report.curves import curve_points
+    from amp_suite.sweep import request_checks
+
+    directory = request_checks.directory_path("directory", directory)
+    results, _ = load_results(directory, strict=request_checks.flag("strict", strict))
+    frame = curve_points(results)
+    frame.attrs["out_dir"] = str(directory)
+    return frame

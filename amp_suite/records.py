@@ -367,6 +367,7 @@ class RunSpec:
     batch_axis: bool = False
     learning_rate_rule: str = "unchanged"
     seed_axis: bool = False
+    curve_every: int | None = None  # learning-curve points every this many steps (0: each epoch's end); None: none
 
     @property
     def label(self) -> str:

@@ -263,3 +263,73 @@ def test_the_api_reads_a_sweeps_verdicts_and_refuses_a_bad_margin(tmp_path: Path
     narrow = amp_suite.equivalence(out, margin=0.05)
     assert narrow[narrow["figure"] == "val_accuracy"].iloc[0]["verdict"] == "inconclusive"
     assert "equivalence_margin must be > 0, got -1" in one_line_error(lambda: amp_suite.equivalence(out, margin=-1))
+
+
+# --- learning curves ---------------------------------------------------------------------------
+
+def test_the_curve_tracker_records_at_each_epochs_end_or_every_n_steps():
+    from amp_suite.cell.curve import CurveTracker
+    from amp_suite.cell.windows import Phase
+
+    phases = [Phase("warmup", e, 0, 2) for e in range(2)] + [Phase("window", e, 2, 6) for e in range(2)]
+    phases.sort(key=lambda p: (p.epoch, p.start))
+    figures = {"val_loss": 1.5, "val_accuracy": 0.5}
+    for every, expected in ((0, [6, 12]), (3, [6, 12]), (2, [2, 6, 8, 12]), (None, [])):
+        tracker = CurveTracker(every, 6)
+        for phase in phases:
+            if tracker.due(phase):
+                tracker.record(phase, figures)
+        assert [point[0] for point in tracker.points] == expected, every
+        assert tracker.figures() == ({} if every is None else
+                                     {"learning_curve": {"every_steps": every or 6, "points": tracker.points}})
+
+
+def curved(framework, precision, seed, points, repeat=0) -> CellResult:
+    result = seeded(framework, precision, seed, points[-1][2], points[-1][1], repeat=repeat)
+    result.metrics["learning_curve"] = {"every_steps": 10, "points": [list(p) for p in points]}
+    return result
+
+
+def test_curve_bands_are_the_median_and_range_over_seeds_with_repeats_averaged_first():
+    from amp_suite.report.curves import curve_bands, curve_lines, curve_points
+
+    results = [curved("torch", "fp32", 0, [(10, 1.0, 0.50), (20, 0.6, 0.80)]),
+               curved("torch", "fp32", 1, [(10, 1.2, 0.40), (20, 0.8, 0.70)]),
+               curved("torch", "fp32", 1, [(10, 1.4, 0.30), (20, 0.8, 0.70)], repeat=1),
+               curved("torch", "fp32", 2, [(10, 0.9, 0.60), (20, 0.5, 0.90)]),
+               curved("torch", "amp_bf16", 0, [(10, 1.0, 0.55)])]
+    points = curve_points(results)
+    assert len(points) == 9 and set(points["seed"]) == {0, 1, 2}
+    bands = curve_bands(points)
+    first = bands[(bands["precision"] == "fp32") & (bands["steps"] == 10)].iloc[0]
+    assert first["seeds"] == 3  # seed 1's two repeats are one seed: loss 1.3, accuracy 0.35
+    assert (first["val_loss_median"], first["val_loss_min"], first["val_loss_max"]) == pytest.approx((1.0, 0.9, 1.3))
+    assert (first["val_accuracy_min"], first["val_accuracy_max"]) == pytest.approx((0.35, 0.6))
+    assert list(bands["precision"]) == ["fp32", "fp32", "amp_bf16"]  # fp32 first, as in every table
+    lines = curve_lines(results)
+    assert "| torch | fp32 | 10 | 50.00% (35.00%–60.00%) | 1.0000 (0.9000–1.3000) | 3 |" in lines
+    assert curve_lines([seeded("torch", "fp32", 0, 0.9)]) == []
+
+
+def test_a_sweep_with_curve_every_stores_a_curve_per_cell_and_reports_it(tiny_config, tmp_path, clean_fake_env):
+    out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--steps", "3",
+                  "--epochs", "2", "--seeds", "2", "--curve-every", "0", "-q")
+    assert out.returncode == 0, out.stderr
+    stored = [json.loads(line) for line in (tmp_path / "out" / "results.jsonl").read_text().splitlines()]
+    for record in stored:
+        curve = record["metrics"]["learning_curve"]
+        assert curve["every_steps"] == 3 and [p[0] for p in curve["points"]] == [3, 6]
+        assert curve["points"][-1][1] == pytest.approx(record["metrics"]["val_loss"])  # the last point is the end
+    frame = amp_suite.learning_curves(tmp_path / "out")
+    assert len(frame) == 4 and list(frame["seed"]) == [0, 0, 1, 1]
+    assert "## Learning curves" in (tmp_path / "out" / "report.md").read_text()
+    bad = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--curve-every", "-1")
+    assert bad.returncode == 2 and "curve_every must be >= 0, got -1" in bad.stderr
+
+
+def test_the_html_report_has_the_verdicts_over_seeds():
+    from amp_suite.report.html import render_html
+
+    page = render_html(FIVE_SEEDS, ENVIRONMENT)
+    assert 'id="seeds-section"' in page and "equivalent (±0.5)" in page
+    assert 'id="seeds-section"' not in render_html([seeded("torch", "fp32", 0, 0.9)], {})

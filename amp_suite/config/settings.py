@@ -180,6 +180,11 @@ class SweepSettings:
         "seeds to sweep, a sweep axis like repeats: a list (0,1,2) or a count (5: seeds 0 to 4); each seed "
         "changes the initial weights and the data order, the same in every framework; unset: the one seed",
         compared=True, metavar="N|A,B", parse=parse_seeds)
+    curve_every: int | None = setting(
+        None, Field(int, minimum=0, maximum=1_000_000, optional=True),
+        "record validation loss and accuracy every N training steps, for learning curves (0: at each epoch's "
+        "end; unset: none); evaluated between phases, outside the timed windows", cell="curve_every",
+        compared=True, metavar="STEPS")
     equivalence_margin: float = setting(
         0.5, Field(float, above=0, maximum=100),
         "percentage points of validation accuracy within which an AMP precision counts as equivalent to fp32 "

@@ -32,6 +32,7 @@ from amp_suite.machine.noise import is_busy_flag
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figure_names, added_figures, added_figures_lines, column_name
+from amp_suite.report.curves import curve_lines
 from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
 from amp_suite.report.marks import NO_DIFFERENCE_MARK, NOISIER_MARK, TOO_WIDE, TOO_WIDE_MARK, ratio_text, too_wide
 from amp_suite.report.published import published_section
@@ -1133,6 +1134,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
                 target.to_markdown(index=False, disable_numparse=True), ""]
     out += seeds_lines(cells, margin_of(environment), table_text)
+    out += curve_lines(results, table_text)
     flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
     if not flagged.empty:
         out += ["## Measurement flags", "",

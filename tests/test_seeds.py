@@ -124,8 +124,8 @@ def test_resume_runs_only_the_seeds_not_run_yet(tiny_config, tmp_path, clean_fak
 # --- the verdict over seeds, through the report --------------------------------------------------
 
 def seeded(framework, precision, seed, accuracy, loss=0.3, *, repeat=0, workload="w", status="ok",
-           extra=None) -> CellResult:
-    metrics = {"throughput": 100.0, "peak_rss_bytes": 2**28, "val_accuracy": accuracy, "val_loss": loss,
+           extra=None, throughput=100.0) -> CellResult:
+    metrics = {"throughput": throughput, "peak_rss_bytes": 2**28, "val_accuracy": accuracy, "val_loss": loss,
                "final_loss": loss, "measurement_flags": [], **(extra or {})} if status == "ok" else {}
     return CellResult(key=f"{framework}/{workload}/{precision}/s{seed}/r{repeat}", framework=framework,
                       workload=workload, precision=precision, repeat=repeat, status=status,
@@ -174,7 +174,7 @@ def test_five_seeds_are_equivalent_with_the_hand_computed_interval():
     assert f"equivalent within ±0.5 pt: [{-half:+.2f}, {half:+.2f}] over 5 seeds" in verdict_block
     section = report.split("## Accuracy over seeds")[1].split("\n## ")[0]
     assert "| w | torch amp_bf16 | fp32 |" in section and "**equivalent** (±0.5)" in section
-    assert "- sweep:" not in report or "seeds 0, 1, 2, 3, 4" in report
+    assert "| framework | precision | seed | repeat | status |" in report.split("## Every run")[1]
 
 
 def test_a_margin_narrower_than_the_interval_makes_the_same_seeds_inconclusive():
@@ -194,6 +194,16 @@ def test_a_clear_drop_is_worse_and_the_loss_interval_says_higher():
     loss = frame[frame["figure"] == "val_loss"].iloc[0]
     assert accuracy["verdict"] == "worse" and accuracy["high"] < -0.5
     assert loss["verdict"] == "higher" and loss["low"] > 0 and math.isnan(loss["margin"])
+
+
+def test_a_faster_precision_that_is_worse_beyond_the_margin_says_so_in_its_sentence():
+    results = [cell for seed, (a, b) in enumerate([(0.90, 0.88), (0.91, 0.889), (0.92, 0.899), (0.93, 0.911)])
+               for cell in (seeded("torch", "fp32", seed, a, throughput=100.0 + seed),
+                            seeded("torch", "amp_bf16", seed, b, throughput=200.0 + seed))]
+    verdict = sweep_verdict(results, {})
+    (line,) = verdict.lines
+    assert line.faster and line.accuracy_verdict.startswith("worse within ±0.5 pt")
+    assert "-2.03 pt below fp32's (worse than fp32's beyond the equivalence margin" in verdict.frameworks[0].sentence
 
 
 def test_repeats_of_one_seed_are_averaged_before_pairing():

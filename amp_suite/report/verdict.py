@@ -262,11 +262,12 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> F
                     + (f"; {NO_DIFFERENCE_MARK} its interval contains 1.0" if NO_DIFFERENCE_MARK in best.marks
                        else "") + ")")
         chosen = BASELINE
+    worse = (best.accuracy_verdict or "").startswith("worse")  # over seeds, beyond the equivalence margin
     if chosen == best.precision and best.accuracy_delta_pt is not None \
-            and best.accuracy_delta_pt < -ACCURACY_CAUTION_PT:
+            and (worse or best.accuracy_delta_pt < -ACCURACY_CAUTION_PT):
         sentence += f", though its validation accuracy is {best.accuracy_delta_pt:+.2f} pt below fp32's"
-    elif chosen == best.precision and (best.accuracy_verdict or "").startswith("worse"):
-        sentence += ", though over the seeds its validation accuracy is worse than fp32's beyond the margin"
+        if worse:
+            sentence += " (worse than fp32's beyond the equivalence margin, over the seeds)"
     sentence += "."
     untrusted = [f"{line.precision} ({'; '.join(line.cautions)})" for line in measured
                  if line.cautions and not (line is best and best.faster)]  # the best's are named already

@@ -343,3 +343,21 @@ def test_the_html_report_has_the_verdicts_over_seeds():
     page = render_html(FIVE_SEEDS, ENVIRONMENT)
     assert 'id="seeds-section"' in page and "equivalent (±0.5)" in page
     assert 'id="seeds-section"' not in render_html([seeded("torch", "fp32", 0, 0.9)], {})
+
+
+def test_the_curve_chart_draws_a_band_per_precision_as_a_stable_png():
+    pytest.importorskip("matplotlib")
+    from amp_suite.report.curve_chart import curve_chart_png, curve_figure
+    from amp_suite.report.curves import curve_bands, curve_points
+
+    results = [curved("torch", precision, seed, [(10, 1.0 + seed / 10, 0.5 + seed / 20), (20, 0.6, 0.8)])
+               for precision in ("fp32", "amp_bf16") for seed in range(3)]
+    bands = curve_bands(curve_points(results))
+    figure = curve_figure(bands, "w")
+    accuracy_axes, loss_axes = figure.axes
+    assert [line.get_label() for line in accuracy_axes.lines] == ["torch fp32", "torch amp_bf16"]
+    assert list(accuracy_axes.lines[0].get_ydata()) == pytest.approx([55.0, 80.0])  # median over seeds, in %
+    assert len(accuracy_axes.collections) == 2 and len(loss_axes.collections) == 2  # one band per precision
+    png = curve_chart_png(bands, "w")
+    assert png is not None and png.startswith(b"\x89PNG") and png == curve_chart_png(bands, "w")
+    assert curve_chart_png(bands, "other") is None

@@ -227,6 +227,27 @@ def test_frameworks_are_compared_with_each_other_at_fp32_by_seed():
     assert "Frameworks against each other at fp32" in render_markdown(results, {})
 
 
+def test_frameworks_in_their_own_default_modes_are_still_compared_and_judged():
+    results = sweep_of([0.90, 0.91, 0.92], [0.90, 0.91, 0.92], "torch") \
+        + sweep_of([0.90, 0.91, 0.92], [0.90, 0.91, 0.92], "jax")
+    for result in results:  # what each framework reports as its default mode, without --modes
+        result.mode = "eager" if result.framework == "torch" else "compiled"
+    frame = equivalence_frame(results_frame(results, {}), 0.5)
+    assert len(frame[frame["comparison"] == "framework"]) == 2  # accuracy and loss, jax against torch
+    lines = sweep_verdict(results, {}).lines
+    assert all(line.accuracy_verdict.startswith("equivalent") for line in lines)
+
+
+def test_a_batch_axis_gives_a_verdict_per_batch_named_in_the_section():
+    small = sweep_of([0.90, 0.91, 0.92], [0.90, 0.91, 0.92])
+    large = sweep_of([0.90, 0.91, 0.92], [0.85, 0.86, 0.87])
+    for result in large:
+        result.config = {**result.config, "batch_size": 64}
+    section = render_markdown(small + large, {}).split("## Accuracy over seeds")[1].split("\n## ")[0]
+    assert "| w / batch 8 | torch amp_bf16 | fp32 | +0.00 [+0.00, +0.00] | **equivalent** (±0.5)" in section
+    assert "| w / batch 64 | torch amp_bf16 | fp32 | -5.00 [-5.00, -5.00] | **worse** (±0.5)" in section
+
+
 def test_one_seed_gives_no_verdict_and_no_section():
     results = [seeded("torch", "fp32", 0, 0.9), seeded("torch", "amp_bf16", 0, 0.88)]
     line = next(line for line in sweep_verdict(results, {}).lines if line.precision == "amp_bf16")

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 # The margin of a sweep that recorded none (an earlier version's): the setting's default.
 DEFAULT_MARGIN_PT = 0.5
 # Where a comparison happens, besides what is compared: a summary row's identity without framework and precision.
+# The mode counts only in a sweep with a mode axis (--modes): otherwise each framework ran its own default mode
+# (eager in PyTorch, a compiled step in JAX), and the frameworks are still compared.
 PLACE = ("workload", "device_kind", "devices", "mode", "batch_size")
 # Comparisons: an AMP precision against fp32 in one framework, or one framework against another at fp32.
 PRECISION, FRAMEWORK = "precision", "framework"
@@ -110,9 +112,15 @@ def per_seed(cells: pd.DataFrame, column: str) -> dict[tuple, dict[int, float]]:
         value = _number(getattr(row, column))
         if value is None:
             continue
-        key = (*(_place_value(name, getattr(row, name)) for name in PLACE), row.framework, row.precision)
+        key = (*_place(row._asdict()), row.framework, row.precision)
         runs.setdefault(key, {}).setdefault(int(row.seed), []).append(value)
     return {key: {seed: statistics.fmean(values) for seed, values in seeds.items()} for key, seeds in runs.items()}
+
+
+def _place(row: dict[str, Any]) -> tuple:
+    """The row's place (:data:`PLACE`): its mode only where the sweep named modes."""
+    return tuple("" if name == "mode" and not row.get("mode_axis") else _place_value(name, row.get(name))
+                 for name in PLACE)
 
 
 def _place_value(name: str, value: Any) -> Any:
@@ -220,7 +228,7 @@ def add_accuracy_equivalence(summary: pd.DataFrame, cells: pd.DataFrame, margin:
              if row.comparison == PRECISION and row.figure == "val_accuracy" and row.seeds >= 2}
     columns: dict[str, list[Any]] = {name: [] for name in SUMMARY_EQUIVALENCE_COLUMNS}
     for _, row in summary.iterrows():
-        key = (*(_place_value(name, row[name]) for name in PLACE), row["framework"], row["precision"])
+        key = (*_place(dict(row)), row["framework"], row["precision"])
         paired = found.get(key)
         columns["accuracy_seeds"].append(paired.seeds if paired else 0)
         columns["accuracy_difference_pt"].append(paired.mean if paired else math.nan)
@@ -263,7 +271,23 @@ def _interval_text(row: PairedFigure, digits: int) -> str:
     return f"{row.mean:+.{digits}f} [{row.low:+.{digits}f}, {row.high:+.{digits}f}]"
 
 
+def _where(row: PairedFigure, varying: set[str]) -> str:
+    """The workload, with the device kind, device count, mode and batch where the rows differ in them."""
+    parts = [row.workload]
+    if "device_kind" in varying:
+        parts.append(row.device_kind or "–")
+    if "devices" in varying:
+        parts.append(f"{row.devices} devices")
+    if "mode" in varying and row.mode:
+        parts.append(row.mode)
+    if "batch_size" in varying:
+        parts.append(f"batch {row.batch_size}")
+    return " / ".join(parts)
+
+
 def _table(rows: Iterable[PairedFigure], cell) -> list[str]:
+    rows = list(rows)
+    varying = {name for name in PLACE[1:] if len({getattr(row, name) for row in rows}) > 1}
     out = ["| workload | framework | against | accuracy, points (95% interval) | verdict | "
            "validation loss (95% interval) | loss | seeds |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     by_place: dict[tuple, dict[str, PairedFigure]] = {}
@@ -282,7 +306,7 @@ def _table(rows: Iterable[PairedFigure], cell) -> list[str]:
             verdict = f"**{accuracy.verdict}** (±{accuracy.margin:g})"
             if accuracy.verdict == "inconclusive" and accuracy.seeds_to_settle is not None:
                 verdict += f", about {accuracy.seeds_to_settle} seeds to settle"
-        out.append(f"| {cell(first.workload)} | {cell(what)} | {cell(against)} | "
+        out.append(f"| {cell(_where(first, varying))} | {cell(what)} | {cell(against)} | "
                    f"{_interval_text(accuracy, 2) if accuracy else 'n/a'} | {verdict} | "
                    f"{_interval_text(loss, 4) if loss else 'n/a'} | {loss.verdict if loss else 'n/a'} | "
                    f"{first.seeds} |")

@@ -175,6 +175,7 @@ def test_five_seeds_are_equivalent_with_the_hand_computed_interval():
     section = report.split("## Accuracy over seeds")[1].split("\n## ")[0]
     assert "| w | torch amp_bf16 | fp32 |" in section and "**equivalent** (±0.5)" in section
     assert "| framework | precision | seed | repeat | status |" in report.split("## Every run")[1]
+    assert "5 seeds, 0 to 4" in report.split("## Environment")[1].split("\n## ")[0]
 
 
 def test_a_margin_narrower_than_the_interval_makes_the_same_seeds_inconclusive():

@@ -57,7 +57,8 @@ def parse_seeds(text: str) -> tuple[int | str, ...]:
     """``0,1,2`` -> (0, 1, 2); ``5`` (one number, no comma) -> five seeds, (0, 1, 2, 3, 4).
 
     Anything that is not a number stays as written for the schema to refuse,
-    naming it; a count below 1 is refused there too.
+    naming it; a count below 1 or above :data:`~amp_suite.schema.MAX_COUNT`
+    is refused here, in one line.
     """
     values = tuple(int(p) if p.lstrip("-").isascii() and p.lstrip("-").isdigit() else p for p in parse_list(text))
     if len(values) == 1 and "," not in text and isinstance(values[0], int):

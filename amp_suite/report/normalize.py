@@ -1032,7 +1032,9 @@ def _seeds_text(settings: dict[str, Any]) -> str:
     """``seed 0``, or ``seeds 0, 1, 2`` for a sweep with a seed axis (``--seeds``)."""
     seeds = settings.get("seeds")
     if isinstance(seeds, (list, tuple)) and seeds:
-        return "seeds " + ", ".join(str(s) for s in seeds)
+        if len(seeds) > 3 and list(seeds) == list(range(len(seeds))):
+            return f"{len(seeds)} seeds, 0 to {len(seeds) - 1}"
+        return "seeds " + ", ".join(str(s) for s in seeds[:20]) + (", ..." if len(seeds) > 20 else "")
     return f"seed {settings.get('seed')}"
 
 

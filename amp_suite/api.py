@@ -76,7 +76,9 @@ def run(
     (``repeats="auto"``: as ``--repeats auto``),
     ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
     ``out``, the sweep axes ``modes`` (e.g. ``["eager", "compiled"]``) and
-    ``batch_sizes`` (e.g. ``[128, 512]``) with ``learning_rate_rule``,
+    ``batch_sizes`` (e.g. ``[128, 512]``) with ``learning_rate_rule``, and
+    ``seeds`` (a count, ``5``, or a list, ``[0, 1, 2]``) with
+    ``equivalence_margin`` and ``curve_every``,
     and the data-parallel ``devices`` (e.g. ``[1, 2]``),
     ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from
     ``preset`` (a ``[presets.NAME]`` table) when given, else from ``[defaults]`` (the packaged catalog's,

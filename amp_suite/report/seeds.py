@@ -271,17 +271,17 @@ def _interval_text(row: PairedFigure, digits: int) -> str:
     return f"{row.mean:+.{digits}f} [{row.low:+.{digits}f}, {row.high:+.{digits}f}]"
 
 
-def _where(row: PairedFigure, varying: set[str]) -> str:
+def _where(place: dict[str, Any], varying: set[str]) -> str:
     """The workload, with the device kind, device count, mode and batch where the rows differ in them."""
-    parts = [row.workload]
+    parts = [str(place["workload"])]
     if "device_kind" in varying:
-        parts.append(row.device_kind or "–")
+        parts.append(str(place["device_kind"] or "–"))
     if "devices" in varying:
-        parts.append(f"{row.devices} devices")
-    if "mode" in varying and row.mode:
-        parts.append(row.mode)
+        parts.append(f"{place['devices']} devices")
+    if "mode" in varying and place["mode"]:
+        parts.append(str(place["mode"]))
     if "batch_size" in varying:
-        parts.append(f"batch {row.batch_size}")
+        parts.append(f"batch {place['batch_size']}")
     return " / ".join(parts)
 
 
@@ -306,7 +306,7 @@ def _table(rows: Iterable[PairedFigure], cell) -> list[str]:
             verdict = f"**{accuracy.verdict}** (±{accuracy.margin:g})"
             if accuracy.verdict == "inconclusive" and accuracy.seeds_to_settle is not None:
                 verdict += f", about {accuracy.seeds_to_settle} seeds to settle"
-        out.append(f"| {cell(_where(first, varying))} | {cell(what)} | {cell(against)} | "
+        out.append(f"| {cell(_where(asdict(first), varying))} | {cell(what)} | {cell(against)} | "
                    f"{_interval_text(accuracy, 2) if accuracy else 'n/a'} | {verdict} | "
                    f"{_interval_text(loss, 4) if loss else 'n/a'} | {loss.verdict if loss else 'n/a'} | "
                    f"{first.seeds} |")
@@ -314,25 +314,26 @@ def _table(rows: Iterable[PairedFigure], cell) -> list[str]:
 
 
 def time_to_target_over_seeds(cells: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per workload, framework and precision with a target: the median time to target over seeds and its range.
+    """Per place, framework and precision with a target: the median time to target over seeds and its range.
 
     A seed's time is the mean of its repeats that reached the target; a seed
-    none of whose repeats reached it counts as not reached.
+    none of whose repeats reached it counts as not reached.  Each row has the
+    place's fields (:data:`PLACE`) beside ``framework`` and ``precision``.
     """
     if cells.empty or "target_accuracy" not in cells or "seed" not in cells:
         return []
     ok = cells[(cells["status"] == "ok") & cells["target_accuracy"].notna()]
+    groups: dict[tuple, dict[int, list[float]]] = {}
+    for row in ok.itertuples():
+        key = (*_place(row._asdict()), row.framework, row.precision)
+        seconds = _number(row.time_to_target_s) if bool(row.target_reached) else None
+        groups.setdefault(key, {}).setdefault(int(row.seed), []).extend([] if seconds is None else [seconds])
     out = []
-    for key, group in ok.groupby(["workload", "framework", "precision"], sort=False):
-        times: list[float] = []
-        for _, runs in group.groupby("seed"):
-            reached = runs[runs["target_reached"].fillna(False).astype(bool)]
-            seconds = [v for v in (_number(x) for x in reached["time_to_target_s"]) if v is not None]
-            if seconds:
-                times.append(statistics.fmean(seconds))
-        seeds = int(group["seed"].nunique())
-        out.append({"workload": key[0], "framework": key[1], "precision": key[2], "seeds": seeds,
-                    "reached": len(times), "median_s": statistics.median(times) if times else math.nan,
+    for key, seeds in groups.items():
+        times = [statistics.fmean(values) for values in seeds.values() if values]
+        out.append({**dict(zip(PLACE, key[:len(PLACE)], strict=True)), "framework": key[-2], "precision": key[-1],
+                    "seeds": len(seeds), "reached": len(times),
+                    "median_s": statistics.median(times) if times else math.nan,
                     "min_s": min(times) if times else math.nan, "max_s": max(times) if times else math.nan})
     return out
 
@@ -358,10 +359,11 @@ def seeds_lines(cells: pd.DataFrame, margin: float, cell=str) -> list[str]:
         out += ["Time to target accuracy over seeds (the median over seeds, min–max):", "",
                 "| workload | framework | precision | median time to target | range | seeds that reached it |",
                 "| --- | --- | --- | --- | --- | --- |"]
+        varying = {name for name in PLACE[1:] if len({row[name] for row in target}) > 1}
         for row in target:
             median = f"{row['median_s']:.3g} s" if row["reached"] else "not reached"
             spread = f"{row['min_s']:.3g}–{row['max_s']:.3g} s" if row["reached"] else "–"
-            out.append(f"| {cell(row['workload'])} | {cell(row['framework'])} | {cell(row['precision'])} | {median} "
+            out.append(f"| {cell(_where(row, varying))} | {cell(row['framework'])} | {cell(row['precision'])} | {median} "
                        f"| {spread} | {row['reached']} of {row['seeds']} |")
         out.append("")
     return out

@@ -12,7 +12,8 @@ them imports this root).  Plugins (built-in or third-party) write::
 
 and register their module through the ``amp_suite`` entry-point group.
 
-Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load` and :func:`amp_suite.compare` (see
+Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load`, :func:`amp_suite.compare`,
+:func:`amp_suite.equivalence` and :func:`amp_suite.learning_curves` (see
 :mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
 stays cheap and imports neither pandas nor a framework.  The root is the top
 of the layering (docs/architecture.md): it may import any module, and no
@@ -23,11 +24,12 @@ from __future__ import annotations
 
 from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookimpl, hookspec
 
-__all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load", "compare"]
+__all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load", "compare",
+           "equivalence", "learning_curves"]
 
 
 def __getattr__(name: str):
-    if name in ("run", "load", "compare"):
+    if name in ("run", "load", "compare", "equivalence", "learning_curves"):
         from amp_suite import api
 
         return getattr(api, name)

@@ -7,8 +7,9 @@ For notebooks::
     df = amp_suite.run(frameworks=["torch"], precisions=["fp32", "amp_bf16"], steps=20)
     df[["framework", "precision", "throughput", "val_accuracy"]]
     df = amp_suite.load("amp-suite-results")
+    amp_suite.equivalence("amp-suite-results")   # a sweep with --seeds: AMP - fp32 over seeds, verdicts
 
-Both return one row per cell with the columns of ``results.csv``
+``run`` and ``load`` return one row per cell with the columns of ``results.csv``
 (:data:`amp_suite.report.normalize.CELL_COLUMNS` and the figures the report derives).
 ``amp-suite run`` is built on the same engine (:func:`amp_suite.sweep.engine.sweep`),
 so the command line and the API check the same inputs, hold the same output
@@ -75,7 +76,9 @@ def run(
     (``repeats="auto"``: as ``--repeats auto``),
     ``val_split``, ``data_dir``, ``download``, ``synthetic_fallback``,
     ``out``, the sweep axes ``modes`` (e.g. ``["eager", "compiled"]``) and
-    ``batch_sizes`` (e.g. ``[128, 512]``) with ``learning_rate_rule``,
+    ``batch_sizes`` (e.g. ``[128, 512]``) with ``learning_rate_rule``, and
+    ``seeds`` (a count, ``5``, or a list, ``[0, 1, 2]``) with
+    ``equivalence_margin`` and ``curve_every``,
     and the data-parallel ``devices`` (e.g. ``[1, 2]``),
     ``sync_batch_norm``, ``nnodes``, ``node_rank``, ``coordinator``.  Anything not given comes from
     ``preset`` (a ``[presets.NAME]`` table) when given, else from ``[defaults]`` (the packaged catalog's,
@@ -154,5 +157,49 @@ def load(directory: str | Path, *, price_per_hour: float | None = None,
     if cost:
         environment["cost"] = cost
     frame = results_table(results, environment)
+    frame.attrs["out_dir"] = str(directory)
+    return frame
+
+
+def equivalence(directory: str | Path, *, margin: float | None = None, strict: bool = True) -> pd.DataFrame:
+    """A sweep's paired differences over seeds and their verdicts, one row per comparison and figure.
+
+    For every workload, framework and AMP precision, the difference AMP −
+    fp32 of validation accuracy (points) and of the final validation loss,
+    paired by seed, with its 95% interval and verdict; then each framework
+    against the sweep's first at fp32.  The columns are
+    :data:`amp_suite.report.seeds.EQUIVALENCE_COLUMNS`; ``margin`` (percentage
+    points) replaces the sweep's ``equivalence_margin``.  See
+    :mod:`amp_suite.report.seeds`.
+    """
+    from amp_suite.config.settings import SETTINGS_FIELDS
+    from amp_suite.report.seeds import equivalence_frame, margin_of
+    from amp_suite.schema import check_value
+    from amp_suite.sweep import request_checks
+
+    if margin is not None:
+        margin = check_value("equivalence_margin", margin, SETTINGS_FIELDS["equivalence_margin"])
+    directory = request_checks.directory_path("directory", directory)
+    results, environment = load_results(directory, strict=request_checks.flag("strict", strict))
+    frame = equivalence_frame(results_table(results, environment),
+                              margin if margin is not None else margin_of(environment))
+    frame.attrs["out_dir"] = str(directory)
+    return frame
+
+
+def learning_curves(directory: str | Path, *, strict: bool = True) -> pd.DataFrame:
+    """Every learning-curve point a sweep's cells stored (``curve_every``): one row per cell and point.
+
+    The columns are :data:`amp_suite.report.curves.POINT_COLUMNS` (``steps``,
+    ``val_loss``, ``val_accuracy`` beside the cell's workload, framework,
+    precision, seed and repeat); :func:`amp_suite.report.curves.curve_bands`
+    turns them into the median and min–max band over seeds the report shows.
+    """
+    from amp_suite.report.curves import curve_points
+    from amp_suite.sweep import request_checks
+
+    directory = request_checks.directory_path("directory", directory)
+    results, _ = load_results(directory, strict=request_checks.flag("strict", strict))
+    frame = curve_points(results)
     frame.attrs["out_dir"] = str(directory)
     return frame

@@ -12,7 +12,9 @@ The two sweeps ran apart, so nothing pairs their repeats: each side is a log
 mean with the variance of that mean (:class:`~amp_suite.report.intervals.LogEstimate`)
 and the ratio's interval is Welch's t-interval on the difference of the log
 means.  Each side's spread comes from its repeats (two or more fresh
-processes); a side with one repeat falls back on the spread of its process's
+processes) and, in a sweep with seeds, from its seeds: a seed is one more
+run of the same cell, so accuracy's spread over seeds is part of its
+interval.  A side with one run falls back on the spread of its process's
 timed windows, which misses the process-to-process variation and is said so.
 A speed-up's repeats are the paired per-repeat ratios of that sweep.  A ratio
 whose interval contains 1.0 is "no measurable difference"; where either
@@ -91,10 +93,16 @@ def _cell_key(result: CellResult) -> tuple[str, str, str, int, str, str, int]:
 
 @dataclass
 class Side:
-    """One sweep's figures of one cell: per repeat, and the timed windows of each repeat."""
+    """One sweep's figures of one cell: per run (seed, repeat), and the timed windows of each run."""
 
-    figures: dict[str, dict[int, float]] = field(default_factory=dict)
-    windows: dict[int, list[float]] = field(default_factory=dict)
+    figures: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
+    windows: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+
+
+def _run_of(result: CellResult) -> tuple[int, int]:
+    """(seed, repeat): the run of a cell; a sweep's seeds are runs of one cell, as its repeats are."""
+    seed = (result.config or {}).get("seed", 0)
+    return (seed if isinstance(seed, int) and not isinstance(seed, bool) else 0, int(result.repeat))
 
 
 def _sides(results: list[CellResult]) -> dict[tuple, Side]:
@@ -110,14 +118,14 @@ def _sides(results: list[CellResult]) -> dict[tuple, Side]:
                            ("tokens_per_s", _num(m.get("tokens_per_s"))),
                            ("val_bits_per_char", None if synthetic else _num(m.get("val_bits_per_char")))):
             if value is not None:
-                side.figures.setdefault(key, {})[int(r.repeat)] = value
+                side.figures.setdefault(key, {})[_run_of(r)] = value
         windows = [w for w in (_num(x) for x in (m.get("window_throughputs") or [])) if w]
         if windows:
-            side.windows[int(r.repeat)] = windows
+            side.windows[_run_of(r)] = windows
     return out
 
 
-def _median(values: dict[int, float]) -> float:
+def _median(values: dict[tuple[int, int], float]) -> float:
     return float(pd.Series(list(values.values()), dtype=float).median()) if values else math.nan
 
 

@@ -231,7 +231,8 @@ class SweepProgress:
         pool = f" on {run.pool}" if run.pool else ""
         mode = f" {run.mode}" if getattr(run, "mode", "") else ""
         batch = f" batch {run.batch_size}" if getattr(run, "batch_axis", False) else ""
-        label = (f"[{index}/{total}] {run.workload} {run.label}{pool} {run.precision}{mode}{batch}{devices} "
+        seed = f" seed {run.seed}" if getattr(run, "seed_axis", False) else ""
+        label = (f"[{index}/{total}] {run.workload} {run.label}{pool} {run.precision}{mode}{batch}{devices}{seed} "
                  f"r{run.repeat}")
         with self.lock:
             self._clear()

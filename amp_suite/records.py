@@ -320,7 +320,8 @@ class RunSpec:
     sweep has a batch-size axis (``--batch-sizes``): the key then names the
     batch size.  ``learning_rate_rule`` is how the workload's learning rate
     was scaled to ``batch_size`` (:data:`amp_suite.modes.LEARNING_RATE_RULES`;
-    the host scales it before the cell starts).
+    the host scales it before the cell starts).  ``seed_axis`` says the sweep
+    has a seed axis (``--seeds``): the key then names the seed.
     """
 
     framework: str
@@ -365,6 +366,8 @@ class RunSpec:
     mode: str = ""
     batch_axis: bool = False
     learning_rate_rule: str = "unchanged"
+    seed_axis: bool = False
+    curve_every: int | None = None  # learning-curve points every this many steps (0: each epoch's end); None: none
 
     @property
     def label(self) -> str:
@@ -377,14 +380,16 @@ class RunSpec:
 
         One-device cells keep the key they always had; a data-parallel cell
         adds its device count (``torch/mnist_cnn/fp32/d2/r0``), a cell of a
-        mode sweep its mode and one of a batch-size sweep its batch
-        (``torch/mnist_cnn/fp32/compiled/b512/r0``).
+        mode sweep its mode, one of a batch-size sweep its batch
+        (``torch/mnist_cnn/fp32/compiled/b512/r0``) and one of a seed sweep its
+        seed (``torch/mnist_cnn/fp32/s3/r0``).
         """
         mode = f"{self.mode}/" if self.mode else ""
         batch = f"b{self.batch_size}/" if self.batch_axis else ""
         devices = f"d{self.devices}/" if self.devices != 1 else ""
         pool = f"pool-{self.pool}/" if self.pool else ""
-        return f"{self.label}/{self.workload}/{self.precision}/{mode}{batch}{devices}{pool}r{self.repeat}"
+        seed = f"s{self.seed}/" if self.seed_axis else ""
+        return f"{self.label}/{self.workload}/{self.precision}/{mode}{batch}{devices}{pool}{seed}r{self.repeat}"
 
     @property
     def distributed(self) -> bool:

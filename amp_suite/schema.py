@@ -26,6 +26,8 @@ from amp_suite.errors import UsageError
 # Longest name of a workload, framework or precision.
 NAME_CHARS = 64
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]*")
+# The largest count a ``count`` field takes as one integer (``seeds = 5``).
+MAX_COUNT = 10_000
 # Longest text value shown back in an error message.
 SHOWN_CHARS = 60
 
@@ -45,7 +47,9 @@ class Field:
     string of ``choices``); a single value is taken as a list of one.  With
     ``names``, every string must be a valid name (:func:`check_name`); lists
     must then be non-empty and without duplicates.  Strings, and lists of
-    integers, must not be empty unless ``empty`` allows it.
+    integers, must not be empty unless ``empty`` allows it.  With ``count``, a
+    single integer ``N`` (not in a list) of an ``items=int`` list stands for
+    ``0, 1, ..., N-1`` (``seeds = 5``: five seeds).
     """
 
     kind: type
@@ -57,6 +61,7 @@ class Field:
     names: bool = False
     empty: bool = False
     items: type = str
+    count: bool = False
 
 
 def shown(value: Any) -> str:
@@ -178,6 +183,8 @@ def _repeated(items: Iterable[Any]) -> list[Any]:
 
 
 def _check_int_list(name: str, value: Any, field: Field) -> tuple[Any, ...]:
+    if field.count and isinstance(value, int) and not isinstance(value, bool):
+        return counted(name, value, field)
     values = tuple(value) if isinstance(value, (list, tuple)) else (value,)
     if not values and field.empty:  # an empty list that means "unset" (batch_sizes)
         return ()
@@ -196,6 +203,16 @@ def _check_int_list(name: str, value: Any, field: Field) -> tuple[Any, ...]:
     if twice:
         raise UsageError(f"{name} lists {twice[0]} more than once")
     return tuple(out)
+
+
+def counted(name: str, count: int, field: Field) -> tuple[int, ...]:
+    """``0, 1, ..., count-1`` for a ``count`` field given one integer (one-line error for a count below 1)."""
+    if not 1 <= count <= MAX_COUNT:
+        listed = (f" from {_bound(field.minimum)} to {_bound(field.maximum)}"
+                  if field.minimum is not None and field.maximum is not None else "")
+        raise UsageError(f"{name} must be a count from 1 to {MAX_COUNT} or a list of integers{listed}, got {count}")
+    return _check_int_list(name, tuple(range(count)), Field(tuple, items=int, minimum=field.minimum,
+                                                            maximum=field.maximum))
 
 
 def check_table(table: Any, fields: Mapping[str, Field], where: str) -> dict[str, Any]:

@@ -25,7 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher",
                  "variant", "environment", "python",  # placed per framework name (amp_suite.envs)
                  "pool",  # one cell per pool of --pools (amp_suite.sweep.executors)
-                 "mode", "batch_axis"}  # one cell per mode of --modes and batch size of --batch-sizes
+                 "mode", "batch_axis",  # one cell per mode of --modes and batch size of --batch-sizes
+                 "seed_axis"}  # one cell per seed of --seeds
 
 
 def run_args(*argv: str):

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from amp_suite import progress
+from amp_suite.cell.curve import CurveTracker
 from amp_suite.cell.kind_check import undeclared_kinds
 from amp_suite.cell.windows import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.datasets import InputPipeline, run_pipeline
@@ -233,6 +234,18 @@ class TargetTracker:
         return out
 
 
+def _once(compute: Any) -> Any:
+    """``compute`` called at most once: later calls return its first answer (one validation per point)."""
+    answers: list[Any] = []
+
+    def call() -> Any:
+        if not answers:
+            answers.append(compute())
+        return answers[0]
+
+    return call
+
+
 def execute(run: RunSpec, workload: Workload, host: PluginHost | None = None, *,
             log: TextIO | None = None) -> CellResult:
     """Run one cell in this process and return its result (never raises).
@@ -331,6 +344,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     staged_peak = 0  # bytes of the largest window's batches on one device, staged after the peak reset
     load_before = noise.snapshot()
     target = TargetTracker(workload.target_accuracy, workload.eval_every, pipeline.steps_per_epoch)
+    curve = CurveTracker(run.curve_every, pipeline.steps_per_epoch)
     for epoch in range(run.epochs):
         for phase in plan.phases(epoch):
             batches = pipeline.batches(epoch, phase.start, phase.stop)
@@ -353,13 +367,18 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
             parts.append((phase, part))
             plan.observe(phase, part)
             progress.step_done(phase.stop, pipeline.steps_per_epoch)  # between windows, never inside one
-            if target.due(phase):  # between phases, outside the training clock
-                target.evaluate(phase, parts, lambda: validate(host, run, model, pipeline, run.batch_size))
+            if target.due(phase) or curve.due(phase):  # between phases, outside the training clock
+                validation = _once(lambda: validate(host, run, model, pipeline, run.batch_size))
+                if target.due(phase):
+                    target.evaluate(phase, parts, validation)
+                if curve.due(phase):
+                    curve.record(phase, validation())
 
     load_after = noise.snapshot()
     metrics: dict[str, Any] = steady_state(parts)
     metrics.update(noise.load_figures(load_before, load_after))
     metrics.update(target.figures())
+    metrics.update(curve.figures())
     metrics["warmup_settled"] = plan.settled() if run.settle_warmup else None
     meter.close()
     if metrics.get("timed_steps"):

@@ -31,7 +31,7 @@ from typing import Any
 from amp_suite.errors import UsageError
 from amp_suite.modes import LEARNING_RATE_RULES, MODES
 from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
-from amp_suite.schema import Field, check_value, closest, shown
+from amp_suite.schema import Field, check_value, closest, counted, shown
 
 # How a setting's value is read from its command-line text, when not by its type.
 Parse = Callable[[str], Any]
@@ -53,6 +53,19 @@ def parse_repeats(text: str) -> int | str:
     return int(text) if text.lstrip("-").isascii() and text.lstrip("-").isdigit() else text
 
 
+def parse_seeds(text: str) -> tuple[int | str, ...]:
+    """``0,1,2`` -> (0, 1, 2); ``5`` (one number, no comma) -> five seeds, (0, 1, 2, 3, 4).
+
+    Anything that is not a number stays as written for the schema to refuse,
+    naming it; a count below 1 or above :data:`~amp_suite.schema.MAX_COUNT`
+    is refused here, in one line.
+    """
+    values = tuple(int(p) if p.lstrip("-").isascii() and p.lstrip("-").isdigit() else p for p in parse_list(text))
+    if len(values) == 1 and "," not in text and isinstance(values[0], int):
+        return counted("seeds", values[0], SEEDS_FIELD)
+    return values
+
+
 def setting(default: Any, schema: Field, help: str, *, cell: str | None = None, compared: bool = False,
             metavar: str | None = None, parse: Parse | None = None) -> Any:
     """Declare one sweep setting (a field of :class:`SweepSettings`).
@@ -70,6 +83,8 @@ def setting(default: Any, schema: Field, help: str, *, cell: str | None = None, 
 
 
 DEVICES = ("auto", "cpu", "gpu")
+# The seeds a sweep may run: non-negative 32-bit integers (every framework's seed takes them), or a count.
+SEEDS_FIELD = Field(tuple, items=int, minimum=0, maximum=2**32 - 1, empty=True, count=True)
 
 
 @dataclass(frozen=True)
@@ -159,7 +174,22 @@ class SweepSettings:
                              "seconds per cell before its worker is killed", cell="timeout_s",
                              metavar="SECONDS")
     seed: int = setting(0, Field(int, minimum=0, maximum=2**32 - 1),
-                        "seed of the initial weights, the data and the batch order", cell="seed", compared=True)
+                        "seed of the initial weights, the data and the batch order (one seed; see seeds)",
+                        cell="seed", compared=True)
+    seeds: tuple[int, ...] = setting(
+        (), SEEDS_FIELD,
+        "seeds to sweep, a sweep axis like repeats: a list (0,1,2) or a count (5: seeds 0 to 4); each seed "
+        "changes the initial weights and the data order, the same in every framework; unset: the one seed",
+        compared=True, metavar="N|A,B", parse=parse_seeds)
+    curve_every: int | None = setting(
+        None, Field(int, minimum=0, maximum=1_000_000, optional=True),
+        "record validation loss and accuracy every N training steps, for learning curves (0: at each epoch's "
+        "end; unset: none); evaluated between phases, outside the timed windows", cell="curve_every",
+        compared=True, metavar="STEPS")
+    equivalence_margin: float = setting(
+        0.5, Field(float, above=0, maximum=100),
+        "percentage points of validation accuracy within which an AMP precision counts as equivalent to fp32 "
+        "(over seeds, a 95% interval)", compared=True, metavar="POINTS")
     device: str = setting("auto", Field(str, choices=DEVICES), "auto, cpu or gpu", cell="device", compared=True)
     out: str = setting("amp-suite-results", Field(str), "output directory", metavar="DIR")
     devices: tuple[int | str, ...] = setting(
@@ -180,6 +210,15 @@ class SweepSettings:
         None, Field(float, above=0, maximum=1, optional=True),
         "validation accuracy (e.g. 0.97) to reach: report the time, steps and epochs to reach it; "
         "overrides every workload's target_accuracy", metavar="FRACTION")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seeds, int) and not isinstance(self.seeds, bool):  # amp_suite.run(seeds=5): a count
+            object.__setattr__(self, "seeds", check_value("seeds", self.seeds, SEEDS_FIELD))
+
+    @property
+    def seed_list(self) -> tuple[int, ...]:
+        """The seeds every cell runs with: ``seeds`` where given, else the one ``seed``."""
+        return tuple(self.seeds) or (self.seed,)
 
     def check(self) -> None:
         """Reject values that cannot make a meaningful sweep (exit 2)."""
@@ -274,6 +313,7 @@ def describe(schema: Field) -> str:
     if schema.kind is tuple:
         text = ("list of names" if schema.names else
                 f"list of integers {_range(schema)}" + "".join(f" or {c!r}" for c in schema.choices)
+                + (", or a count N (0 to N-1)" if schema.count else "")
                 if schema.items is int else "list of strings")
     elif schema.kind is bool:
         text = "true / false"

@@ -42,7 +42,7 @@ HOST_FIGURES = frozenset({
     "window_throughput_median", "window_throughput_min", "window_throughputs", "window_time_s", "dataset_note",
     "cpu_cores", "device_peak_memory_with_inputs_bytes", "device_peak_memory_excludes_inputs", "energy_j",
     "energy_note", "energy_windows_missing", "machine_busy_s", "memory_clock_mhz_median", "sm_clock_mhz_min",
-    "telemetry_samples", "accuracy_at_target", "eval_every_steps", "target_curve", "step_losses", "log", "log_tail",
+    "telemetry_samples", "accuracy_at_target", "eval_every_steps", "target_curve", "learning_curve", "step_losses", "log", "log_tail",
     "traceback", "power_capped_windows", "gpu_processes_unmatched", "gpu_error",
 })
 # A timing extension keeps the configured training's timing figures under this prefix.

@@ -3,8 +3,9 @@
 The columns are split by what a reader looks for: timing (throughput, step
 times, compilation) and memory and training (peak memory, losses, accuracy,
 FLOPs, loss scaling).  A column of the sweep's identity (workload, device
-kind, devices, mode, batch size) that holds one value in every row is left
-out of the tables and named once above them; a figure no run has is left out.
+kind, devices, mode, batch size, seed) that holds one value in every row is
+left out of the tables and named once above them (the seed, of a sweep of one
+seed, is not named); a figure no run has is left out.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 # Identity columns: which cell a row is.  Those holding one value in every row are named above the tables instead.
 IDENTITY = {"workload": "{}", "framework": "{}", "device_kind": "{}", "devices": "{:d}", "mode": "{}",
-            "batch_size": "{:d}", "precision": "{}", "repeat": "{:d}", "status": "{}"}
+            "batch_size": "{:d}", "precision": "{}", "seed": "{:d}", "repeat": "{:d}", "status": "{}"}
 # Identity columns always shown, whatever they hold.
 ALWAYS = ("framework", "precision", "repeat", "status")
 TIMING = {"throughput": "{:,.0f}", "step_time_median_ms": "{:.2f}", "step_time_p90_ms": "{:.2f}",
@@ -73,7 +74,9 @@ def _table(cells: pd.DataFrame, figures: dict[str, str], identity: list[str]) ->
 
 
 NAMES = {"workload": "workload", "device_kind": "device", "devices": "devices", "mode": "mode",
-         "batch_size": "batch"}
+         "batch_size": "batch", "seed": "seed"}
+# Identity columns not named above the tables when every run shares them (a sweep of one seed, as ever).
+UNNAMED = ("seed",)
 
 
 def every_run_lines(cells: pd.DataFrame) -> list[str]:
@@ -83,7 +86,7 @@ def every_run_lines(cells: pd.DataFrame) -> list[str]:
     constant = constant_identity(cells)
     identity = [c for c in IDENTITY if c not in constant]
     out = []
-    shared = [f"{NAMES[c]} {v}" for c, v in constant.items() if v]
+    shared = [f"{NAMES[c]} {v}" for c, v in constant.items() if v and c not in UNNAMED]
     if shared:
         out += ["Every run shares " + ", ".join(shared) + ".", ""]
     for title, figures in (("Timing", TIMING), ("Memory and training", TRAINING)):

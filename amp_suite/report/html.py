@@ -38,6 +38,7 @@ from amp_suite.report.normalize import (
     runtime_lines,
     summary_frame,
 )
+from amp_suite.report.seeds import margin_of
 from amp_suite.report.text import LINE_CHARS, html_text
 from amp_suite.report.verdict import MARK_LEGEND, Verdict, accuracy_cell, build_verdict, memory_cell, speedup_cell
 
@@ -248,6 +249,28 @@ def flags_html(cells: Any) -> list[str]:
             '<ol class="footnotes">', *items, "</ol>"]
 
 
+def seeds_html(cells: Any, margin: float) -> list[str]:
+    """The paired differences over seeds and their verdicts (:mod:`amp_suite.report.seeds`); empty with one seed."""
+    from amp_suite.report.seeds import SEEDS_NOTE, has_seed_axis, paired_figures
+
+    if not has_seed_axis(cells):
+        return []
+    rows: list[list[Cell | str]] = []
+    for row in paired_figures(cells, margin):
+        digits = 2 if row.figure == "val_accuracy" else 4
+        interval = "no interval" if row.seeds < 2 else f"{row.low:+.{digits}f} to {row.high:+.{digits}f}"
+        verdict = row.verdict + (f" (±{row.margin:g})" if row.figure == "val_accuracy" else "")
+        if row.seeds_to_settle is not None:
+            verdict += f", about {row.seeds_to_settle} seeds to settle"
+        rows.append([row.workload, row.framework, row.precision, row.control,
+                     f"{row.figure} ({row.unit})" if row.unit else row.figure,
+                     Cell(f"{row.mean:+.{digits}f}", row.mean), interval, verdict, Cell(str(row.seeds), row.seeds)])
+    return ['<h2 id="seeds-section">Accuracy over seeds</h2>', *_paragraphs([SEEDS_NOTE.replace("**", "")]),
+            *_table("seeds", f"Paired differences over seeds, margin ±{margin:g} points of accuracy",
+                    ["workload", "framework", "precision", "against", "figure", "difference", "95% interval",
+                     "verdict", "seeds"], rows)]
+
+
 def charts_html(charts: list[Chart]) -> list[str]:
     if not charts:
         return []
@@ -382,6 +405,7 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
     body += _paragraphs(incomplete_lines(environment) + busy_lines(cells))
     if not summary.empty:
         body += ['<h2 id="summary-section">Every framework and precision</h2>', *summary_html(summary)]
+    body += seeds_html(cells, margin_of(environment))
     body += charts_html(list(charts))
     applied = applied_html(results)
     if applied:

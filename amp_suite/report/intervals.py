@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 # Two-sided 95% quantiles of Student's t, t(0.975, df), for the degrees of freedom listed.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
@@ -127,8 +128,9 @@ def log_interval(ratios: Sequence[float], *, basis: str = "paired repeats") -> I
     return Interval(math.exp(mean), math.exp(mean - half), math.exp(mean + half), n=n, basis=basis)
 
 
-def paired_ratios(numerator: dict[int, float], denominator: dict[int, float]) -> list[float]:
-    """``numerator[r] / denominator[r]`` for every repeat ``r`` both have with a usable figure."""
+def paired_ratios(numerator: dict[Any, float], denominator: dict[Any, float]) -> list[float]:
+    """``numerator[r] / denominator[r]`` for every run ``r`` both have with a usable figure (``r``: a repeat, or
+    a seed's repeat ``(seed, repeat)``)."""
     out = []
     for repeat in sorted(set(numerator) & set(denominator)):
         a, b = _finite_positive([numerator[repeat]]), _finite_positive([denominator[repeat]])
@@ -137,7 +139,7 @@ def paired_ratios(numerator: dict[int, float], denominator: dict[int, float]) ->
     return out
 
 
-def paired_log_interval(numerator: dict[int, float], denominator: dict[int, float]) -> Interval:
+def paired_log_interval(numerator: dict[Any, float], denominator: dict[Any, float]) -> Interval:
     """The interval of ``numerator / denominator`` over the repeats they share (see the module)."""
     return log_interval(paired_ratios(numerator, denominator))
 

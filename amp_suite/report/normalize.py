@@ -32,9 +32,11 @@ from amp_suite.machine.noise import is_busy_flag
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figure_names, added_figures, added_figures_lines, column_name
+from amp_suite.report.curves import curve_lines
 from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
 from amp_suite.report.marks import NO_DIFFERENCE_MARK, NOISIER_MARK, TOO_WIDE, TOO_WIDE_MARK, ratio_text, too_wide
 from amp_suite.report.published import published_section
+from amp_suite.report.seeds import add_accuracy_equivalence, margin_of, seeds_lines
 from amp_suite.report.text import LINE_CHARS, REPORT_FIRST_LINE, markdown_cell, no_raw_html, one_line_text
 from amp_suite.report.tokens import TOKEN_COLUMNS, dataset_line, token_section
 
@@ -45,7 +47,7 @@ MIB = 1024 * 1024
 
 # Columns of the per-cell frame (results.csv), in order.
 CELL_COLUMNS = [
-    "workload", "framework", "precision", "repeat", "status", "mode", "devices", "error",
+    "workload", "framework", "precision", "repeat", "status", "seed", "mode", "devices", "error",
     "throughput", "step_time_median_ms", "step_time_p90_ms", "step_time_std_ms",
     "first_step_time_s", "warmup_time_s", "timed_steps", "epoch_time_s",
     "peak_memory_mib", "memory_source", "rss_growth_mib", "compiled_step_mib", "first_step_loss", "final_loss",
@@ -54,7 +56,7 @@ CELL_COLUMNS = [
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
     "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "keras_backend", "plugin",
     "environment", "interpreter", "label", "pool", "dataset",
-    "batch_size", "steps", "epochs", "warmup", "mode_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
+    "batch_size", "steps", "epochs", "warmup", "mode_axis", "seed_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
     "learning_rate_rule", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
     "sm_clock_mhz_median", "telemetry_source", "window_throughput_cv", "timed_windows", "load_avg_1m_before",
     "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after", "machine_busy",
@@ -164,6 +166,8 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "learning_rate_rule": (r.config or {}).get("learning_rate_rule", "unchanged"),
             "devices": _devices(r),
             "repeat": r.repeat,
+            "seed": _seed(r.config or {}),
+            "seed_axis": bool((r.config or {}).get("seed_axis")),
             "status": r.status,
             "error": r.error,
             "throughput": _num(m.get("throughput")),
@@ -384,6 +388,7 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     _paired_intervals(summary, cells)
     summary["energy_ratio"] = relative("energy_per_image_mj", "ratio")
     summary["accuracy_delta"] = relative("val_accuracy", "difference")
+    add_accuracy_equivalence(summary, cells, margin_of(environment))
     saving = [-d for d in relative("cost_per_million_images", "difference")]
     base_cost = [c + s for c, s in zip(summary["cost_per_million_images"], saving, strict=True)]
     summary["cost_saving_per_million"] = saving
@@ -427,17 +432,23 @@ def _over_base_mode(summary: pd.DataFrame) -> None:
     summary["base_mode"] = bases
 
 
-def _per_repeat(cells: pd.DataFrame, column: str) -> dict[tuple, dict[int, float]]:
-    """``{(workload, framework, device_kind, devices, mode, batch_size, precision): {repeat: figure}}`` of the ok
-    cells."""
-    out: dict[tuple, dict[int, float]] = {}
+def _seed(config: dict[str, Any]) -> int:
+    """The cell's seed (0 where a stored config has none, as a cell without one ran)."""
+    seed = config.get("seed", 0)
+    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
+
+
+def _per_repeat(cells: pd.DataFrame, column: str) -> dict[tuple, dict[tuple[int, int], float]]:
+    """``{(workload, framework, device_kind, devices, mode, batch_size, precision): {(seed, repeat): figure}}`` of
+    the ok cells: a seed's repeat pairs with the same seed's repeat of the reference."""
+    out: dict[tuple, dict[tuple[int, int], float]] = {}
     ok = cells[cells["status"] == "ok"]
     for row in ok.itertuples():
         value = _num(getattr(row, column))
         if value is not None and not math.isnan(value):
             key = (row.workload, row.framework, row.device_kind, int(row.devices), row.mode, int(row.batch_size),
                    row.precision)
-            out.setdefault(key, {})[int(row.repeat)] = value
+            out.setdefault(key, {})[(int(row.seed), int(row.repeat))] = value
     return out
 
 
@@ -1007,7 +1018,7 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
             f"- sweep: {settings.get('steps')} steps per epoch at most, {settings.get('epochs')} epoch(s), "
             f"warm-up {settings.get('warmup')} steps, batch size "
             f"{settings.get('batch_size') or 'per workload'}, {settings.get('repeats')} repeat(s), "
-            f"seed {settings.get('seed')}, device {settings.get('device')}"
+            f"{_seeds_text(settings)}, device {settings.get('device')}"
             + (f", config {environment['config_file']}" if environment.get("config_file") else "")
         )
     preset = environment.get("preset")
@@ -1015,6 +1026,16 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
         lines.append(f"- preset: {preset['name']} ({preset.get('source', '?')}); flags given on the command line: "
                      + (", ".join(preset.get("command_line") or {}) or "none"))
     return [flat_text(line) for line in lines]  # stored text: one line each, bounded
+
+
+def _seeds_text(settings: dict[str, Any]) -> str:
+    """``seed 0``, or ``seeds 0, 1, 2`` for a sweep with a seed axis (``--seeds``)."""
+    seeds = settings.get("seeds")
+    if isinstance(seeds, (list, tuple)) and seeds:
+        if len(seeds) > 3 and list(seeds) == list(range(len(seeds))):
+            return f"{len(seeds)} seeds, 0 to {len(seeds) - 1}"
+        return "seeds " + ", ".join(str(s) for s in seeds[:20]) + (", ..." if len(seeds) > 20 else "")
+    return f"seed {settings.get('seed')}"
 
 
 def methodology_lines(environment: dict[str, Any]) -> list[str]:
@@ -1114,6 +1135,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     if not target.empty:
         out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
                 target.to_markdown(index=False, disable_numparse=True), ""]
+    out += seeds_lines(cells, margin_of(environment), table_text)
+    out += curve_lines(results, table_text)
     flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
     if not flagged.empty:
         out += ["## Measurement flags", "",
@@ -1121,6 +1144,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                 "reasons below (docs/measurement.md).", ""]
         out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
                           + (f" / {r.devices} devices" if r.devices != 1 else "")
+                          + (f" / seed {r.seed}" if r.seed_axis else "")
                           + f" / repeat {r.repeat}: {r.measurement_flags}") for r in flagged.itertuples()]
         out.append("")
     published = published_section(summary, cells, environment,

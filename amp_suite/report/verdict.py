@@ -30,6 +30,7 @@ from amp_suite.report.marks import (
     TOO_WIDE_MARK,
     interval_mark,
 )
+from amp_suite.report.seeds import accuracy_verdict_text
 from amp_suite.report.text import one_line_text
 
 if TYPE_CHECKING:
@@ -60,8 +61,9 @@ class VerdictLine:
     memory_ratio: float | None  # peak memory over fp32's
     memory_low: float | None
     memory_high: float | None
-    accuracy_delta_pt: float | None  # validation accuracy minus fp32's, in percentage points; None: n/a
-    accuracy_verdict: str | None  # equivalent / not shown equivalent, once seeds give a spread; None: no seed data
+    accuracy_delta_pt: float | None  # validation accuracy minus fp32's, in percentage points (over seeds: the mean
+    # of the paired differences); None: n/a
+    accuracy_verdict: str | None  # the verdict over seeds with its interval (seeds.py); None: fewer than 2 seeds
     marks: tuple[str, ...]  # trust marks of the speed-up: FLAG_MARK, SINGLE_RUN_MARK, ≈, ?, ≁
     cautions: tuple[str, ...]  # why the speed-up is not to be trusted, one phrase each; empty: trusted
 
@@ -100,15 +102,16 @@ class Verdict:
 
 
 def accuracy_verdict(line_figures: dict[str, Any]) -> str | None:
-    """Whether the AMP accuracy is equivalent to fp32's, given the spread of accuracy over seeds.
+    """Whether the AMP accuracy is equivalent to fp32's, over the sweep's seeds.
 
-    The hook for the equivalence verdict: a sweep that trains each cell from
-    several seeds gives each precision's accuracy a spread, and an AMP
-    accuracy within fp32's spread is equivalent.  Sweeps have no seed axis yet,
-    so there is no spread to judge against and this answers ``None`` (the
-    line shows the bare difference).  ``line_figures`` is the summary row.
+    A sweep with a seed axis (``--seeds``) pairs each AMP seed with the same
+    seed in fp32 and judges the paired differences against the sweep's
+    ``equivalence_margin`` (:mod:`amp_suite.report.seeds`, which put the
+    verdict on the summary row ``line_figures``): ``equivalent within ±0.5 pt:
+    [-0.21, +0.35] over 5 seeds``.  ``None`` where fewer than two seeds paired
+    (the line shows the bare difference).
     """
-    return None
+    return accuracy_verdict_text(line_figures)
 
 
 def _number(value: Any) -> float | None:
@@ -178,6 +181,7 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
             marks.append(NOISIER_MARK)
             cautions.append("its repeats disagree far more than the rest of the sweep's")
     accuracy = _number(row.get("accuracy_delta")) if ok else None
+    paired = _number(row.get("accuracy_difference_pt")) if ok else None  # the paired mean over seeds, in points
     return VerdictLine(
         place=place, framework=str(row["framework"]), precision=str(row["precision"]), status=str(row["status"]),
         speedup=speedup, speedup_low=_number(row.get("speedup_low")) if ok else None,
@@ -185,7 +189,7 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
         memory_ratio=_number(row.get("memory_ratio")) if ok else None,
         memory_low=_number(row.get("memory_ratio_low")) if ok else None,
         memory_high=_number(row.get("memory_ratio_high")) if ok else None,
-        accuracy_delta_pt=None if accuracy is None else accuracy * 100.0,
+        accuracy_delta_pt=paired if paired is not None else None if accuracy is None else accuracy * 100.0,
         accuracy_verdict=accuracy_verdict(dict(row)) if ok else None,
         marks=tuple(marks), cautions=tuple(cautions))
 
@@ -258,9 +262,12 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> F
                     + (f"; {NO_DIFFERENCE_MARK} its interval contains 1.0" if NO_DIFFERENCE_MARK in best.marks
                        else "") + ")")
         chosen = BASELINE
+    worse = (best.accuracy_verdict or "").startswith("worse")  # over seeds, beyond the equivalence margin
     if chosen == best.precision and best.accuracy_delta_pt is not None \
-            and best.accuracy_delta_pt < -ACCURACY_CAUTION_PT:
+            and (worse or best.accuracy_delta_pt < -ACCURACY_CAUTION_PT):
         sentence += f", though its validation accuracy is {best.accuracy_delta_pt:+.2f} pt below fp32's"
+        if worse:
+            sentence += " (worse than fp32's beyond the equivalence margin, over the seeds)"
     sentence += "."
     untrusted = [f"{line.precision} ({'; '.join(line.cautions)})" for line in measured
                  if line.cautions and not (line is best and best.faster)]  # the best's are named already

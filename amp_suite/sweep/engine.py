@@ -209,15 +209,15 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
             data = dataset_choice(settings, workload, dataset_given=dataset_given)
             cell_data = {"dataset": data.dataset, "train_split": data.train_split, "val_split": data.val_split}
             precisions = settings.precisions if repeat % 2 == 0 else tuple(reversed(settings.precisions))
-            for name, pool, devices, mode, batch_size, precision in itertools.product(
+            for name, pool, devices, mode, batch_size, seed, precision in itertools.product(
                     settings.frameworks, settings.pools or ("",), counts, settings.modes or ("",),
-                    batch_sizes_of(settings, workload), precisions):
+                    batch_sizes_of(settings, workload), settings.seed_list, precisions):
                 place = (placements or {}).get(name) or Placement(name, name)
                 framework = place.framework
                 run = RunSpec(
                     framework=framework, workload=workload_name, precision=precision, repeat=repeat,
-                    **{**per_cell, **cell_data, "steps": steps, "batch_size": batch_size},
-                    mode=mode, batch_axis=bool(settings.batch_sizes),
+                    **{**per_cell, **cell_data, "steps": steps, "batch_size": batch_size, "seed": seed},
+                    mode=mode, batch_axis=bool(settings.batch_sizes), seed_axis=bool(settings.seeds),
                     options=dict(config.framework_options.get(framework, {})),
                     plugin_modules=plugin_modules, devices=devices,
                     launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",

@@ -31,7 +31,8 @@ FINGERPRINT_CHARS = 12
 # Workload fields that do not change a figure (a name, a description).
 WORKLOAD_TEXT_FIELDS = ("name", "description")
 # RunSpec fields that name the cell (its key) rather than define it.
-IDENTITY_FIELDS = ("framework", "workload", "precision", "repeat", "variant", "pool", "mode", "batch_axis")
+IDENTITY_FIELDS = ("framework", "workload", "precision", "repeat", "variant", "pool", "mode", "batch_axis",
+                   "seed_axis")
 # RunSpec fields that describe the data.
 DATA_FIELDS = ("dataset", "train_split", "val_split", "synthetic_fallback")
 # RunSpec fields that describe where the worker runs, not what it computes (the environment is its own section).

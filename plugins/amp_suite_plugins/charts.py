@@ -17,6 +17,9 @@ figure from a single run (no interval), and the 95% interval as an error bar.
   record them);
 * ``chart-accuracy.png``: validation accuracy per precision, the difference
   from fp32 written on each bar (n/a on synthetic data);
+* ``chart-curve-WORKLOAD.png``, when the sweep recorded learning curves
+  (``--curve-every``): validation accuracy and loss against the step, the
+  median and a min-max band over seeds per precision, one chart per workload;
 * ``chart-batch.png``, when the sweep ran a workload at several batch sizes
   (``--batch-sizes``): the AMP speed-up over fp32 against the batch size, one
   line per framework, mode and AMP precision, and the peak-memory ratio
@@ -40,6 +43,7 @@ import importlib.util
 import io
 import json
 import math
+import re
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -448,6 +452,27 @@ def draw_charts(data: dict[str, Any]) -> dict[str, tuple[bytes, tuple[int, int]]
 # --- hooks ----------------------------------------------------------------------------
 
 
+def curve_chart_files(results: list[CellResult]) -> dict[str, bytes]:
+    """``chart-curve-WORKLOAD.png`` -> PNG bytes for each workload whose cells recorded a learning curve."""
+    from amp_suite.report.curve_chart import curve_chart_png
+    from amp_suite.report.curves import curve_bands, curve_points
+
+    points = curve_points(results)
+    if points.empty:
+        return {}
+    bands = curve_bands(points)
+    out = {}
+    for workload in sorted(set(bands["workload"])):
+        png = curve_chart_png(bands, workload)
+        if png is not None:
+            out[f"chart-curve-{re.sub(r'[^A-Za-z0-9_.-]', '_', workload)}.png"] = png
+    return out
+
+
+def _curve_workloads(results: list[CellResult]) -> list[str]:
+    return sorted({r.workload for r in results if r.status == "ok" and (r.metrics or {}).get("learning_curve")})
+
+
 @hookimpl
 def report_sections(results: list[CellResult]) -> list[tuple[str, str]]:
     if not _have_matplotlib():
@@ -477,6 +502,8 @@ def report_sections(results: list[CellResult]) -> list[tuple[str, str]]:
         "",
         f"![Validation accuracy]({CHARTS['accuracy']})",
         "",
+        *[line for workload in _curve_workloads(results) for line in (
+            f"![Learning curve of {workload}](chart-curve-{re.sub(r'[^A-Za-z0-9_.-]', '_', workload)}.png)", "")],
         f"The plotted values are in [{SIDECAR}]({SIDECAR}).",
     ]
     return [("Charts", "\n".join(lines))]
@@ -494,6 +521,9 @@ def write_report(results: list[CellResult], out_dir: Path, environment: dict[str
     sidecar = {name: {"file": CHARTS[name], "width_px": size[0], "height_px": size[1], **data[name]}
                for name, (_, size) in drawn.items()}
     contents: dict[Path, bytes | str] = {out_dir / CHARTS[name]: png for name, (png, _) in drawn.items()}
+    for file, png in curve_chart_files(results).items():
+        contents[out_dir / file] = png
+        sidecar[file.removesuffix(".png")] = {"file": file}
     contents[out_dir / SIDECAR] = json.dumps(_json_safe(sidecar), indent=2, allow_nan=False)
     out_dir.mkdir(parents=True, exist_ok=True)
     return write_files_atomically(contents)
@@ -513,7 +543,8 @@ def remove_stale_charts(out_dir: Path) -> None:
         return
     named = {entry.get("file") for entry in sidecar.values() if isinstance(entry, dict)} \
         if isinstance(sidecar, dict) else set()
-    for name in [n for n in CHARTS.values() if n in named] + [SIDECAR]:
+    curves = [n for n in named if isinstance(n, str) and re.fullmatch(r"chart-curve-[A-Za-z0-9_.-]+\.png", n)]
+    for name in [n for n in CHARTS.values() if n in named] + curves + [SIDECAR]:
         path = out_dir / name
         if path.is_file() and not path.is_symlink():
             path.unlink(missing_ok=True)

@@ -232,5 +232,8 @@ def test_names_with_table_characters_cannot_break_the_report():
     assert len(tables) == 6  # five comparisons and every run
     for table in tables:  # every row of a table has as many cell borders as its header
         assert len({row.count("|") - row.count("\\|") for row in table}) == 1, table
-        assert "| two lines" in table[-1] and "fa\\|ke" in table[-1]
+        assert "fa\\|ke" in table[-1]
+    assert all("| two lines" in table[-1] for table in tables[:5])
+    # every run's table names a workload all its rows share once, above it, on one line
+    assert "Every run shares workload two lines, devices 1." in text
     assert "- two lines / fa|ke / fp32 / repeat 0: **failed** — bad | worse worst" in text

@@ -50,17 +50,33 @@ FLOAT64_RTOL = 1e-9
 FUSED_FLOAT32_RTOL = 2e-6
 
 
+def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder every xdist lane of this test session shares (this process's own without xdist)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
 @pytest.fixture(scope="module", params=FRAMEWORKS)
 def checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The measurements of one backend, from one process (``keras_transformer_checks``)."""
+    """The measurements of one backend, from one process (``keras_transformer_checks``) per test session.
+
+    The tests of one backend may land on both xdist lanes, and each lane would
+    run this module-scoped fixture: the first lane measures under a lock, the
+    other reads its file (a backend's checks cost one to two minutes of CPU).
+    """
+    from filelock import FileLock
+
     framework = request.param
     if not framework_installed(framework):
         pytest.skip(f"{framework} is not installed")
-    out = tmp_path_factory.mktemp("keras-transformers") / "checks.json"
-    done = subprocess.run([sys.executable, "-m", "keras_transformer_checks", framework, str(out)],
-                          capture_output=True, text=True, timeout=1500, env={**os.environ},
-                          cwd=HELPERS)
-    assert done.returncode == 0, done.stderr[-4000:]
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "single")
+    out = _session_folder(tmp_path_factory) / f"keras-transformers-{run_id}-{framework.replace('@', '-')}.json"
+    with FileLock(str(out) + ".lock"):
+        if not out.exists():
+            done = subprocess.run([sys.executable, "-m", "keras_transformer_checks", framework, str(out)],
+                                  capture_output=True, text=True, timeout=1500, env={**os.environ},
+                                  cwd=HELPERS)
+            assert done.returncode == 0, done.stderr[-4000:]
     found: dict[str, Any] = json.loads(out.read_text())
     found["framework"] = framework
     return found
@@ -196,7 +212,7 @@ def adamw_reference(spec: OptimizerSpec, decayed: set[str], steps: list[Any]) ->
 def test_adamw_warmup_cosine_and_clipping_are_the_declared_arithmetic(framework: str, tmp_path: Path) -> None:
     """Three fp64 steps of the backend's optimizer on its own gradients (the kit's gradient oracle) equal
     AdamW with warm-up, cosine and global-norm clipping computed in NumPy."""
-    from amp_suite.testing import ProbeRequest, relative_l2, run_probe
+    from amp_suite.testing import ProbeRequest, assert_optimizer_arithmetic, relative_l2, run_probe
 
     if not framework_installed(framework):
         pytest.skip(f"{framework} is not installed")
@@ -217,3 +233,4 @@ def test_adamw_warmup_cosine_and_clipping_are_the_declared_arithmetic(framework:
         errors = {k: relative_l2(moved[k], d) for k, d in change.items()}
         worst = max(errors, key=errors.__getitem__)
         assert errors[worst] <= 1e-6, f"step {n}: {worst} moved {errors[worst]:.3g} away from AdamW's arithmetic"
+    assert_optimizer_arithmetic(result, rtol=1e-6)  # and the kit's own float64 check, as for the other frameworks

@@ -467,7 +467,7 @@ def decay_mask(workload: Workload) -> Callable[[Any], Any]:
     """``params -> tree of bools``: AdamW's decoupled decay applies to the variables declared ``decay`` only."""
     import jax
 
-    from amp_suite.workloads.workload import variable_specs
+    from amp_suite.plugin_api import variable_specs
 
     decayed = {spec.name for spec in variable_specs(workload) if spec.decay}
     kinds = _owners(workload.layers)

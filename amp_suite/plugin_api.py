@@ -59,8 +59,8 @@ from amp_suite.records import (
 )
 from amp_suite.safe_files import write_files_atomically
 from amp_suite.schema import Field
-from amp_suite.workloads.layers import LAYER_KINDS, LayerShapes, Shape, dense_after_flatten, iter_layers, walk
 from amp_suite.workloads.kinds import KINDS, TOKEN_KINDS
+from amp_suite.workloads.layers import LAYER_KINDS, LayerShapes, Shape, dense_after_flatten, iter_layers, walk
 from amp_suite.workloads.workload import init_variables, learning_rate_at, variable_specs, workload_from_config
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ torch = pytest.importorskip("torch")
 
 from amp_suite.errors import UnsupportedError  # noqa: E402
 from amp_suite.records import Batch, LayerSpec, RunSpec, Workload  # noqa: E402
+from amp_suite.testing import relative_error  # noqa: E402
 from amp_suite.workloads import reference  # noqa: E402
 from amp_suite.workloads.kinds import KINDS, missing_kinds  # noqa: E402
 from amp_suite.workloads.layers import (  # noqa: E402
@@ -104,10 +105,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Any:
     probes.close()
 
 
-def _relative(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.abs(np.asarray(a, np.float64) - b).max() / np.abs(b).max())
-
-
 # --- the table --------------------------------------------------------------------------------------------
 
 
@@ -160,7 +157,7 @@ def test_each_token_kind_at_fp64_is_the_numpy_reference(name: str) -> None:
         run, model = _build(workload, "fp64", weights, options={"attention": attention})
         logits = torch_plugin.predict(run, model, inputs, training=False)
         assert logits.dtype == np.float64 and logits.shape == expected.shape
-        assert _relative(logits, expected) < 1e-9, (name, attention)
+        assert relative_error(logits, expected) < 1e-9, (name, attention)
         variables = torch_plugin.get_variables(run, model)
         assert {k: v.shape for k, v in variables.items()} == {v.name: v.shape for v in variable_specs(workload)}
         assert all(np.array_equal(variables[k], weights[k]) for k in weights)  # canonical in, canonical out
@@ -176,8 +173,8 @@ def test_fused_and_reference_attention_give_the_reference_forward_at_fp64(table:
     for attention in ("fused", "reference"):
         run, model = _build(workload, "fp64", weights, options={"attention": attention})
         outputs[attention] = torch_plugin.predict(run, model, inputs, training=False)
-        assert _relative(outputs[attention], expected) < 1e-9
-    assert _relative(outputs["fused"], outputs["reference"]) < 1e-12
+        assert relative_error(outputs[attention], expected) < 1e-9
+    assert relative_error(outputs["fused"], outputs["reference"]) < 1e-12
     if workload.tokens:  # causal: the last token changes no earlier position's logits
         changed = inputs.copy()
         changed[:, -1] = (changed[:, -1] + 1) % 7
@@ -203,7 +200,7 @@ def test_a_probe_of_the_gpt_at_fp64_matches_the_reference_on_the_hosts_token_win
     workload = workload_from_config("tiny_gpt", GPT)
     expected = reference.forward(workload.layers, result.inputs, result.initial)
     assert result.logits_before.shape == (BATCH, 6, 7)
-    assert _relative(result.logits_before, expected) < 1e-9
+    assert relative_error(result.logits_before, expected) < 1e-9
     assert len(result.losses) == 2 and all(np.isfinite(result.losses))
 
 

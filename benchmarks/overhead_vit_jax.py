@@ -26,30 +26,20 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import fidelity_rounds
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-WORKLOAD = "mnist_vit_tiny"
-TARGET = 0.95
-LOSS_TOLERANCE = 0.01
+from fidelity_rounds import REPO, WORKLOAD
 
 
 def suite_run(precision: str, steps: int, warmup: int) -> tuple[Any, Any]:
     """The suite's run of ``mnist_vit_tiny`` (synthetic images: both sides read the same ones), and its workload."""
-    from amp_suite.config.catalog import load_config
-    from amp_suite.records import RunSpec
-
-    workload = load_config(REPO / "benchmarks.toml").workloads[WORKLOAD]
-    run = RunSpec(framework="jax", workload=WORKLOAD, precision=precision, steps=steps, warmup=warmup,
-                  batch_size=workload.batch_size, latency_steps=0, window_steps=steps, timeout_s=3600)
-    return run, workload
+    return fidelity_rounds.suite_run("jax", precision, steps, warmup, catalog=REPO / "benchmarks.toml")
 
 
 def write_inputs(steps: int, warmup: int, path: Path) -> Path:
@@ -174,24 +164,6 @@ def _load(params: dict[str, dict[str, np.ndarray]], canonical: dict[str, np.ndar
     return loaded
 
 
-def idiomatic(precision: str, steps: int, warmup: int, data: Path) -> tuple[float, float]:
-    child = subprocess.run([sys.executable, __file__, "--idiomatic", precision, str(steps), str(warmup), str(data)],
-                           capture_output=True, text=True, check=True)
-    figures = json.loads(child.stdout.strip().splitlines()[-1])
-    return float(figures["throughput"]), float(figures["first_step_loss"])
-
-
-def suite(precision: str, steps: int, warmup: int) -> tuple[float, float]:
-    from amp_suite.sweep.runner import Cell, run_in_worker
-
-    run, workload = suite_run(precision, steps, warmup)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_in_worker(Cell(run, workload), log_path=Path(tmp) / "worker.log")
-    if result.status != "ok":
-        raise SystemExit(f"suite run failed: jax {precision}: {result.status}: {result.error}")
-    return float(result.metrics["throughput"]), float(result.metrics["first_step_loss"])
-
-
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "--idiomatic":
         precision, steps, warmup, data = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -213,23 +185,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         data = write_inputs(args.steps, args.warmup, Path(scratch) / "inputs.npz")
         for precision in args.precisions.split(","):
-            ours, theirs, losses = [], [], []
-            for index in range(args.rounds):
-                for side in (("idiomatic", "suite") if index % 2 == 0 else ("suite", "idiomatic")):
-                    throughput, loss = (idiomatic(precision, args.steps, args.warmup, data) if side == "idiomatic"
-                                        else suite(precision, args.steps, args.warmup))
-                    (theirs if side == "idiomatic" else ours).append(throughput)
-                    losses.append(loss)
-            spread = (max(losses) - min(losses)) / abs(statistics.median(losses))
-            if not spread <= LOSS_TOLERANCE:
-                raise SystemExit(f"{precision}: first-step losses {losses} differ by {spread:.1%}: the loops do "
-                                 "not compute the same thing")
-            ratio = statistics.median(ours) / statistics.median(theirs)
-            worst = min(worst, ratio)
-            rounds = ", ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs, strict=True))
-            print(f"{precision:<9} {statistics.median(theirs):>15,.0f} {statistics.median(ours):>11,.0f} "
-                  f"{ratio:>6.3f}  ({rounds})", flush=True)
-    print(f"worst ratio {worst:.3f}: {'meets' if worst >= TARGET else 'MISSES'} the target of {TARGET}")
+            measured = fidelity_rounds.interleaved_rounds(
+                args.rounds, lambda: fidelity_rounds.suite(*suite_run(precision, args.steps, args.warmup)),  # noqa: B023
+                lambda: fidelity_rounds.idiomatic(__file__, precision, args.steps, args.warmup, data),  # noqa: B023
+                f"jax {precision}")
+            worst = min(worst, measured.ratio)
+            print(f"{precision:<9} {statistics.median(measured.idiomatic):>15,.0f} "
+                  f"{statistics.median(measured.suite):>11,.0f} {measured.ratio:>6.3f}  ({measured.per_round})",
+                  flush=True)
+    print(fidelity_rounds.verdict(worst))
     return 0
 
 

@@ -4,7 +4,7 @@ For one precision it runs, each in a fresh process and interleaved over
 ``--rounds`` rounds:
 
 * **idiomatic**: the ViT of ``mnist_vit_tiny`` as a Keras user writes it
-  (``python benchmarks/overhead_vit_keras.py --loop``): ``Conv2D`` patches,
+  (``python benchmarks/overhead_vit_keras.py --idiomatic PRECISION STEPS WARMUP DATA``): ``Conv2D`` patches,
   a small class-token-and-position layer, pre-norm blocks of
   ``LayerNormalization``, an attention layer of two ``Dense`` and
   ``keras.ops.dot_product_attention``, ``Dense(activation="gelu")``, the
@@ -25,30 +25,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+import fidelity_rounds
 import numpy as np
-
-REPO = Path(__file__).resolve().parent.parent
-WORKLOAD = "mnist_vit_tiny"
-TARGET = 0.95
+from fidelity_rounds import TARGET, WORKLOAD
 
 
 def suite_run(precision: str, steps: int, warmup: int) -> tuple[Any, Any]:
     """The suite's run of the ViT cell, and its workload (from the packaged catalog)."""
-    from amp_suite.config.catalog import load_config
-    from amp_suite.records import RunSpec
-
-    workload = load_config(None).workloads[WORKLOAD]
-    run = RunSpec(framework="keras", workload=WORKLOAD, precision=precision, steps=steps, warmup=warmup,
-                  batch_size=workload.batch_size, latency_steps=0, window_steps=steps - warmup, timeout_s=3600)
-    return run, workload
+    return fidelity_rounds.suite_run("keras", precision, steps, warmup, window_steps=steps - warmup)
 
 
 def write_batches(precision: str, steps: int, warmup: int, path: Path) -> Path:
@@ -59,26 +49,6 @@ def write_batches(precision: str, steps: int, warmup: int, path: Path) -> Path:
     batches = run_pipeline(run, workload).epoch(0)
     np.savez(path, images=np.stack([b.images for b in batches]), labels=np.stack([b.labels for b in batches]))
     return path
-
-
-def suite(precision: str, steps: int, warmup: int) -> float:
-    """Images per second of the suite's keras cell."""
-    from amp_suite.sweep.runner import Cell, run_in_worker
-
-    run, workload = suite_run(precision, steps, warmup)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_in_worker(Cell(run, workload), log_path=Path(tmp) / "worker.log")
-    if result.status != "ok":
-        raise SystemExit(f"suite run failed: {result.status}: {result.error}")
-    return float(result.metrics["throughput"])
-
-
-def idiomatic(precision: str, steps: int, warmup: int, data: Path) -> float:
-    """Images per second of the hand-written loop, in a process of its own."""
-    child = subprocess.run([sys.executable, __file__, "--loop", "--precision", precision, "--steps", str(steps),
-                            "--warmup", str(warmup), "--data", str(data)],
-                           capture_output=True, text=True, check=True)
-    return float(json.loads(child.stdout.strip().splitlines()[-1])["throughput"])
 
 
 def keras_vit_loop(precision: str, steps: int, warmup: int, data: str) -> float:
@@ -142,30 +112,27 @@ def keras_vit_loop(precision: str, steps: int, warmup: int, data: str) -> float:
 
 
 def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--idiomatic":
+        precision, steps, warmup, data = sys.argv[2:6]
+        print(json.dumps({"throughput": keras_vit_loop(precision, int(steps), int(warmup), data)}))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--precision", default="fp32", choices=("fp32", "amp_bf16", "amp_fp16"))
     parser.add_argument("--steps", type=int, default=24)
     parser.add_argument("--warmup", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--loop", action="store_true", help="run the idiomatic loop only (used by the benchmark)")
-    parser.add_argument("--data", default="")
     args = parser.parse_args()
     if not 1 <= args.warmup < args.steps:
         raise SystemExit(f"--warmup must be at least 1 and below --steps ({args.steps}), got {args.warmup}")
-    if args.loop:
-        print(json.dumps({"throughput": keras_vit_loop(args.precision, args.steps, args.warmup, args.data)}))
-        return 0
     with tempfile.TemporaryDirectory() as tmp:
         data = write_batches(args.precision, args.steps, args.warmup, Path(tmp) / "batches.npz")
-        rows = []
-        for index in range(args.rounds):
-            ours, theirs = suite(args.precision, args.steps, args.warmup), idiomatic(args.precision, args.steps,
-                                                                                     args.warmup, data)
-            rows.append((ours, theirs))
-            print(f"round {index + 1}: suite {ours:.1f} img/s, idiomatic {theirs:.1f} img/s, "
-                  f"ratio {ours / theirs:.3f}", flush=True)
-    ratio = statistics.median(r[0] for r in rows) / statistics.median(r[1] for r in rows)
-    print(f"{WORKLOAD} keras {args.precision}: suite/idiomatic = {ratio:.3f} (target >= {TARGET})")
+        measured = fidelity_rounds.interleaved_rounds(
+            args.rounds, lambda: fidelity_rounds.suite(*suite_run(args.precision, args.steps, args.warmup)),
+            lambda: fidelity_rounds.idiomatic(__file__, args.precision, args.steps, args.warmup, data),
+            f"keras {args.precision}")
+    print(f"suite {', '.join(f'{v:.1f}' for v in measured.suite)} img/s; idiomatic "
+          f"{', '.join(f'{v:.1f}' for v in measured.idiomatic)} img/s; per round {measured.per_round}")
+    print(f"{WORKLOAD} keras {args.precision}: suite/idiomatic = {measured.ratio:.3f} (target >= {TARGET})")
     return 0
 
 

@@ -28,28 +28,21 @@ import argparse
 import json
 import math
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import fidelity_rounds
 import numpy as np
+from fidelity_rounds import WORKLOAD
 
-TARGET = 0.95
-WORKLOAD = "mnist_vit_tiny"
 LOSS_TOLERANCE = 0.02  # the idiomatic loop's LayerNorm and softmax follow autocast (bf16 on a CPU): not bit-equal
 
 
 def suite_run(precision: str, steps: int, warmup: int):
     """The suite's run of the benchmark, and its workload (the packaged catalog's ``mnist_vit_tiny``)."""
-    from amp_suite.config.catalog import load_config
-    from amp_suite.records import RunSpec
-
-    workload = load_config(None).workloads[WORKLOAD]
-    run = RunSpec(framework="torch", workload=workload.name, precision=precision, steps=steps, warmup=warmup,
-                  batch_size=workload.batch_size, latency_steps=0, window_steps=steps, timeout_s=3600)
-    return run, workload
+    return fidelity_rounds.suite_run("torch", precision, steps, warmup)
 
 
 def write_inputs(steps: int, warmup: int, path: Path) -> Path:
@@ -202,24 +195,6 @@ def _load(torch, model, weights: dict[str, np.ndarray], depth: int) -> None:
 # --- the two sides, interleaved ------------------------------------------------------------------------------
 
 
-def idiomatic(precision: str, steps: int, warmup: int, data: Path) -> tuple[float, float]:
-    child = subprocess.run([sys.executable, __file__, "--idiomatic", precision, str(steps), str(warmup), str(data)],
-                           capture_output=True, text=True, check=True)
-    figures = json.loads(child.stdout.strip().splitlines()[-1])
-    return float(figures["throughput"]), float(figures["first_step_loss"])
-
-
-def suite(precision: str, steps: int, warmup: int) -> tuple[float, float]:
-    from amp_suite.sweep.runner import Cell, run_in_worker
-
-    run, workload = suite_run(precision, steps, warmup)
-    with tempfile.TemporaryDirectory() as tmp:
-        result = run_in_worker(Cell(run, workload), log_path=Path(tmp) / "worker.log")
-    if result.status != "ok":
-        raise SystemExit(f"suite run failed: torch {precision}: {result.status}: {result.error}")
-    return float(result.metrics["throughput"]), float(result.metrics["first_step_loss"])
-
-
 def measure_ratios(precisions: list[str], steps: int, warmup: int, rounds: int) -> float:
     """Print one row per precision; return the worst suite/idiomatic ratio of medians."""
     print(f"torch {WORKLOAD}, {steps} steps ({warmup} warm-up), {rounds} interleaved rounds, each run in a fresh "
@@ -229,24 +204,16 @@ def measure_ratios(precisions: list[str], steps: int, warmup: int, rounds: int) 
     with tempfile.TemporaryDirectory() as scratch:
         data = write_inputs(steps, warmup, Path(scratch) / "inputs.npz")
         for precision in precisions:
-            ours, theirs, losses = [], [], []
-            for index in range(rounds):
-                for side in (("idiomatic", "suite") if index % 2 == 0 else ("suite", "idiomatic")):
-                    throughput, loss = idiomatic(precision, steps, warmup, data) if side == "idiomatic" else \
-                        suite(precision, steps, warmup)
-                    (theirs if side == "idiomatic" else ours).append(throughput)
-                    losses.append(loss)
-            spread = (max(losses) - min(losses)) / abs(statistics.median(losses))
-            if not spread <= LOSS_TOLERANCE:
-                raise SystemExit(f"torch {precision}: first-step losses {losses} differ by {spread:.1%}: the "
-                                 "idiomatic loop does not compute what the suite computes")
-            ratio = statistics.median(ours) / statistics.median(theirs)
-            worst = min(worst, ratio)
-            paired = statistics.median(o / t for o, t in zip(ours, theirs, strict=True))
-            per_round = ", ".join(f"{o / t:.2f}" for o, t in zip(ours, theirs, strict=True))
-            print(f"{precision:<9} {statistics.median(theirs):>15,.0f} {statistics.median(ours):>11,.0f} "
-                  f"{ratio:>6.3f} {paired:>6.3f}  ({per_round}); first-step losses within {spread:.1e}", flush=True)
-    print(f"worst ratio {worst:.3f}: {'meets' if worst >= TARGET else 'MISSES'} the target of {TARGET}")
+            measured = fidelity_rounds.interleaved_rounds(
+                rounds, lambda: fidelity_rounds.suite(*suite_run(precision, steps, warmup)),  # noqa: B023
+                lambda: fidelity_rounds.idiomatic(__file__, precision, steps, warmup, data),  # noqa: B023
+                f"torch {precision}", LOSS_TOLERANCE)
+            worst = min(worst, measured.ratio)
+            paired = statistics.median(o / t for o, t in zip(measured.suite, measured.idiomatic, strict=True))
+            print(f"{precision:<9} {statistics.median(measured.idiomatic):>15,.0f} "
+                  f"{statistics.median(measured.suite):>11,.0f} {measured.ratio:>6.3f} {paired:>6.3f}  "
+                  f"({measured.per_round}); first-step losses within {measured.loss_spread:.1e}", flush=True)
+    print(fidelity_rounds.verdict(worst))
     return worst
 
 

@@ -12,6 +12,7 @@ every framework.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -89,11 +90,15 @@ def compare_steps(run: StepTrace, shadow: StepTrace, *, framework: str, workload
     common = dict(framework=framework, workload=workload, precision=precision, shadow=shadow_precision, step=step)
     gradients = gradients_by_layer(run)
     shadow_gradients = gradients_by_layer(shadow)
+    arrived = 0.0  # the relative error of the previous named layer's output
     for layer, tensor in run.activations.items():
-        rows.append(_row(**common, layer=layer, tensor="activation", dtype=tensor.dtype,
-                         values=np.asarray(tensor.values, dtype=np.float64),
-                         shadow_values=np.asarray(shadow.activations[layer].values, dtype=np.float64),
-                         loss_scale=run.loss_scale, extra=run.extra.get(layer, {})))
+        row = _row(**common, layer=layer, tensor="activation", dtype=tensor.dtype,
+                   values=np.asarray(tensor.values, dtype=np.float64),
+                   shadow_values=np.asarray(shadow.activations[layer].values, dtype=np.float64),
+                   loss_scale=run.loss_scale, extra=run.extra.get(layer, {}))
+        added = max(row.relative_error - arrived, 0.0) if math.isfinite(row.relative_error) else row.relative_error
+        rows.append(replace(row, error_added=added))
+        arrived = row.relative_error
         if layer in gradients:
             items = gradients[layer]
             rows.append(_row(**common, layer=layer, tensor="gradient", dtype=_narrowest(t.dtype for _, t in items),

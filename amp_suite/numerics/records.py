@@ -66,7 +66,10 @@ class LayerNumerics:
     inf or NaN.  ``max_abs`` is the shadow's largest magnitude, ``headroom``
     it over the format's largest finite value.  ``underflow_without_scale``:
     the gradient share that rounds to zero in ``format`` without the loss
-    scale (``None`` where the run had none).  ``extra``: the run's
+    scale (``None`` where the run had none).  ``error_added`` (activations
+    only): ``relative_error`` less that of the named layer before it in the
+    forward pass (the first layer: all of it), never below 0: where an error
+    arises rather than where it arrives.  ``extra``: the run's
     :attr:`StepTrace.extra` of the layer.
     """
 
@@ -89,6 +92,7 @@ class LayerNumerics:
     headroom: float
     loss_scale: float | None = None
     underflow_without_scale: float | None = None
+    error_added: float | None = None
     extra: dict[str, float] = field(default_factory=dict)
 
 

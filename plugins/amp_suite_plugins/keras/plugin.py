@@ -75,6 +75,7 @@ from amp_suite_plugins.keras.model import (
     read_variables,
     undecayed_variables,
 )
+from amp_suite_plugins.keras.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
 
 NAME = "keras"
 # The keys of [frameworks.keras] this plugin reads (the loss-scaling keys every plugin reads come on top).

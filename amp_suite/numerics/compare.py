@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
@@ -87,7 +88,8 @@ def compare_steps(run: StepTrace, shadow: StepTrace, *, framework: str, workload
         raise ValueError(f"the traces of {precision} and its {shadow_precision} shadow name different layers or "
                          f"variables: {', '.join(missing[:8])}")
     rows: list[LayerNumerics] = []
-    common = dict(framework=framework, workload=workload, precision=precision, shadow=shadow_precision, step=step)
+    common: dict[str, Any] = dict(framework=framework, workload=workload, precision=precision,
+                                  shadow=shadow_precision, step=step)
     gradients = gradients_by_layer(run)
     shadow_gradients = gradients_by_layer(shadow)
     arrived = 0.0  # the relative error of the previous named layer's output

@@ -11,7 +11,7 @@ allowed name, before any process starts.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +54,6 @@ class NumericsRequest:
     plugins: tuple[str, ...] = ()
     inline: bool = False
     dataset: str | None = None
-    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

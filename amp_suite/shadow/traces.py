@@ -19,7 +19,7 @@ from amp_suite.numerics.records import StepTrace, TensorTrace
 
 def save_traces(path: Path, steps: list[StepTrace]) -> None:
     """Write ``steps`` to ``path`` (``.npz``), replacing it atomically."""
-    arrays: dict[str, np.ndarray] = {}
+    arrays: dict[str, Any] = {}
     index: list[dict[str, Any]] = []
     for trace in steps:
         tensors = []

@@ -182,3 +182,20 @@ def test_an_output_directory_of_something_else_is_refused(tmp_path: Path) -> Non
     (tmp_path / "numerics").mkdir()
     (tmp_path / "numerics" / "thesis.tex").write_text("mine")
     assert "neither empty nor an output of amp-suite numerics" in one_line_error(lambda: _numerics(tmp_path))
+
+
+def test_the_kits_trace_check_fails_a_backend_whose_trace_misses_the_workloads_variables() -> None:
+    from amp_suite.testing import check_trace_step
+
+    # shadowfw traces a chain of small dense layers named after the workload's layers: the names match, the
+    # shapes are not deep_cnn's
+    with pytest.raises(AssertionError, match=r"shapes that are not the canonical ones: \['logits/w \(8, 10\)"):
+        check_trace_step("shadowfw", "deep_cnn", plugin_modules=("shadowfw",))
+
+
+def test_numerics_report_reads_back_what_the_command_wrote_and_refuses_a_folder_without_it(tmp_path: Path) -> None:
+    frame = _numerics(tmp_path, inline=True)
+    again = amp_suite.numerics_report(tmp_path / "numerics")
+    assert again.equals(frame) and again.attrs["runs"] == frame.attrs["runs"]
+    assert {"relative_error", "underflow_without_scale", "error_added"} <= set(frame.columns)
+    assert "holds no numerics.jsonl" in one_line_error(lambda: amp_suite.numerics_report(tmp_path))

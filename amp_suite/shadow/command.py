@@ -132,10 +132,13 @@ def compare_runs(planned: list[PlannedRun], runs: list[NumericsRun], out_dir: Pa
     """Every traced run beside every shadow of its framework and workload that traced (not itself, and a
     float64 shadow only beside the float32 one and the AMP runs)."""
     traces: dict[tuple[str, str, str], list[StepTrace]] = {}
-    for plan, run in zip(planned, runs, strict=True):
+    for plan, run in zip(planned, runs, strict=False):
         if run.status == "ok":
-            traces[(run.framework, run.workload, run.precision)] = load_traces(out_dir / TRACES_DIR
-                                                                              / f"{plan.key}.npz")
+            try:
+                traces[(run.framework, run.workload, run.precision)] = load_traces(out_dir / TRACES_DIR
+                                                                                  / f"{plan.key}.npz")
+            except (OSError, ValueError, KeyError) as exc:  # a traces file that cannot be read: say so, go on
+                print(f"amp-suite numerics: cannot read the traces of {plan.key}: {one_line(exc)}", file=sys.stderr)
     rows: list[LayerNumerics] = []
     for (framework, workload, precision), steps in traces.items():
         for shadow in SHADOWS:
@@ -167,16 +170,20 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
     planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
     env = worker_env(host)
     runs: list[NumericsRun] = []
-    for index, plan in enumerate(planned, start=1):
-        label = f"{plan.run.framework}/{plan.run.workload}/{plan.run.precision}"
-        print(f"amp-suite numerics: [{index}/{len(planned)}] {label} ...", file=sys.stderr, flush=True)
-        run = run_inline(plan, out_dir) if request.inline else run_in_process(plan, out_dir, env)
-        if plan.run.precision == "fp32" and not has_fp64(frameworks[plan.run.framework]):
-            run = replace(run, note=f"no float64 shadow: {frameworks[plan.run.framework].display_name} declares "
-                                    "no fp64 precision")
-        runs.append(run)
-        if run.status != "ok":
-            print(f"amp-suite numerics: {label}: {run.status}: {run.error}", file=sys.stderr)
+    try:
+        for index, plan in enumerate(planned, start=1):
+            label = f"{plan.run.framework}/{plan.run.workload}/{plan.run.precision}"
+            print(f"amp-suite numerics: [{index}/{len(planned)}] {label} ...", file=sys.stderr, flush=True)
+            run = run_inline(plan, out_dir) if request.inline else run_in_process(plan, out_dir, env)
+            if plan.run.precision == "fp32" and not has_fp64(frameworks[plan.run.framework]):
+                run = replace(run, note=f"no float64 shadow: {frameworks[plan.run.framework].display_name} "
+                                        "declares no fp64 precision")
+            runs.append(run)
+            if run.status != "ok":
+                print(f"amp-suite numerics: {label}: {run.status}: {run.error}", file=sys.stderr)
+    except KeyboardInterrupt:  # stopped: the runs that finished are compared and written, then the stop goes on
+        write_report(out_dir, runs, compare_runs(planned, runs, out_dir))
+        raise
     layers = compare_runs(planned, runs, out_dir)
     written = write_report(out_dir, runs, layers)
     return NumericsOutcome(out_dir, runs, layers, written)

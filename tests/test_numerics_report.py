@@ -199,3 +199,20 @@ def test_numerics_report_reads_back_what_the_command_wrote_and_refuses_a_folder_
     assert again.equals(frame) and again.attrs["runs"] == frame.attrs["runs"]
     assert {"relative_error", "underflow_without_scale", "error_added"} <= set(frame.columns)
     assert "holds no numerics.jsonl" in one_line_error(lambda: amp_suite.numerics_report(tmp_path))
+
+
+def test_gradients_that_overflow_at_the_loss_scale_are_named_and_their_infinite_error_is_not_ranked() -> None:
+    rng = np.random.default_rng(5)
+    act = rng.normal(size=(2, 4))
+    big = np.full((4, 4), 10.0)  # times the scale 2**14: 163840, beyond float16's 65504
+    big[0, 0] = 1e-3
+    shadow = _trace({"head": act, "body": act}, {"head/w": big, "body/w": big * 1e-3}, "float32")
+    run = _trace({"head": act, "body": act}, {"head/w": np.where(big > 1, np.inf, big), "body/w": big * 1.01e-3},
+                 "float16", loss_scale=2.0**14)
+    rows = compare_steps(run, shadow, framework="f", workload="w", precision="amp_fp16", shadow_precision="fp32",
+                         step=0)
+    head = next(r for r in rows if r.layer == "head" and r.tensor == "gradient")
+    assert head.overflow == 15 / 16 == head.nonfinite and head.relative_error == np.inf
+    sentences = worst_layer_sentences(summarise(rows))
+    assert "layer head: 93.8% of its weight gradients overflow float16 at the loss scale 16384" in sentences[0]
+    assert any(s.startswith("layer body: its weight gradients are 1% off") for s in sentences), sentences

@@ -49,7 +49,8 @@ class LayerSummary:
     activation_underflow: float | None
     gradient_underflow: float | None
     underflow_without_scale: float | None
-    overflow: float
+    activation_overflow: float
+    gradient_overflow: float
     nonfinite: float
     headroom: float
     activation_format: str
@@ -81,7 +82,8 @@ def summarise(layers: list[LayerNumerics]) -> list[LayerSummary]:
             activation_underflow=_worst([r.underflow for r in acts]),
             gradient_underflow=_worst([r.underflow for r in grads]),
             underflow_without_scale=_worst([r.underflow_without_scale for r in grads]),
-            overflow=_worst([r.overflow for r in rows]) or 0.0,
+            activation_overflow=_worst([r.overflow for r in acts]) or 0.0,
+            gradient_overflow=_worst([r.overflow for r in grads]) or 0.0,
             nonfinite=_worst([r.nonfinite for r in rows]) or 0.0,
             headroom=_worst([r.headroom for r in rows]) or 0.0,
             activation_format=acts[0].format if acts else "",
@@ -136,16 +138,28 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
                 fmt = found.activation_format if label == "activations" else found.gradient_format
                 sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt} "
                                  f"{where}.")
-        found = top(items, lambda s: s.overflow + s.nonfinite, SHARE_WORTH_NAMING)
+        found = top(items, lambda s: s.activation_overflow, SHARE_WORTH_NAMING)
         if found is not None:
-            sentences.append(f"layer {found.layer}: {_percent(found.overflow)} of its values overflow and "
-                             f"{_percent(found.nonfinite)} are inf or NaN {where}.")
+            sentences.append(f"layer {found.layer}: {_percent(found.activation_overflow)} of its activations "
+                             f"overflow {found.activation_format} {where}.")
+        found = top(items, lambda s: s.gradient_overflow, SHARE_WORTH_NAMING)
+        if found is not None:
+            scaled = (f" at the loss scale {found.loss_scale:g} (a dynamic loss scale skips such a step and lowers "
+                      "the scale)" if found.loss_scale is not None else "")
+            sentences.append(f"layer {found.layer}: {_percent(found.gradient_overflow)} of its weight gradients "
+                             f"overflow {found.gradient_format}{scaled} {where}.")
+        found = top([s for s in items if s.activation_overflow == 0 and s.gradient_overflow == 0],
+                    lambda s: s.nonfinite, SHARE_WORTH_NAMING)
+        if found is not None:
+            sentences.append(f"layer {found.layer}: {_percent(found.nonfinite)} of its values are inf or NaN "
+                             f"{where}.")
         found = top(items, lambda s: s.error_added, ERROR_WORTH_NAMING)
         if found is not None:
             sentences.append(f"layer {found.layer} adds the most error to the forward pass: its output is "
                              f"{_percent(found.activation_error)} off the float32 shadow, "
                              f"{_percent(found.error_added)} more than its input {where}.")
-        found = top(items, lambda s: s.gradient_error, ERROR_WORTH_NAMING)
+        found = top([s for s in items if s.gradient_error is not None and math.isfinite(s.gradient_error)],
+                    lambda s: s.gradient_error, ERROR_WORTH_NAMING)
         if found is not None:
             sentences.append(f"layer {found.layer}: its weight gradients are {_percent(found.gradient_error)} off "
                              f"the float32 shadow's {where}.")
@@ -183,14 +197,15 @@ def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
             lines.append(f"| {s.layer} | {_number(s.activation_error)} | {_number(s.error_added)} | "
                          f"{_number(s.gradient_error)} | {_percent(s.activation_underflow)} | "
                          f"{_percent(s.gradient_underflow)} | {_percent(s.underflow_without_scale)} | "
-                         f"{_percent(s.overflow)} | {_percent(s.nonfinite)} | {_number(s.headroom)} |")
+                         f"{_percent(max(s.activation_overflow, s.gradient_overflow))} | {_percent(s.nonfinite)} | "
+                         f"{_number(s.headroom)} |")
         lines.append("")
     return "\n".join(lines)
 
 
 def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
     """Layers × (framework, precision) against float32, coloured by underflow share and by relative error
-    (log10); None without matplotlib or rows."""
+    (log10; a cell whose error is inf or NaN is left white and says so); None without matplotlib or rows."""
     summaries = [s for s in summarise(layers) if s.shadow == SUMMARY_SHADOW]
     if importlib.util.find_spec("matplotlib") is None or not summaries:
         return None
@@ -202,13 +217,17 @@ def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
     columns = list(dict.fromkeys(f"{s.framework}\n{s.precision}" for s in summaries))
     underflow = np.full((len(names), len(columns)), np.nan)
     error = np.full((len(names), len(columns)), np.nan)
+    blank = np.zeros((len(names), len(columns)), dtype=bool)
     for s in summaries:
         i, j = names.index(f"{s.workload}/{s.layer}"), columns.index(f"{s.framework}\n{s.precision}")
         shares = [v for v in (s.activation_underflow, s.gradient_underflow, s.underflow_without_scale)
                   if v is not None]
         underflow[i, j] = max(shares) if shares else np.nan
-        errors = [v for v in (s.activation_error, s.gradient_error) if v is not None and math.isfinite(v)]
-        error[i, j] = math.log10(max(max(errors), 1e-12)) if errors else np.nan
+        errors = [v for v in (s.activation_error, s.gradient_error) if v is not None]
+        if any(not math.isfinite(v) for v in errors):
+            blank[i, j] = True  # an inf or NaN: no colour, the cell says so
+        elif errors:
+            error[i, j] = math.log10(max(max(errors), 1e-12))
     fig = Figure(figsize=(max(8.0, 4 + 1.6 * len(columns)), 1.8 + 0.32 * len(names)))
     finite_underflow = underflow[np.isfinite(underflow)]
     top = max(float(finite_underflow.max()) if finite_underflow.size else 0.0, 0.01)
@@ -226,8 +245,9 @@ def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
         fig.colorbar(image, ax=axes, fraction=0.05)
         if values.size <= ANNOTATED_CELLS:
             for (i, j), value in np.ndenumerate(values):
-                if np.isfinite(value):
-                    axes.text(j, i, label(value), ha="center", va="center", fontsize=7, color="black",
+                text = label(value) if np.isfinite(value) else ("inf/NaN" if index == 1 and blank[i, j] else "")
+                if text:
+                    axes.text(j, i, text, ha="center", va="center", fontsize=7, color="black",
                               bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 1})
     fig.tight_layout()
     buffer = io.BytesIO()

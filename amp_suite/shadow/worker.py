@@ -26,6 +26,7 @@ from amp_suite.errors import FrameworkUnavailableError, UnsupportedError, one_li
 from amp_suite.host_watch import die_with_host_from_env
 from amp_suite.launchers.single import path_setter
 from amp_suite.machine import devices
+from amp_suite.modes import scaled_learning_rate
 from amp_suite.numerics.records import NumericsRun, StepTrace
 from amp_suite.plugins.host import PluginHost
 from amp_suite.records import RunSpec, Workload, run_from_dict, to_plain, workload_from_dict
@@ -60,8 +61,12 @@ def trace_steps(run: RunSpec, workload: Workload, host: PluginHost) -> tuple[lis
         os.environ.setdefault(name, value)
     weights, state = init_variables(workload, run.seed)
     pipeline = run_pipeline(run, workload)
-    workload = dataclasses.replace(workload, optimizer=dataclasses.replace(workload.optimizer,
-                                                                           decay_steps=pipeline.steps_per_epoch))
+    # As a cell does: the schedule decays over the steps this run takes, the learning rate follows the batch size
+    # by the run's rule (the workload's own batch size is the reference).
+    learning_rate = scaled_learning_rate(run.learning_rate_rule, workload.optimizer.learning_rate, run.batch_size,
+                                         workload.batch_size)
+    workload = dataclasses.replace(workload, optimizer=dataclasses.replace(
+        workload.optimizer, decay_steps=pipeline.steps_per_epoch, learning_rate=learning_rate))
     device = devices.select_checked(run, info, host.select_device)
     applied = host.set_precision(run, device)
     model = host.build_model(run, workload, weights, state, applied, device)

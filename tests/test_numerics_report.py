@@ -162,6 +162,14 @@ def test_a_failing_precision_never_takes_the_command_down(tmp_path: Path, monkey
     assert "| amp_fp16 | failed |" in (tmp_path / "numerics" / "numerics.md").read_text()
 
 
+def test_a_run_whose_process_dies_is_a_failed_run_with_its_exit_code(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("SHADOWFW_CRASH", "fp64")
+    frame = _numerics(tmp_path)
+    runs = {run["precision"]: run for run in frame.attrs["runs"]}
+    assert runs["fp64"]["status"] == "failed" and "exited with code 3 and no outcome" in runs["fp64"]["error"]
+    assert set(frame["shadow"]) == {"fp32"}  # amp_bf16 beside the float32 shadow only
+
+
 @pytest.mark.parametrize(("keywords", "expected"), [
     ({"workloads": "tinny"}, "unknown workload 'tinny'"),
     ({"frameworks": "shadowfv"}, "unknown framework 'shadowfv'"),

@@ -10,7 +10,8 @@ with a loss scale of 2**12.
 
 ``SHADOWFW_PLANT=LAYER`` multiplies LAYER's output by 1.05 in every
 precision that is no shadow (not fp32, not fp64): the error the comparison
-must find.  ``SHADOWFW_FAIL=PRECISION`` makes that precision raise.
+must find.  ``SHADOWFW_FAIL=PRECISION`` makes that precision raise,
+``SHADOWFW_CRASH=PRECISION`` makes its process exit at once (code 3).
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
 def build_model(run, workload, initial_weights, applied, device) -> ChainModel | None:
     if run.framework != NAME:
         return None
+    if os.environ.get("SHADOWFW_CRASH") == run.precision:
+        os._exit(3)
     names = [item.layer.name for item in walk(workload.layers, workload.input_shape) if item.layer.name]
     rng = np.random.default_rng(run.seed)
     inputs = int(np.prod(workload.input_shape))

@@ -177,6 +177,8 @@ def test_a_run_whose_process_dies_is_a_failed_run_with_its_exit_code(tmp_path: P
     ({"steps": 0}, "steps must be a whole number from 1 to 1000, got 0"),
     ({"device": "tpu"}, "unknown device 'tpu'"),
     ({"dataset": "imagenet22k"}, "unknown dataset 'imagenet22k'"),
+    ({"batch_size": 0}, "batch size must be a whole number from 1 to 1048576, got 0"),
+    ({"timeout": -1.0}, "timeout must be a positive number of seconds, got -1.0"),
 ])
 def test_bad_input_is_refused_in_one_line_before_anything_runs(tmp_path: Path, keywords, expected: str) -> None:
     message = one_line_error(lambda: _numerics(tmp_path, **keywords))

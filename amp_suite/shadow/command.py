@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from amp_suite.config.catalog import find_config, load_config
@@ -89,8 +89,6 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
     log_path = out_dir / LOGS_DIR / f"{planned.key}.log"
     for stale in (traces, outcome):
         stale.unlink(missing_ok=True)
-    from dataclasses import asdict
-
     request_path.write_text(json.dumps({"run": asdict(planned.run), "workload": asdict(planned.workload),
                                         "traces": str(traces), "outcome": str(outcome)}), encoding="utf-8")
     run = planned.run

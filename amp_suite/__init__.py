@@ -13,7 +13,8 @@ them imports this root).  Plugins (built-in or third-party) write::
 and register their module through the ``amp_suite`` entry-point group.
 
 Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load`, :func:`amp_suite.compare`,
-:func:`amp_suite.equivalence` and :func:`amp_suite.learning_curves` (see
+:func:`amp_suite.equivalence`, :func:`amp_suite.learning_curves`, :func:`amp_suite.run_numerics` and
+:func:`amp_suite.numerics_report` (see
 :mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
 stays cheap and imports neither pandas nor a framework.  The root is the top
 of the layering (docs/architecture.md): it may import any module, and no
@@ -25,11 +26,11 @@ from __future__ import annotations
 from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookimpl, hookspec
 
 __all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load", "compare",
-           "equivalence", "learning_curves"]
+           "equivalence", "learning_curves", "run_numerics", "numerics_report"]
 
 
 def __getattr__(name: str):
-    if name in ("run", "load", "compare", "equivalence", "learning_curves"):
+    if name in ("run", "load", "compare", "equivalence", "learning_curves", "run_numerics", "numerics_report"):
         from amp_suite import api
 
         return getattr(api, name)

@@ -203,3 +203,56 @@ def learning_curves(directory: str | Path, *, strict: bool = True) -> pd.DataFra
     frame = curve_points(results)
     frame.attrs["out_dir"] = str(directory)
     return frame
+
+
+def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str],
+             precisions: str | Iterable[str] = ("amp_fp16", "amp_bf16"), *, steps: int = 3,
+             out: str | Path = "amp-suite-numerics", batch_size: int | None = None, seed: int = 0,
+             device: str = "auto", timeout: float = 600.0, dataset: str | None = None,
+             config: str | Path | None = None, plugins: str | Iterable[str] | None = None,
+             inline: bool = False) -> pd.DataFrame:
+    """``amp-suite numerics`` from Python: trace, compare, write the files, and return :func:`numerics_report`.
+
+    The same checks as the command line: an unknown name or a bad number is a
+    one-line :class:`UsageError` before anything runs.  A run that fails is a
+    row of ``frame.attrs["runs"]`` with its status, never an exception.
+    """
+    from amp_suite.shadow.command import numerics
+    from amp_suite.shadow.plan import NumericsRequest
+
+    def names(label: str, value: Any) -> tuple[str, ...]:
+        given = _names(value)
+        if not isinstance(given, tuple) or not all(isinstance(item, str) for item in given):
+            raise UsageError(f"{label} must be a name, a comma-separated text or a list of names, got {value!r}")
+        return given
+
+    request = NumericsRequest(
+        workloads=names("workloads", workloads), frameworks=names("frameworks", frameworks),
+        precisions=names("precisions", precisions), steps=steps, out=out, batch_size=batch_size, seed=seed,
+        device=device, timeout=timeout, config=config, plugins=names("plugins", plugins or ()),
+        inline=inline, dataset=dataset)
+    outcome = numerics(request)
+    return numerics_report(outcome.out_dir)
+
+
+def numerics_report(directory: str | Path) -> pd.DataFrame:
+    """The layer rows of ``amp-suite numerics``'s ``DIRECTORY/numerics.jsonl``, one per run, shadow, step, layer
+    and tensor (the fields of :class:`amp_suite.numerics.records.LayerNumerics`); ``frame.attrs["runs"]`` holds
+    each run's record (:class:`amp_suite.numerics.records.NumericsRun`) as a dict."""
+    import dataclasses
+
+    import pandas as pd
+
+    from amp_suite.numerics.records import LayerNumerics
+    from amp_suite.shadow.report import LAYERS_FILE, read_numerics
+    from amp_suite.sweep import request_checks
+
+    directory = request_checks.directory_path("directory", directory)
+    if not (directory / LAYERS_FILE).is_file():
+        raise UsageError(f"{str(directory)!r} holds no {LAYERS_FILE}: give the --out of an amp-suite numerics run")
+    runs, layers = read_numerics(directory)
+    frame = pd.DataFrame([dataclasses.asdict(row) for row in layers],
+                         columns=[f.name for f in dataclasses.fields(LayerNumerics)])
+    frame.attrs["runs"] = [dataclasses.asdict(run) for run in runs]
+    frame.attrs["out_dir"] = str(directory)
+    return frame

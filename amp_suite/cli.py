@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
     from amp_suite.envs.command import add_env_parser
 
     add_env_parser(sub)
+    from amp_suite.shadow.flags import add_numerics_parser
+
+    add_numerics_parser(sub)
     plugins = sub.add_parser("plugins", help="loaded plugins with their versions and hooks")
     plugins.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                          help="load an extra plugin module (repeatable)")
@@ -191,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             return EXIT_USAGE
         handler = {"run": cmd_run, "report": cmd_report, "list": cmd_list, "plugins": cmd_plugins,
                    "calibrate": cmd_calibrate, "doctor": cmd_doctor, "init": cmd_init, "compare": cmd_compare,
-                   "env": cmd_env}
+                   "env": cmd_env, "numerics": cmd_numerics}
         with _stop_signals_interrupt():
             return handler[args.command](args)
     except UsageError as exc:
@@ -497,6 +500,12 @@ def cmd_env(args: argparse.Namespace) -> int:
     from amp_suite.envs.command import cmd_env as run_env
 
     return run_env(args, frameworks=lambda: _host(getattr(args, "plugin", None) or []).frameworks())
+
+
+def cmd_numerics(args: argparse.Namespace) -> int:
+    from amp_suite.shadow.flags import cmd_numerics as run_numerics
+
+    return run_numerics(args)
 
 
 def _doctor_environments(declared: dict, known: dict, asked: tuple[str, ...] | None, config_path) -> tuple:

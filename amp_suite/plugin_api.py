@@ -24,6 +24,7 @@ from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
 from amp_suite.markers import hookimpl
 from amp_suite.modes import MODES
+from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite.plugins.framework_plugin import FrameworkPlugin, ResetsMemoryPeak
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS,
@@ -75,6 +76,8 @@ __all__ = [
     # records a hook receives or returns (docs/records.md)
     "Batch", "CellResult", "DeviceInfo", "EpochResult", "FrameworkInfo", "FrameworkOption", "LayerSpec",
     "OptimizerSpec", "PrecisionApplied", "RunSpec", "VariableSpec", "Workload", "to_plain",
+    # tracing a step for amp-suite numerics
+    "StepTrace", "TensorTrace",
     # errors that give a cell its status
     "DivergedError", "FrameworkUnavailableError", "UnsupportedError",
     # a backend's helpers: devices, precision, the timed window, layouts

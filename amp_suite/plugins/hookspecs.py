@@ -20,6 +20,11 @@ line means; a test matches both against the calls of real cells)::
     ( stage_batches train_epoch )*
     runtime_versions
 
+``amp-suite numerics`` runs its own worker per (framework, precision), which
+calls ``framework_info select_device framework_info set_precision
+build_model ( stage_batches trace_step )+``: one ``trace_step`` per traced
+step, each with one staged batch.
+
 ``predict`` inside the training loop evaluates a workload with a target
 accuracy between phases; the last group is the timing extension, trained
 after validation.
@@ -40,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite.markers import hookspec
+from amp_suite.numerics.records import StepTrace
 from amp_suite.records import (
     Batch,
     CellResult,
@@ -218,6 +224,27 @@ def get_variables(run: RunSpec, model: Any) -> dict[str, np.ndarray] | None:
     :param run: the cell being run.
     :param model: the handle from :func:`build_model`.
     :return: every trainable parameter and every state entry.
+    """
+
+
+@hookspec(firstresult=True)
+def trace_step(run: RunSpec, model: Any, staged: Any) -> StepTrace | None:
+    """Train one step on ``staged`` (one batch) and trace it, layer by layer, for ``amp-suite numerics``.
+
+    The step is an ordinary training step of ``run``'s precision (autocast,
+    loss scaling and the optimizer's update included), and it also records:
+    every named layer's output activation (forward pass, training mode), by
+    its neutral name; every trainable variable's gradient, by its canonical
+    name (``LAYER/leaf``), unscaled; the loss; and the loss scale its
+    backward pass used.  Values are float64 NumPy copies in the canonical
+    layouts (NHWC activations, the kernel layouts of :func:`build_model`).
+
+    :param run: the run being traced.
+    :param model: the handle from :func:`build_model`.
+    :param staged: what :func:`stage_batches` returned for one batch.
+    :return: a :class:`~amp_suite.numerics.records.StepTrace`; ``None`` where
+        the plugin cannot trace (the host then reports the framework as
+        unable to, and never fails the command).
     """
 
 

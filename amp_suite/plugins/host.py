@@ -35,6 +35,7 @@ import pluggy
 
 from amp_suite.errors import PluginError, SweepInterrupted, UnsupportedError, UsageError, one_line
 from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__
+from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins import hookspecs, host_memory
 from amp_suite.plugins.contracts import check_logits, check_return
 from amp_suite.records import (
@@ -441,6 +442,11 @@ class PluginHost:
 
     def get_variables(self, run: RunSpec, model: Any) -> dict[str, np.ndarray]:
         return self._first("get_variables", run=run, model=model)
+
+    def trace_step(self, run: RunSpec, model: Any, staged: Any) -> StepTrace:
+        """The plugin's trace of one training step (``amp-suite numerics``); a :class:`PluginError` where no
+        plugin traces ``run``'s framework."""
+        return self._first("trace_step", run=run, model=model, staged=staged)
 
     def measure(self, run: RunSpec, model: Any, device: DeviceInfo,
                 reserved: tuple[str, ...] | set[str] = (), dropped: list[str] | None = None) -> dict[str, Any]:

@@ -90,6 +90,7 @@ from amp_suite_plugins.jax.layers import (
     translation,
 )
 from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
+from amp_suite_plugins.jax.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
 
 NAME = "jax"
 OPTIONS = {
@@ -142,6 +143,13 @@ class JaxModel:
     batch_shapes: Any = None  # a staged batch's shapes, dtypes and shardings (for the compiled step's memory)
     depthwise: set[str] = field(default_factory=set)  # canonical names of depthwise kernels (layout differs)
     stored_dtype: str = "float32"  # variables, images, masks, logits and loss: "float64" under fp64
+    # What amp_suite_plugins.jax.trace builds its traced step from: the haiku transform, the optax optimizer,
+    # whether BatchNorm syncs, and the dynamic loss scale's growth period (0: no loss scaling).
+    net: Any = None
+    optimizer: Any = None
+    sync: bool = False
+    loss_scale_period: int = 0
+    traced: Any = None  # the traced step of amp_suite_plugins.jax.trace, made at its first call
 
 
 def _join_nodes(jax: Any, run: RunSpec) -> None:
@@ -376,7 +384,8 @@ def build_model(
     train_step = jax.jit(step, donate_argnums=(0, 1, 2))
     return JaxModel(params, state, opt_state, loss_scale, train_step,
                     jax.jit(forward, static_argnums=3), dev, trace_count, net_class, mesh, process,
-                    depthwise=depthwise, stored_dtype=stored.name)
+                    depthwise=depthwise, stored_dtype=stored.name, net=net, optimizer=optimizer, sync=sync,
+                    loss_scale_period=period if dynamic else 0)
 
 
 AXIS = "data"

@@ -46,6 +46,7 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
 from amp_suite.machine.environment import package_version
+from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
     read_cuda_versions,
@@ -373,6 +374,14 @@ def _compiled_step_memory(model: KerasJaxModel) -> dict[str, int]:
     argument, output = int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes)
     alias, temp = int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes)
     return {"compiled_step_memory_bytes": argument + output - alias + temp}
+
+
+@hookimpl
+def trace_step(run: RunSpec, model: KerasJaxModel, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
+    """One training step traced layer by layer, for amp-suite numerics (amp_suite_plugins.keras.trace)."""
+    from amp_suite_plugins.keras.trace import trace_on_jax
+
+    return trace_on_jax(model, staged)
 
 
 @hookimpl

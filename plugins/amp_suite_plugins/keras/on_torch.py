@@ -39,6 +39,7 @@ from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
 from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
+from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
     cpu_device,
@@ -265,6 +266,14 @@ def predict(run: RunSpec, model: KerasTorchModel, images: np.ndarray, training: 
 @hookimpl
 def get_variables(run: RunSpec, model: KerasTorchModel) -> dict[str, np.ndarray]:
     return read_variables(model.model, model.named, model.stored_dtype)
+
+
+@hookimpl
+def trace_step(run: RunSpec, model: KerasTorchModel, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
+    """One training step traced layer by layer, for amp-suite numerics (amp_suite_plugins.keras.trace)."""
+    from amp_suite_plugins.keras.trace import trace_on_torch
+
+    return trace_on_torch(model, staged)
 
 
 @hookimpl

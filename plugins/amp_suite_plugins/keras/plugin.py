@@ -43,6 +43,7 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
 from amp_suite.machine.environment import package_version
+from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
     STANDARD_PRECISIONS_AND_FP64,
     cpu_device,
@@ -418,6 +419,14 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
 @hookimpl
 def get_variables(run: RunSpec, model: KerasModel) -> dict[str, np.ndarray]:
     return read_variables(model.model, model.named, model.stored_dtype)
+
+
+@hookimpl
+def trace_step(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
+    """One training step traced layer by layer, for amp-suite numerics (amp_suite_plugins.keras.trace)."""
+    from amp_suite_plugins.keras.trace import trace_on_tensorflow
+
+    return trace_on_tensorflow(model, staged)
 
 
 @hookimpl

@@ -99,6 +99,7 @@ from amp_suite_plugins.torch.layers import (
     read_variables,
     spec_net,
 )
+from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
 
 NAME = "torch"
 # The keys of [frameworks.torch] this plugin reads (the loss-scaling keys every plugin reads come on top).

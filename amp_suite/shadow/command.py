@@ -1,0 +1,187 @@
+"""``amp-suite numerics``: trace every planned run in a process of its own, compare, write the report.
+
+Each run is a fresh interpreter under the process supervisor
+(:mod:`amp_suite.processes.tree`) with the run's time limit, its output in
+``OUT/logs/KEY.log``; it writes its traces to ``OUT/traces/KEY.npz`` and how
+it ended to ``OUT/traces/KEY.json``.  A run that fails, hangs or crashes is a
+:class:`~amp_suite.numerics.records.NumericsRun` with that status: the others
+go on, and their comparisons are written.  Then every traced run is set
+beside each shadow of its framework and workload
+(:func:`amp_suite.numerics.compare.compare_steps`) and
+:mod:`amp_suite.shadow.report` writes the files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from amp_suite.config.catalog import find_config, load_config
+from amp_suite.errors import UsageError, one_line
+from amp_suite.host_watch import HOST_PID_ENV
+from amp_suite.launchers.single import worker_import_path
+from amp_suite.numerics.compare import compare_steps
+from amp_suite.numerics.records import LayerNumerics, NumericsRun, StepTrace
+from amp_suite.processes import tree as process_tree
+from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_request, has_fp64, plan_runs
+from amp_suite.shadow.report import LAYERS_FILE, write_report
+from amp_suite.shadow.traces import load_traces
+from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
+from amp_suite.sweep.engine import make_host, worker_env, worker_plugin_modules
+from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
+
+LOGS_DIR = "logs"
+TRACES_DIR = "traces"
+# Lines of a failed run's log kept in its record.
+LOG_TAIL_LINES = 8
+
+
+@dataclass
+class NumericsOutcome:
+    """What the command did: every run, every compared layer, the files written."""
+
+    out_dir: Path
+    runs: list[NumericsRun]
+    layers: list[LayerNumerics]
+    written: list[Path]
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every run traced; 1 when any did not (the rest is still compared and written)."""
+        return 0 if all(run.status == "ok" for run in self.runs) else 1
+
+
+def prepare_out(text: str | Path) -> Path:
+    """The output directory, created: empty, new, or one this command wrote before (it holds numerics.jsonl)."""
+    if not str(text).strip() or "\0" in str(text):
+        raise UsageError(f"the output directory must be a path, got {str(text)!r}")
+    directory = Path(text)
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"output directory {str(directory)!r} is a file, not a directory")
+    if directory.is_dir() and any(directory.iterdir()) and not (directory / LAYERS_FILE).is_file():
+        raise UsageError(f"{str(directory)!r} is neither empty nor an output of amp-suite numerics (no "
+                         f"{LAYERS_FILE}); choose another --out")
+    try:
+        for sub in (directory, directory / LOGS_DIR, directory / TRACES_DIR):
+            sub.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"cannot create output directory {str(directory)!r}: {exc.strerror or one_line(exc)}") \
+            from None
+    return directory
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> NumericsRun:
+    """Trace ``planned`` in a fresh interpreter; every outcome (a crash, a time limit) becomes a record."""
+    traces, outcome = out_dir / TRACES_DIR / f"{planned.key}.npz", out_dir / TRACES_DIR / f"{planned.key}.json"
+    request_path = out_dir / TRACES_DIR / f"{planned.key}.request.json"
+    log_path = out_dir / LOGS_DIR / f"{planned.key}.log"
+    for stale in (traces, outcome):
+        stale.unlink(missing_ok=True)
+    request_path.write_text(json.dumps({"run": asdict(planned.run), "workload": asdict(planned.workload),
+                                        "traces": str(traces), "outcome": str(outcome)}), encoding="utf-8")
+    run = planned.run
+    child_env = {**os.environ, **env, "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path(run.plugin_modules)),
+                 HOST_PID_ENV: str(os.getpid())}
+    child_env.update(one_gpu_visible(run, child_env))
+    child_env.update(gpu_numbering(run))
+    failed = NumericsRun(run.framework, run.workload, run.precision, "failed", log=str(log_path))
+    with open(log_path, "wb") as log:
+        proc = process_tree.start([sys.executable, "-c", BOOTSTRAP, "amp_suite.shadow.worker", str(request_path)],
+                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
+        try:
+            proc.wait(timeout=run.timeout_s)
+        except subprocess.TimeoutExpired:
+            process_tree.end(proc)
+            return replace(failed, status="timeout", error=f"no traces after {run.timeout_s:g} s; process killed")
+        except BaseException:
+            process_tree.end(proc)
+            raise
+    request_path.unlink(missing_ok=True)
+    try:
+        record = json.loads(outcome.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        tail = _log_tail(log_path).splitlines()
+        return replace(failed, error=f"the process exited with code {proc.returncode} and no outcome"
+                       + (f": {tail[-1][:300]}" if tail else ""))
+    return NumericsRun(**{**record, "losses": tuple(record["losses"]), "loss_scales": tuple(record["loss_scales"]),
+                          "layers": tuple(record["layers"]), "log": str(log_path)})
+
+
+def run_inline(planned: PlannedRun, out_dir: Path) -> NumericsRun:
+    """Trace ``planned`` in this process (``--inline``)."""
+    outcome = trace_run(planned.run, planned.workload, out_dir / TRACES_DIR / f"{planned.key}.npz")
+    (out_dir / TRACES_DIR / f"{planned.key}.json").write_text(json.dumps(run_to_dict(outcome)), encoding="utf-8")
+    return outcome
+
+
+def compare_runs(planned: list[PlannedRun], runs: list[NumericsRun], out_dir: Path) -> list[LayerNumerics]:
+    """Every traced run beside every shadow of its framework and workload that traced (not itself, and a
+    float64 shadow only beside the float32 one and the AMP runs)."""
+    traces: dict[tuple[str, str, str], list[StepTrace]] = {}
+    for plan, run in zip(planned, runs, strict=False):
+        if run.status == "ok":
+            try:
+                traces[(run.framework, run.workload, run.precision)] = load_traces(out_dir / TRACES_DIR
+                                                                                  / f"{plan.key}.npz")
+            except (OSError, ValueError, KeyError) as exc:  # a traces file that cannot be read: say so, go on
+                print(f"amp-suite numerics: cannot read the traces of {plan.key}: {one_line(exc)}", file=sys.stderr)
+    rows: list[LayerNumerics] = []
+    for (framework, workload, precision), steps in traces.items():
+        for shadow in SHADOWS:
+            if shadow == precision or (precision in SHADOWS and SHADOWS.index(precision) > SHADOWS.index(shadow)):
+                continue
+            shadow_steps = traces.get((framework, workload, shadow))
+            if shadow_steps is None:
+                continue
+            try:
+                for step, (mine, theirs) in enumerate(zip(steps, shadow_steps, strict=False)):
+                    rows += compare_steps(mine, theirs, framework=framework, workload=workload,
+                                          precision=precision, shadow_precision=shadow, step=step)
+            except ValueError as exc:  # the plugin traced different names in two precisions: say so, go on
+                print(f"amp-suite numerics: {framework}/{workload}/{precision} cannot be set beside its {shadow} "
+                      f"shadow: {one_line(exc)}", file=sys.stderr)
+    return rows
+
+
+def numerics(request: NumericsRequest) -> NumericsOutcome:
+    """Check ``request``, trace every run, compare and write the report; see the module's docstring.
+
+    Raises :class:`UsageError` for bad input, before any process starts.
+    """
+    config = load_config(find_config(request.config))
+    host = make_host(request.plugins)
+    frameworks = host.frameworks()
+    check_request(request, config, frameworks)
+    out_dir = prepare_out(request.out)
+    planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
+    env = worker_env(host)
+    runs: list[NumericsRun] = []
+    try:
+        for index, plan in enumerate(planned, start=1):
+            label = f"{plan.run.framework}/{plan.run.workload}/{plan.run.precision}"
+            print(f"amp-suite numerics: [{index}/{len(planned)}] {label} ...", file=sys.stderr, flush=True)
+            run = run_inline(plan, out_dir) if request.inline else run_in_process(plan, out_dir, env)
+            if plan.run.precision == "fp32" and not has_fp64(frameworks[plan.run.framework]):
+                run = replace(run, note=f"no float64 shadow: {frameworks[plan.run.framework].display_name} "
+                                        "declares no fp64 precision")
+            runs.append(run)
+            if run.status != "ok":
+                print(f"amp-suite numerics: {label}: {run.status}: {run.error}", file=sys.stderr)
+    except KeyboardInterrupt:  # stopped: the runs that finished are compared and written, then the stop goes on
+        write_report(out_dir, runs, compare_runs(planned, runs, out_dir))
+        raise
+    layers = compare_runs(planned, runs, out_dir)
+    written = write_report(out_dir, runs, layers)
+    return NumericsOutcome(out_dir, runs, layers, written)

@@ -1,0 +1,58 @@
+"""The ``amp-suite numerics`` command line: its parser and what it runs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from amp_suite.config.settings import parse_list
+from amp_suite.shadow.plan import DEFAULT_OUT, DEFAULT_STEPS, NumericsRequest
+
+
+def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
+    """The ``numerics`` command and its flags."""
+    parser = sub.add_parser(
+        "numerics", help="set AMP training steps beside float32 and float64 shadows, layer by layer",
+        description="Train a few steps of each workload from identical weights and batches in every requested "
+                    "precision and in the float32 (and float64) shadow, one process each, then compare every "
+                    "named layer's activation and weight gradients: relative error, underflow, subnormal and "
+                    "overflow shares, and under amp_fp16 what the loss scale saves. Writes numerics.jsonl, "
+                    "numerics.md and numerics-heatmap.png (docs/numerics.md).")
+    parser.add_argument("--workloads", required=True, help="comma-separated workload names (amp-suite list)")
+    parser.add_argument("--frameworks", required=True, help="comma-separated framework names")
+    parser.add_argument("--precisions", default="amp_fp16,amp_bf16",
+                        help="comma-separated precisions to set beside the shadows (default amp_fp16,amp_bf16; "
+                             "any precision a requested framework runs)")
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                        help=f"training steps to trace (default {DEFAULT_STEPS})")
+    parser.add_argument("--batch-size", type=int, help="examples per step (default: each workload's own)")
+    parser.add_argument("--dataset", help="the dataset every workload trains on (default: each workload's own, "
+                                          "else the catalog's default)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and batches (default 0)")
+    parser.add_argument("--device", default="auto", help="auto, cpu or gpu (default auto)")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take (default 600)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    parser.add_argument("--config", help="configuration extending the packaged catalog (default: "
+                                         "./benchmarks.toml when there is one)")
+    parser.add_argument("--inline", action="store_true",
+                        help="trace every run in this process (debugging; frameworks then share a process)")
+    parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
+                        help="load an extra plugin module (repeatable)")
+
+
+def cmd_numerics(args: argparse.Namespace) -> int:
+    """Run the command; print the worst-layer sentences and where the files are."""
+    from amp_suite.shadow.command import numerics
+    from amp_suite.shadow.report import summarise, worst_layer_sentences
+
+    request = NumericsRequest(
+        workloads=parse_list(args.workloads), frameworks=parse_list(args.frameworks),
+        precisions=parse_list(args.precisions), steps=args.steps, out=args.out, batch_size=args.batch_size,
+        seed=args.seed, device=args.device, timeout=args.timeout, config=args.config,
+        plugins=tuple(args.plugin), inline=args.inline, dataset=args.dataset)
+    outcome = numerics(request)
+    for sentence in worst_layer_sentences(summarise(outcome.layers)):
+        print(sentence)
+    for path in outcome.written:
+        print(f"amp-suite numerics: wrote {path}", file=sys.stderr)
+    return outcome.exit_code

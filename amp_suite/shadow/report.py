@@ -1,0 +1,295 @@
+"""The files of ``amp-suite numerics``: ``numerics.jsonl``, ``numerics.md`` and ``numerics-heatmap.png``.
+
+``numerics.jsonl`` holds one line per run (``"record": "run"``, a
+:class:`~amp_suite.numerics.records.NumericsRun`) and one per layer, tensor,
+step and shadow (``"record": "layer"``, a
+:class:`~amp_suite.numerics.records.LayerNumerics`); :func:`read_numerics`
+reads it back.  The markdown and the heatmap summarise each layer over the
+traced steps by its worst step, against the float32 shadow; the sentences
+name the worst layers.  ``docs/numerics.md`` explains how to read them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from amp_suite.numerics.records import LayerNumerics, NumericsRun
+from amp_suite.records import to_plain
+
+LAYERS_FILE = "numerics.jsonl"
+MARKDOWN_FILE = "numerics.md"
+HEATMAP_FILE = "numerics-heatmap.png"
+# The shadow the summary, the heatmap and the sentences compare against.
+SUMMARY_SHADOW = "fp32"
+# Shares and errors below these are no finding (a sentence names nothing smaller).
+SHARE_WORTH_NAMING = 1e-4
+ERROR_WORTH_NAMING = 1e-3
+# Heatmaps of at most this many cells carry each cell's value.
+ANNOTATED_CELLS = 400
+
+
+@dataclass(frozen=True)
+class LayerSummary:
+    """One layer of one run against one shadow, each figure at its worst traced step (``None``: no such tensor)."""
+
+    framework: str
+    workload: str
+    precision: str
+    shadow: str
+    layer: str
+    activation_error: float | None
+    error_added: float | None
+    gradient_error: float | None
+    activation_underflow: float | None
+    gradient_underflow: float | None
+    underflow_without_scale: float | None
+    activation_overflow: float
+    gradient_overflow: float
+    nonfinite: float
+    headroom: float
+    activation_format: str
+    gradient_format: str
+    loss_scale: float | None
+
+
+def _worst(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return math.nan if any(math.isnan(v) for v in present) else max(present)
+
+
+def summarise(layers: list[LayerNumerics]) -> list[LayerSummary]:
+    """Each (framework, workload, precision, shadow, layer), in the order first met, by its worst step."""
+    groups: dict[tuple[str, str, str, str, str], list[LayerNumerics]] = {}
+    for row in layers:
+        groups.setdefault((row.framework, row.workload, row.precision, row.shadow, row.layer), []).append(row)
+    out = []
+    for (framework, workload, precision, shadow, layer), rows in groups.items():
+        acts = [r for r in rows if r.tensor == "activation"]
+        grads = [r for r in rows if r.tensor == "gradient"]
+        out.append(LayerSummary(
+            framework, workload, precision, shadow, layer,
+            activation_error=_worst([r.relative_error for r in acts]),
+            error_added=_worst([r.error_added for r in acts]),
+            gradient_error=_worst([r.relative_error for r in grads]),
+            activation_underflow=_worst([r.underflow for r in acts]),
+            gradient_underflow=_worst([r.underflow for r in grads]),
+            underflow_without_scale=_worst([r.underflow_without_scale for r in grads]),
+            activation_overflow=_worst([r.overflow for r in acts]) or 0.0,
+            gradient_overflow=_worst([r.overflow for r in grads]) or 0.0,
+            nonfinite=_worst([r.nonfinite for r in rows]) or 0.0,
+            headroom=_worst([r.headroom for r in rows]) or 0.0,
+            activation_format=acts[0].format if acts else "",
+            gradient_format=grads[0].format if grads else "",
+            loss_scale=next((r.loss_scale for r in rows if r.loss_scale is not None), None)))
+    return out
+
+
+def _percent(share: float | None) -> str:
+    if share is None:
+        return "–"
+    if math.isnan(share):
+        return "nan"
+    return "0" if share == 0 else f"{100 * share:.3g}%"
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2e}" if math.isfinite(value) else str(value)
+
+
+def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
+    """One sentence per worst layer of each AMP run against the float32 shadow: where error arises, whose
+    gradients are furthest off, and any layer that underflows, overflows or would underflow without the loss
+    scale."""
+    sentences: list[str] = []
+    runs: dict[tuple[str, str, str], list[LayerSummary]] = {}
+    for summary in summaries:
+        if summary.shadow == SUMMARY_SHADOW:
+            runs.setdefault((summary.framework, summary.workload, summary.precision), []).append(summary)
+
+    def top(items: list[LayerSummary], key: Any, floor: float) -> LayerSummary | None:
+        scored = [(key(s), s) for s in items if key(s) is not None and (math.isnan(key(s)) or key(s) >= floor)]
+        if not scored:
+            return None
+        return max(scored, key=lambda pair: math.inf if math.isnan(pair[0]) else pair[0])[1]
+
+    for (framework, workload, precision), items in runs.items():
+        where = f"({framework}, {workload}, {precision})"
+        found = top(items, lambda s: s.underflow_without_scale, SHARE_WORTH_NAMING)
+        if found is not None:
+            kept = found.gradient_underflow or 0.0
+            sentences.append(
+                f"layer {found.layer}: {_percent(found.underflow_without_scale)} of its weight gradients underflow "
+                f"in {found.gradient_format} without the loss scale ({_percent(kept)} with the scale "
+                f"{found.loss_scale:g}) {where}.")
+        for label, key, what in (("activations", lambda s: s.activation_underflow, "underflow to zero"),
+                                 ("weight gradients", lambda s: s.gradient_underflow, "underflow to zero")):
+            found = top(items, key, SHARE_WORTH_NAMING)
+            if found is not None:
+                fmt = found.activation_format if label == "activations" else found.gradient_format
+                sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt} "
+                                 f"{where}.")
+        found = top(items, lambda s: s.activation_overflow, SHARE_WORTH_NAMING)
+        if found is not None:
+            sentences.append(f"layer {found.layer}: {_percent(found.activation_overflow)} of its activations "
+                             f"overflow {found.activation_format} {where}.")
+        found = top(items, lambda s: s.gradient_overflow, SHARE_WORTH_NAMING)
+        if found is not None:
+            scaled = (f" at the loss scale {found.loss_scale:g} (a dynamic loss scale skips such a step and lowers "
+                      "the scale)" if found.loss_scale is not None else "")
+            sentences.append(f"layer {found.layer}: {_percent(found.gradient_overflow)} of its weight gradients "
+                             f"overflow {found.gradient_format}{scaled} {where}.")
+        found = top([s for s in items if s.activation_overflow == 0 and s.gradient_overflow == 0],
+                    lambda s: s.nonfinite, SHARE_WORTH_NAMING)
+        if found is not None:
+            sentences.append(f"layer {found.layer}: {_percent(found.nonfinite)} of its values are inf or NaN "
+                             f"{where}.")
+        found = top(items, lambda s: s.error_added, ERROR_WORTH_NAMING)
+        if found is not None:
+            sentences.append(f"layer {found.layer} adds the most error to the forward pass: its output is "
+                             f"{_percent(found.activation_error)} off the float32 shadow, "
+                             f"{_percent(found.error_added)} more than its input {where}.")
+        found = top([s for s in items if s.gradient_error is not None and math.isfinite(s.gradient_error)],
+                    lambda s: s.gradient_error, ERROR_WORTH_NAMING)
+        if found is not None:
+            sentences.append(f"layer {found.layer}: its weight gradients are {_percent(found.gradient_error)} off "
+                             f"the float32 shadow's {where}.")
+    return sentences
+
+
+def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
+    """``numerics.md``: the runs, the worst layers in sentences, and a table per AMP run against float32."""
+    lines = ["# Numerics: AMP steps beside their float32 and float64 shadows", "",
+             "Each figure is the layer's worst traced step against the float32 shadow (docs/numerics.md "
+             "explains the columns); every step and the float64 shadow are in numerics.jsonl.", "",
+             "## Runs", "", "| framework | workload | precision | status | steps | losses | loss scales | note |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for run in runs:
+        note = run.note or run.error
+        lines.append(f"| {run.framework} | {run.workload} | {run.precision} | {run.status} | {run.steps} | "
+                     f"{', '.join(f'{v:.4g}' for v in run.losses)} | "
+                     f"{', '.join('–' if v is None else f'{v:g}' for v in run.loss_scales)} | "
+                     f"{note.replace('|', '/')} |")
+    summaries = summarise(layers)
+    sentences = worst_layer_sentences(summaries)
+    lines += ["", "## Worst layers", ""]
+    lines += [f"- {s}" for s in sentences] or ["No layer loses values or adds error above the thresholds "
+                                                "(docs/numerics.md)."]
+    lines += ["", f"Heatmap: [{HEATMAP_FILE}]({HEATMAP_FILE})", ""]
+    tables: dict[tuple[str, str, str, str], list[LayerSummary]] = {}
+    for summary in summaries:
+        tables.setdefault((summary.framework, summary.workload, summary.precision, summary.shadow), []).append(summary)
+    for (framework, workload, precision, shadow), items in tables.items():
+        lines += [f"## {framework} / {workload} / {precision} against {shadow}", "",
+                  "| layer | activation error | error added | gradient error | activation underflow | "
+                  "gradient underflow | without loss scale | overflow | inf/NaN | max / dtype max |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for s in items:
+            lines.append(f"| {s.layer} | {_number(s.activation_error)} | {_number(s.error_added)} | "
+                         f"{_number(s.gradient_error)} | {_percent(s.activation_underflow)} | "
+                         f"{_percent(s.gradient_underflow)} | {_percent(s.underflow_without_scale)} | "
+                         f"{_percent(max(s.activation_overflow, s.gradient_overflow))} | {_percent(s.nonfinite)} | "
+                         f"{_number(s.headroom)} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
+    """Layers × (framework, precision) against float32, coloured by underflow share and by relative error
+    (log10; a cell whose error is inf or NaN is left white and says so); None without matplotlib or rows."""
+    summaries = [s for s in summarise(layers) if s.shadow == SUMMARY_SHADOW]
+    if importlib.util.find_spec("matplotlib") is None or not summaries:
+        return None
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = list(dict.fromkeys(f"{s.workload}/{s.layer}" for s in summaries))
+    columns = list(dict.fromkeys(f"{s.framework}\n{s.precision}" for s in summaries))
+    underflow = np.full((len(names), len(columns)), np.nan)
+    error = np.full((len(names), len(columns)), np.nan)
+    blank = np.zeros((len(names), len(columns)), dtype=bool)
+    for s in summaries:
+        i, j = names.index(f"{s.workload}/{s.layer}"), columns.index(f"{s.framework}\n{s.precision}")
+        shares = [v for v in (s.activation_underflow, s.gradient_underflow, s.underflow_without_scale)
+                  if v is not None]
+        underflow[i, j] = max(shares) if shares else np.nan
+        errors = [v for v in (s.activation_error, s.gradient_error) if v is not None]
+        if any(not math.isfinite(v) for v in errors):
+            blank[i, j] = True  # an inf or NaN: no colour, the cell says so
+        elif errors:
+            error[i, j] = math.log10(max(max(errors), 1e-12))
+    fig = Figure(figsize=(max(8.0, 4 + 1.6 * len(columns)), 1.8 + 0.32 * len(names)))
+    finite_underflow = underflow[np.isfinite(underflow)]
+    top = max(float(finite_underflow.max()) if finite_underflow.size else 0.0, 0.01)
+    for index, (values, title, cmap, limits, label) in enumerate((
+            (underflow, "underflow share (largest: activations,\ngradients, gradients without loss scale)", "Reds",
+             (0.0, top), lambda v: f"{100 * v:.2g}%"),
+            (error, "log10 relative error against float32\n(larger of activation and gradients)", "viridis",
+             (None, None), lambda v: f"{v:.1f}"))):
+        axes = fig.add_subplot(1, 2, index + 1)
+        image = axes.imshow(values, aspect="auto", cmap=cmap, interpolation="nearest", vmin=limits[0],
+                            vmax=limits[1])
+        axes.set_xticks(range(len(columns)), columns, fontsize=8)
+        axes.set_yticks(range(len(names)), names if index == 0 else [""] * len(names), fontsize=7)
+        axes.set_title(title, fontsize=9)
+        fig.colorbar(image, ax=axes, fraction=0.05)
+        if values.size <= ANNOTATED_CELLS:
+            for (i, j), value in np.ndenumerate(values):
+                text = label(value) if np.isfinite(value) else ("inf/NaN" if index == 1 and blank[i, j] else "")
+                if text:
+                    axes.text(j, i, text, ha="center", va="center", fontsize=7, color="black",
+                              bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 1})
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig).print_png(buffer, metadata={"Software": None})
+    return buffer.getvalue()
+
+
+def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumerics]) -> list[Path]:
+    """Write the three files into ``out_dir`` (the heatmap only with matplotlib and rows); their paths."""
+    lines = [json.dumps({"record": "run", **to_plain(asdict(run))}) for run in runs]
+    lines += [json.dumps({"record": "layer", **to_plain(asdict(row))}) for row in layers]
+    written = [out_dir / LAYERS_FILE, out_dir / MARKDOWN_FILE]
+    written[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    written[1].write_text(markdown(runs, layers), encoding="utf-8")
+    png = heatmap_png(layers)
+    if png is not None:
+        (out_dir / HEATMAP_FILE).write_bytes(png)
+        written.append(out_dir / HEATMAP_FILE)
+    return written
+
+
+def _number_back(value: Any) -> Any:
+    """A float :func:`to_plain` wrote as text (``"nan"``, ``"inf"``) read back as a float."""
+    return float(value) if value in ("nan", "inf", "-inf") else value
+
+
+def read_numerics(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics]]:
+    """The runs and layer rows of ``DIRECTORY/numerics.jsonl``; a ``FileNotFoundError`` naming it when absent."""
+    path = Path(directory) / LAYERS_FILE
+    runs: list[NumericsRun] = []
+    layers: list[LayerNumerics] = []
+    run_fields = {f.name for f in fields(NumericsRun)}
+    layer_fields = {f.name for f in fields(LayerNumerics)}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        kind = record.pop("record", "")
+        values = {key: _number_back(value) for key, value in record.items()}
+        if kind == "run":
+            values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in run_fields}
+            runs.append(NumericsRun(**values))
+        elif kind == "layer":
+            layers.append(LayerNumerics(**{k: v for k, v in values.items() if k in layer_fields}))
+    return runs, layers

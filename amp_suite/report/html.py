@@ -28,17 +28,12 @@ from typing import Any
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figures_table
 from amp_suite.report.applied import applied_precisions
+from amp_suite.report.context import environment_lines, methodology_lines, runtime_lines
+from amp_suite.report.frames import results_frame
 from amp_suite.report.marks import FLAG_MARK, SINGLE_RUN_MARK
-from amp_suite.report.normalize import (
-    busy_lines,
-    environment_lines,
-    incomplete_lines,
-    methodology_lines,
-    results_frame,
-    runtime_lines,
-    summary_frame,
-)
+from amp_suite.report.notes import busy_lines, incomplete_lines
 from amp_suite.report.seeds import margin_of
+from amp_suite.report.summary import summary_frame
 from amp_suite.report.text import LINE_CHARS, html_text
 from amp_suite.report.verdict import MARK_LEGEND, Verdict, accuracy_cell, build_verdict, memory_cell, speedup_cell
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -59,9 +59,10 @@ from amp_suite.records import (
 
 # The attribute :func:`optional` sets on a spec.
 OPTIONAL_ATTRIBUTE = "amp_suite_optional"
+Spec = TypeVar("Spec", bound=Callable[..., Any])
 
 
-def optional(spec: Callable[..., Any]) -> Callable[..., Any]:
+def optional(spec: Spec) -> Spec:
     """Mark a cell hook a framework plugin may leave out (its typed protocol,
     :class:`~amp_suite.plugins.framework_plugin.FrameworkPlugin`, then does not require it)."""
     setattr(spec, OPTIONAL_ATTRIBUTE, True)

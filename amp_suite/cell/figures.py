@@ -1,6 +1,6 @@
 """The figures a cell derives from what its plugin answered: checked losses, promoted extras, memory, energy.
 
-Each function takes plain answers (``EpochResult``\ s, ``measure``'s dict,
+Each function takes plain answers (each ``EpochResult``, ``measure``'s dict,
 the meter's summary) and returns figures for the cell's ``metrics``; none
 calls a hook.
 """

@@ -107,3 +107,11 @@ def test_every_answer_collects_each_plugins_answer_checked_and_names_a_wrong_one
     host.register(_Figures(["not", "a", "dict"]), name="wrong")
     with pytest.raises(PluginError, match="wrong"):
         host.every_measure(RUN, None, device)
+
+
+def test_the_optional_hooks_protocol_takes_the_specs_arguments() -> None:
+    from amp_suite.plugins.framework_plugin import ResetsMemoryPeak
+
+    spec = hook_table()["reset_memory_peak"]
+    protocol = list(inspect.signature(ResetsMemoryPeak.reset_memory_peak).parameters)[1:]
+    assert spec.optional and protocol == [argument for argument, _ in spec.arguments]

@@ -62,8 +62,12 @@ def signature_text(func) -> str:
 
 
 def public_functions(module) -> dict[str, str]:
+    """The functions ``module`` hands out: those its ``__all__`` names (a package that gathers its rooms' names),
+    else those defined in it."""
+    exported = getattr(module, "__all__", None)
     return {name: signature_text(func) for name, func in inspect.getmembers(module, inspect.isfunction)
-            if func.__module__ == module.__name__ and not name.startswith("_")}
+            if (name in exported if exported is not None else func.__module__ == module.__name__)
+            and not name.startswith("_")}
 
 
 def record_tables() -> dict[str, list[tuple[str, str, str]]]:

@@ -129,7 +129,7 @@ def test_reporter_writes_through_temporary_files(tmp_path, monkeypatch):
 
 
 def test_a_log_of_one_huge_line_gives_a_short_tail(tmp_path):
-    from amp_suite.sweep.runner import _log_tail
+    from amp_suite.sweep.worker_process import _log_tail
 
     log = tmp_path / "worker.log"
     log.write_bytes(b"y" * (20 * 2**20) + b"\nthe last words\n")

@@ -21,6 +21,12 @@ differ from the protocol's (a ``train_epoch`` returning a dict instead of an
 ``training`` argument), where pluggy would only fail at run time, or not at
 all.  A plugin that resets its allocator's peak adds
 :class:`ResetsMemoryPeak` the same way.  The built-in plugins do both.
+
+The protocol's methods are not written by hand: they are the specs of
+:mod:`amp_suite.plugins.hookspecs` (``framework_info`` and every cell hook
+not marked ``optional``), with the model handle and the staged batches typed,
+written between the ``generated`` lines by ``python -m
+amp_suite.plugins.hook_table``; a test fails when they are stale.
 """
 
 from __future__ import annotations
@@ -47,6 +53,8 @@ HandleT_contra = TypeVar("HandleT_contra", contravariant=True)  # a model handle
 class FrameworkPlugin(Protocol[ModelT, StagedT]):
     """A framework plugin module: the hooks of :mod:`amp_suite.plugins.hookspecs` that run a cell, typed by its handle."""
 
+    # --- generated from hookspecs.py by python -m amp_suite.plugins.hook_table ---
+
     def framework_info(self) -> FrameworkInfo: ...
 
     def select_device(self, run: RunSpec) -> DeviceInfo: ...
@@ -54,8 +62,7 @@ class FrameworkPlugin(Protocol[ModelT, StagedT]):
     def set_precision(self, run: RunSpec, device: DeviceInfo) -> PrecisionApplied: ...
 
     def build_model(self, run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
-                    initial_state: dict[str, np.ndarray], applied: PrecisionApplied,
-                    device: DeviceInfo) -> ModelT: ...
+                    initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo) -> ModelT: ...
 
     def stage_batches(self, run: RunSpec, model: ModelT, batches: list[Batch]) -> StagedT: ...
 
@@ -65,9 +72,11 @@ class FrameworkPlugin(Protocol[ModelT, StagedT]):
 
     def get_variables(self, run: RunSpec, model: ModelT) -> dict[str, np.ndarray]: ...
 
-    def measure(self, run: RunSpec, model: ModelT, device: DeviceInfo) -> dict[str, Any]: ...
+    def measure(self, run: RunSpec, model: ModelT, device: DeviceInfo) -> dict[str, Any] | None: ...
 
     def runtime_versions(self, run: RunSpec) -> dict[str, str]: ...
+
+    # --- end of the generated block ---
 
 
 class ResetsMemoryPeak(Protocol[HandleT_contra]):

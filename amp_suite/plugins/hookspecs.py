@@ -35,12 +35,18 @@ framework plugin's hooks are only ever called for its own runs.
 
 Reporting hooks are called in the host process.  ``docs/hooks.md`` has one
 section per hook, headed by its exact signature; a test keeps the two in step.
+
+This module is the one declaration of the hooks: the host's typed methods
+and the framework plugin's protocol derive from it
+(:mod:`amp_suite.plugins.hook_table`).  A cell hook marked :func:`optional`
+is one a framework plugin may leave out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -56,6 +62,18 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
+
+# The attribute :func:`optional` sets on a spec.
+OPTIONAL_ATTRIBUTE = "amp_suite_optional"
+Spec = TypeVar("Spec", bound=Callable[..., Any])
+
+
+def optional(spec: Spec) -> Spec:
+    """Mark a cell hook a framework plugin may leave out (its typed protocol,
+    :class:`~amp_suite.plugins.framework_plugin.FrameworkPlugin`, then does not require it)."""
+    setattr(spec, OPTIONAL_ATTRIBUTE, True)
+    return spec
+
 
 # --- describing plugins (host and worker) ---------------------------------
 
@@ -177,6 +195,7 @@ def train_epoch(run: RunSpec, model: Any, staged: Any, epoch: int) -> EpochResul
     """
 
 
+@optional
 @hookspec
 def reset_memory_peak(run: RunSpec, model: Any, device: DeviceInfo) -> None:
     """Restart peak-memory counters: warm-up is over and measured training begins.
@@ -227,6 +246,7 @@ def get_variables(run: RunSpec, model: Any) -> dict[str, np.ndarray] | None:
     """
 
 
+@optional
 @hookspec(firstresult=True)
 def trace_step(run: RunSpec, model: Any, staged: Any) -> StepTrace | None:
     """Train one step on ``staged`` (one batch) and trace it, layer by layer, for ``amp-suite numerics``.

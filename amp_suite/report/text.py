@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import re
+from typing import Any
 
 # The first line of every report.md amp-suite writes: how `amp-suite report` knows a report it may replace.
 REPORT_FIRST_LINE = "# amp-suite report"
@@ -53,3 +54,13 @@ def path_text(path: object, limit: int = SHOWN_CHARS) -> str:
     escaped (``\\n``), so it can neither split the line nor pass for another path."""
     text = _BREAKS.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), str(path))
     return text if len(text) <= limit else text[:limit] + f" [... {len(text) - limit} characters cut]"
+
+
+def flat_text(value: Any) -> str:
+    """``value`` as text on one line (line breaks and runs of spaces become one space), bounded."""
+    return one_line_text(str(value), LINE_CHARS)
+
+
+def table_text(value: Any) -> str:
+    """``value`` as one markdown table cell: on one line, bounded, ``|`` escaped, no raw HTML."""
+    return markdown_cell(str(value))

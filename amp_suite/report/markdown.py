@@ -1,0 +1,143 @@
+"""``report.md``: the sections of the report in their order, from the frames, tables and notes.
+
+The verdict first, then the environment, the ceiling, the comparison tables
+with their notes, the sections that appear only when the sweep has them
+(pools, variants, Keras's cost, tokens, time to target, seeds, curves,
+flags, published figures, plugins' sections, scaling), what ran, the
+method, and every run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amp_suite.records import CellResult
+from amp_suite.report.added_figures import added_figures_lines
+from amp_suite.report.context import ceiling_lines, environment_lines, methodology_lines, runtime_lines
+from amp_suite.report.curves import curve_lines
+from amp_suite.report.frames import device_label, is_synthetic, results_frame
+from amp_suite.report.notes import (
+    best_configuration_lines,
+    busy_lines,
+    incomplete_lines,
+    interval_lines,
+    memory_noise_lines,
+    mode_lines,
+)
+from amp_suite.report.published import published_section
+from amp_suite.report.seeds import margin_of, seeds_lines
+from amp_suite.report.summary import summary_frame
+from amp_suite.report.tables import TIME_TO_TARGET_NOTE, comparison_tables, scaling_table, time_to_target_table
+from amp_suite.report.text import REPORT_FIRST_LINE, flat_text, no_raw_html, table_text
+from amp_suite.report.tokens import dataset_line, token_section
+
+# Why synthetic data has no accuracy figure.
+SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
+                           "separable by design, so every precision scores about 100% and the figure "
+                           "measures nothing about a real task. Use --dataset mnist (the default) for "
+                           "real accuracies.")
+
+
+def render_markdown(results: list[CellResult], environment: dict[str, Any],
+                    sections: list[tuple[str, str]] | tuple = ()) -> str:
+    """The whole ``report.md``; ``sections`` are other plugins' ``(title, markdown)`` sections."""
+    summary = summary_frame(results, environment)
+    cells = results_frame(results, environment)
+    from amp_suite.report.applied import applied_lines
+    from amp_suite.report.every_run import every_run_lines
+    from amp_suite.report.keras_backends import KERAS_COST_NOTE, backend_lines, keras_cost_table
+    from amp_suite.report.variants import VARIANT_NOTE, variant_table
+    from amp_suite.report.variants import environment_lines as variant_environment_lines
+    from amp_suite.report.verdict import build_verdict, markdown_lines
+
+    out = [REPORT_FIRST_LINE, "", "## Verdict", "", *markdown_lines(build_verdict(summary, cells), table_text),
+           "## Environment", "", *environment_lines(environment),
+           *runtime_lines(results), *variant_environment_lines(cells), *backend_lines(cells), ""]
+    if not cells.empty:
+        devices = sorted({device_label(k, [n])
+                          for k, n in zip(cells["device_kind"], cells["device"], strict=True) if k})
+        out += [f"- devices used: {', '.join(devices) or 'none reached'}",
+                f"- dataset: {dataset_line(cells)}", ""]
+        notes = sorted({(r.metrics or {}).get("dataset_note", "") for r in results} - {""})
+        out += [f"- data: {n}" for n in notes] + ([""] if notes else [])
+        if any((r.metrics or {}).get("dataset_substituted") for r in results):
+            out += ["> **Data substitution:** synthetic data stood in for a dataset that could not be had "
+                    "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
+        if any(is_synthetic(r) for r in results if r.status == "ok"):
+            out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
+    out += incomplete_lines(environment) + busy_lines(cells)
+    out += ["## Hardware ceiling", "", *ceiling_lines(environment, cells),
+            "Beside each speed-up, its ceiling is the measured peak of the AMP dtype over the fp32 peak "
+            "(the speed-up a compute-bound model could reach); beside each achieved TFLOP/s, the fraction of "
+            "its dtype's peak.", ""]
+    for title, table in comparison_tables(summary, environment).items():
+        out += [f"## {title}", "", table.to_markdown(index=False, disable_numparse=True) if not table.empty else "_no results_", ""]
+        if title.startswith("Throughput"):
+            out += interval_lines(summary, environment) + mode_lines(summary)
+            best = best_configuration_lines(summary)
+            if best:
+                out += ["Best configuration per framework (fastest mode, batch and precision of the sweep):", "",
+                        *best]
+        if title.startswith("Peak memory"):
+            out += memory_noise_lines(summary)
+    from amp_suite.report.cross_pool import CROSS_POOL_NOTE, cross_pool_table, pool_lines
+
+    pooled = cross_pool_table(summary, cells, environment)
+    if not pooled.empty:
+        out += ["## Across pools (images/s, speed-up over fp32 on the same pool; ceiling; cost)", "",
+                CROSS_POOL_NOTE, "", pooled.to_markdown(index=False, disable_numparse=True), "",
+                *pool_lines(environment), ""]
+    variants = variant_table(summary, cells)
+    if not variants.empty:
+        out += ["## Framework variants (each against the first of its framework)", "", VARIANT_NOTE, "",
+                variants.to_markdown(index=False, disable_numparse=True), ""]
+    keras_cost = keras_cost_table(summary, cells)
+    if not keras_cost.empty:
+        out += ["## Keras against its backend's own framework (the cost of the Keras layer)", "",
+                KERAS_COST_NOTE, "", keras_cost.to_markdown(index=False, disable_numparse=True), ""]
+    out += token_section(cells)
+    target = time_to_target_table(summary, cells)
+    if not target.empty:
+        out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
+                target.to_markdown(index=False, disable_numparse=True), ""]
+    out += seeds_lines(cells, margin_of(environment), table_text)
+    out += curve_lines(results, table_text)
+    flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
+    if not flagged.empty:
+        out += ["## Measurement flags", "",
+                "⚑ in the throughput table: a cell whose timing is not to be trusted as it stands, for the "
+                "reasons below (docs/measurement.md).", ""]
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "")
+                          + (f" / seed {r.seed}" if r.seed_axis else "")
+                          + f" / repeat {r.repeat}: {r.measurement_flags}") for r in flagged.itertuples()]
+        out.append("")
+    published = published_section(summary, cells, environment,
+                                  substituted=any((r.metrics or {}).get("dataset_substituted") for r in results))
+    if published is not None:
+        out += [f"## {flat_text(published[0])}", "", published[1], ""]
+    for title, body in sections:
+        out += [f"## {flat_text(title)}", "", body, ""]
+    scaling = scaling_table(summary)
+    if not scaling.empty:
+        out += ["## Scaling over devices, images/s (speed-up over 1 device, efficiency)", "",
+                "Data parallel: the workload's batch is the global batch, split evenly over the devices. "
+                "Throughput is global samples over the slowest process's window time; efficiency is "
+                "throughput(N) / (N x throughput(1)) for the same workload, framework, device kind and "
+                "precision. Devices that share a machine's cores (logical CPU devices, one process per core) "
+                "compete for them: read the efficiency as measured, not as a property of the framework.", "",
+                scaling.to_markdown(index=False, disable_numparse=True), ""]
+    out += ["## What ran", "", *(applied_lines(results) or ["_no cell recorded the precision it applied_", ""])]
+    added = added_figures_lines(results)
+    if added:
+        out += ["## Figures added by plugins", "", *added]
+    out += ["## How the figures were measured", "", *methodology_lines(environment)]
+    out += ["## Every run", "", *every_run_lines(cells)]
+    failed = cells[~cells["status"].isin(["ok"])]
+    if not failed.empty:
+        out += ["## Runs without figures", ""]
+        out += [flat_text(f"- {r.workload} / {r.framework} / {r.precision}"
+                          + (f" / {r.devices} devices" if r.devices != 1 else "") + f" / repeat {r.repeat}: **{r.status}**"
+                          f" — {r.error or 'no message'}") for r in failed.itertuples()]
+        out.append("")
+    return no_raw_html("\n".join(out))

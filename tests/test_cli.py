@@ -201,7 +201,7 @@ def test_bad_device_settings_are_one_line_errors(tiny_config, flags, needle):
 
 def test_devices_are_a_sweep_axis_with_their_own_keys(tiny_config):
     from amp_suite.config.catalog import load_config, with_overrides
-    from amp_suite.sweep.engine import plan_cells
+    from amp_suite.sweep.cells import plan_cells
 
     config = load_config(tiny_config)
     settings = with_overrides(config.settings, devices=(1, 2), precisions=("fp32",), frameworks=("fake", "torch"))

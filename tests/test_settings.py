@@ -23,6 +23,7 @@ from amp_suite.records import RunSpec
 REPO = Path(__file__).resolve().parents[1]
 # RunSpec fields that name the cell rather than carry a setting: set by the sweep's plan.
 CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher",
+                 "launcher_program",
                  "variant", "environment", "python",  # placed per framework name (amp_suite.envs)
                  "pool",  # one cell per pool of --pools (amp_suite.sweep.executors)
                  "mode", "batch_axis",  # one cell per mode of --modes and batch size of --batch-sizes

@@ -43,7 +43,8 @@ def batch_sizes_of(settings: SweepSettings, workload: Workload) -> tuple[int, ..
 def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tuple[str, ...] = (),
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
                placements: dict[str, Placement] | None = None,
-               environments: dict[str, dict[str, Any]] | None = None, dataset_given: bool = False):
+               environments: dict[str, dict[str, Any]] | None = None, dataset_given: bool = False,
+               launcher_programs: dict[str, str] | None = None):
     """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
 
     Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
@@ -57,7 +58,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     settings' ``steps``.  ``launchers`` maps
     a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
     cells start; empty: it has none, and those cells end ``unsupported``);
-    one-device cells always run in one process.  ``environments`` maps a
+    one-device cells always run in one process.  ``launcher_programs`` maps a
+    framework to its :attr:`FrameworkInfo.launcher_program`.  ``environments`` maps a
     requested framework name to the environment part of its cells' definitions
     (:func:`environment_records`; missing: the environment's name alone).
     Each cell's dataset and
@@ -96,6 +98,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     options=dict(config.framework_options.get(framework, {})),
                     plugin_modules=plugin_modules, devices=devices,
                     launcher=(launchers or {}).get(framework, "") if devices > 1 else "process",
+                    launcher_program=(launcher_programs or {}).get(framework, "") if devices > 1 else "",
                     variant=name if name != framework else "", environment=place.environment,
                     python=place.python, pool=pool,
                 )

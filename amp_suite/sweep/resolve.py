@@ -262,6 +262,7 @@ def resolve(request: SweepRequest) -> SweepPlan:
         return plan_cells(config, replace(settings, repeats=repeats), worker_plugin_modules(host, request.plugins),
                           explicit_steps=explicit_steps,
                           launchers={name: info.launcher for name, info in frameworks.items()},
+                          launcher_programs={name: info.launcher_program for name, info in frameworks.items()},
                           placements=placements, environments=definitions, dataset_given=dataset_given)
 
     cells = cells_of(settings.repeats)

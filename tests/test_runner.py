@@ -19,6 +19,9 @@ from amp_suite.sweep.runner import Cell, run_in_worker, run_sweep
 from amp_suite.sweep.store import ResultStore
 from suite_cli import REPO
 
+# The worker's module, which the runner names to its launchers.
+WORKER = "amp_suite.cell.worker"
+
 
 def _cell(config_path: Path, precision: str = "fp32", framework: str = "fake", **run_args) -> Cell:
     config = load_config(config_path)
@@ -259,13 +262,13 @@ def test_the_runner_asks_each_cells_launcher_how_to_start_it_and_what_its_exit_m
     from amp_suite.launchers import launcher_for
 
     one = launcher_for(RunSpec(framework="fake", workload="w", precision="fp32"))
-    assert one.inherits_pipes and one.command(RunSpec(framework="fake", workload="w", precision="fp32"), "7")[-2:] \
+    assert one.inherits_pipes and one.command(RunSpec(framework="fake", workload="w", precision="fp32"), "7", WORKER)[-2:] \
         == ["--result-fd", "7"]
     assert one.failed_with_result(3, "boom") == "boom"
     assert one.failed_without_result(3) == "worker exited with code 3 and no result"
     ddp = RunSpec(framework="torch", workload="w", precision="fp32", devices=2, launcher="torchrun")
     many = launcher_for(ddp)
-    command = many.command(ddp, "/tmp/cell.result")
+    command = many.command(ddp, "/tmp/cell.result", WORKER)
     assert not many.inherits_pipes and command[-2:] == ["--result-file", "/tmp/cell.result"]
     assert command[command.index("--nproc-per-node") + 1] == "2" and "--standalone" in command
     assert "local rank 0 saw: boom" in many.failed_with_result(1, "boom")
@@ -281,7 +284,7 @@ def test_torchrun_runs_the_program_the_plugin_declares_and_refuses_none_in_one_l
     assert program == "torch.distributed.run"  # declared by the torch plugin, named nowhere in amp_suite/
     ddp = RunSpec(framework="torch", workload="w", precision="fp32", devices=2, launcher="torchrun",
                   launcher_program="amp_suite_test_launcher")
-    command = launcher_for(ddp).command(ddp, "/tmp/cell.result")
+    command = launcher_for(ddp).command(ddp, "/tmp/cell.result", WORKER)
     assert command[3] == "amp_suite_test_launcher" and command[4] == "--nproc-per-node"
     # the bootstrap runs the program as ``python -m PROGRAM ARGS`` would, and an undeclared one in one line
     script = ("import sys\nprint('ran', sys.argv[1:])\n")

@@ -50,10 +50,11 @@ def rendezvous_arguments(run: RunSpec) -> list[str]:
             "--master-addr", host, "--master-port", str(port)]
 
 
-def command(run: RunSpec, result_path: str) -> list[str]:
-    """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
+def command(run: RunSpec, result_path: str, worker: str) -> list[str]:
+    """The runner's command for a torchrun cell whose node result goes to ``result_path``; ``worker`` is the
+    worker's module, each rank's program."""
     return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, run.launcher_program, *rendezvous_arguments(run),
-            "--no-python", *worker_command("--result-file", result_path, python=run.python)]
+            "--no-python", *worker_command(worker, "--result-file", result_path, python=run.python)]
 
 
 @dataclass(frozen=True)
@@ -65,8 +66,8 @@ class Torchrun:
     # might even name other files of theirs), so local rank 0 writes a file and no progress comes back.
     inherits_pipes: bool = False
 
-    def command(self, run: RunSpec, result: str) -> list[str]:
-        return command(run, result)
+    def command(self, run: RunSpec, result: str, worker: str) -> list[str]:
+        return command(run, result, worker)
 
     def failed_with_result(self, code: int, seen: str) -> str:
         # Local rank 0 saw the symptom (a collective broke); torchrun knows a rank failed.

@@ -143,3 +143,13 @@ def test_dry_run_prints_the_plan_imports_no_framework_and_writes_nothing(tmp_pat
     keys = [line.split(":")[0].strip() for line in lines if line.startswith("  ") and "/r" in line.split(":")[0]]
     assert len(keys) == 18 and keys[0] == "torch/mnist_cnn/fp32/r0" and keys[-1] == "jax/mnist_cnn/fp32/r1"
     assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_resolving_a_request_loads_the_configuration_once(tiny_config, tmp_path, monkeypatch):
+    from amp_suite.sweep import resolve as resolving
+
+    calls: list[object] = []
+    load = resolving.load_config
+    monkeypatch.setattr(resolving, "load_config", lambda path: calls.append(path) or load(path))
+    plan = resolve(SweepRequest(config=tiny_config, overrides={"out": str(tmp_path / "out")}, plugins=("fakefw",)))
+    assert calls == [tiny_config] and len(plan.cells) == 3

@@ -149,8 +149,8 @@ def synthetic_by_default(config: SuiteConfig, request: SweepRequest) -> str:
         return ""
     if request.preset is not None and "dataset" in config.presets[request.preset].settings:
         return ""
-    packaged = load_config(None).settings.dataset
-    if packaged == "synthetic":
+    packaged = config.packaged_dataset
+    if packaged in ("", "synthetic"):
         return ""
     return (f"; synthetic data: the [defaults] of {path_text(config.path or Path('benchmarks.toml'))} sets no "
             f"dataset (the packaged one's is {packaged}): add dataset = \"{packaged}\" to it, or pass --dataset")

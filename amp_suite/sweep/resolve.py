@@ -276,5 +276,6 @@ def resolve(request: SweepRequest) -> SweepPlan:
         estimates=estimate_cells(cells, device_kind, stored_results(out_dir), resume=request.resume),
         placements=MappingProxyType(dict(placements)), datasets=MappingProxyType(datasets), executor=executor,
         device_kind=device_kind, out_dir=out_dir, cost=MappingProxyType(dict(cost)), host=host,
-        notes=tuple(notes), preset=preset.record if preset is not None else None, more_repeats=tuple(more),
+        notes=tuple(notes), preset=MappingProxyType(preset.record) if preset is not None else None,
+        more_repeats=tuple(more),
         synthetic_note=synthetic_by_default(config, request))

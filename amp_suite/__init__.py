@@ -17,8 +17,9 @@ Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load`, :func:`amp_suite.co
 :func:`amp_suite.numerics_report` (see
 :mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
 stays cheap and imports neither pandas nor a framework.  The root is the top
-of the layering (docs/architecture.md): it may import any module, and no
-module of the package imports it.
+floor of the layering (docs/architecture.md, checked by tests/test_layering.py
+like every module): it may import any module, and no module of the package
+imports it.
 """
 
 from __future__ import annotations

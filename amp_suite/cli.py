@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "Slurm jobs ([executor] in benchmarks.toml; docs/cluster.md)")
     run.add_argument("--ray-address", metavar="HOST:PORT",
                      help="the Ray cluster to submit to (default: a local Ray instance started for the sweep)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the plan (cells, environments, where each runs, estimated time) and run nothing")
 
     report = sub.add_parser("report", help="re-render the report from DIR/results.jsonl")
     report.add_argument("directory", help="a sweep's output directory")
@@ -220,7 +222,7 @@ def own_command() -> list[str]:
 
 
 def _host(modules: list[str], *, strict: bool = True):
-    from amp_suite.sweep.engine import make_host
+    from amp_suite.sweep.resolve import make_host
 
     return make_host(modules, strict=strict)
 
@@ -232,7 +234,7 @@ def _cost_overrides(args: argparse.Namespace) -> dict:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from amp_suite.progress import SweepProgress
-    from amp_suite.sweep.engine import SweepRequest, sweep
+    from amp_suite.sweep.engine import SweepRequest, execute, resolve
 
     overrides = overrides_from_flags(args)
     auto = 0
@@ -244,7 +246,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                            resume=args.resume, inline=args.inline, quiet=args.quiet,
                            cost=_cost_overrides(args), preset=args.preset, auto_repeats=auto,
                            executor=args.executor, ray_address=args.ray_address)
-    return sweep(request, progress=SweepProgress()).exit_code
+    plan = resolve(request)
+    if args.dry_run:  # the plan alone: no output directory, no data, no worker
+        print("\n".join(plan.lines()))
+        return EXIT_OK
+    return execute(plan, progress=SweepProgress()).exit_code
 
 
 def cmd_report(args: argparse.Namespace) -> int:

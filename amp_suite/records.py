@@ -55,6 +55,15 @@ class FrameworkInfo:
     every device of the node, or ``"torchrun"``, one worker per device; empty
     (the default) when the plugin has no data-parallel engine, and then its
     cells on several devices are ``unsupported``.
+    ``launcher_program`` is the module that implements a multi-process
+    launcher, run as ``python -m MODULE`` with the launcher's command line
+    (the torch plugin's is ``torch.distributed.run`` for ``"torchrun"``): the
+    plugin declares it, so no framework's module is named in ``amp_suite/``.
+    A ``"torchrun"`` launcher without one fails its data-parallel cells with a
+    line saying so.  ``sync_counter`` is the ``module:function`` that counts
+    the framework's host synchronizations for the conformance kit
+    (:attr:`amp_suite.testing.conformance.BackendConformance.sync_counter`,
+    ``"auto"``); empty: the kit's test of it is skipped.
 
     ``options`` declares the plugin's own keys of ``[frameworks.NAME]`` (the
     loss-scaling keys every plugin reads are added by the host).
@@ -82,6 +91,8 @@ class FrameworkInfo:
     distributions: tuple[str, ...] = ()
     install_command: str = ""
     launcher: str = ""
+    launcher_program: str = ""
+    sync_counter: str = ""
     options: dict[str, FrameworkOption] = field(default_factory=dict)
     doctor_probe: str = ""
     calibration_probe: str = ""
@@ -313,7 +324,8 @@ class RunSpec:
     ``node_rank`` and ``coordinator`` (``HOST:PORT`` of node 0; empty on one
     node) describe a cell run as cooperating processes on several machines
     (see ``docs/distributed.md``); ``launcher`` is the framework's
-    :attr:`FrameworkInfo.launcher`.
+    :attr:`FrameworkInfo.launcher` and ``launcher_program`` its
+    :attr:`FrameworkInfo.launcher_program` (a data-parallel cell's only).
 
     ``mode`` is the execution mode (:data:`amp_suite.modes.MODES`); empty: the
     framework's default mode, and the key names none.  ``batch_axis`` says the
@@ -356,6 +368,7 @@ class RunSpec:
     node_rank: int = 0
     coordinator: str = ""
     launcher: str = "process"
+    launcher_program: str = ""  # the module a multi-process launcher runs (FrameworkInfo.launcher_program)
     # The name the sweep asked for when it is an environment's (torch@2.12): it labels the cell.
     variant: str = ""
     # The environment whose interpreter runs the worker ("" and "": this one, the host's).

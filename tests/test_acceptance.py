@@ -142,7 +142,7 @@ def test_pre_ampere_and_missing_frameworks_skip_what_they_must(tmp_path):
 
 
 def test_detect_machine_counts_gpus_from_nvidia_smi(monkeypatch, tmp_path):
-    from amp_suite.sweep.engine import make_host
+    from amp_suite.sweep.resolve import make_host
 
     known = make_host([]).frameworks()
     monkeypatch.setattr(acceptance, "detect_nvidia", lambda: TWO_GPUS)
@@ -157,7 +157,7 @@ def test_detect_machine_counts_gpus_from_nvidia_smi(monkeypatch, tmp_path):
 def test_detect_machine_imports_no_framework():
     import subprocess
 
-    code = ("import sys; from amp_suite.sweep.engine import make_host; from amp_suite.doctor import acceptance; "
+    code = ("import sys; from amp_suite.sweep.resolve import make_host; from amp_suite.doctor import acceptance; "
             "acceptance.detect_machine(make_host([]).frameworks(), ('torch', 'keras', 'jax'), device='cpu'); "
             "print([m for m in ('torch', 'tensorflow', 'jax') if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -155,7 +155,7 @@ def test_no_framework_hook_asks_which_framework_it_is_called_for():
 
 def test_a_workload_may_set_its_own_steps_which_the_command_line_overrides(tmp_path):
     from amp_suite.config.catalog import with_overrides
-    from amp_suite.sweep.engine import plan_cells
+    from amp_suite.sweep.cells import plan_cells
 
     config = load_config(REPO / "benchmarks.toml")
     settings = with_overrides(config.settings, workloads=("mnist_resnet8", "mnist_cnn"), frameworks=("jax",),

@@ -201,14 +201,16 @@ def test_bad_device_settings_are_one_line_errors(tiny_config, flags, needle):
 
 def test_devices_are_a_sweep_axis_with_their_own_keys(tiny_config):
     from amp_suite.config.catalog import load_config, with_overrides
-    from amp_suite.sweep.engine import plan_cells
+    from amp_suite.sweep.cells import plan_cells
 
     config = load_config(tiny_config)
     settings = with_overrides(config.settings, devices=(1, 2), precisions=("fp32",), frameworks=("fake", "torch"))
-    cells = plan_cells(config, settings, launchers={"fake": "process", "torch": "torchrun"})
+    cells = plan_cells(config, settings, launchers={"fake": "process", "torch": "torchrun"},
+                       launcher_programs={"torch": "torch.distributed.run"})
     assert [(c.run.framework, c.run.devices, c.run.launcher, c.run.key) for c in cells] == [
         ("fake", 1, "process", "fake/tiny/fp32/r0"), ("fake", 2, "process", "fake/tiny/fp32/d2/r0"),
         ("torch", 1, "process", "torch/tiny/fp32/r0"), ("torch", 2, "torchrun", "torch/tiny/fp32/d2/r0")]
+    assert [c.run.launcher_program for c in cells] == ["", "", "", "torch.distributed.run"]
     assert cells[1].run.shard_size == 4
 
 

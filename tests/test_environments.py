@@ -384,12 +384,12 @@ def test_torchrun_and_its_workers_start_with_the_environments_interpreter():
 
     run = RunSpec(framework="torch", workload="tiny", precision="fp32", devices=2, launcher="torchrun",
                   environment="torch@2.13", python="/envs/torch/bin/python")
-    command = launcher_for(run).command(run, "/out/result")
+    command = launcher_for(run).command(run, "/out/result", "amp_suite.cell.worker")
     assert command[0] == "/envs/torch/bin/python"
     worker = command[command.index("--no-python") + 1:]
     assert worker[0] == "/envs/torch/bin/python" and "amp_suite.cell.worker" in worker
     host = RunSpec(framework="torch", workload="tiny", precision="fp32", devices=2, launcher="torchrun")
-    assert launcher_for(host).command(host, "/out/result")[0] == sys.executable
+    assert launcher_for(host).command(host, "/out/result", "amp_suite.cell.worker")[0] == sys.executable
 
 
 @envbuild

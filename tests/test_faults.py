@@ -264,7 +264,7 @@ def test_the_worker_never_imports_from_the_current_directory(tiny_config, tmp_pa
 
 def test_the_worker_loads_exactly_the_plugins_the_host_loaded(monkeypatch):
     from amp_suite.plugins.host import DISABLE_ENV, EXTRA_PLUGINS_ENV, PluginHost
-    from amp_suite.sweep.engine import worker_env, worker_plugin_modules
+    from amp_suite.sweep.resolve import worker_env, worker_plugin_modules
 
     monkeypatch.setenv(EXTRA_PLUGINS_ENV, "ghostfw,amp_suite_no_such_env_plugin")
     monkeypatch.setenv(DISABLE_ENV, "keras")

@@ -249,7 +249,7 @@ def test_a_report_of_no_valid_result_keeps_the_good_report_unless_forced(tmp_pat
 
 def test_charts_are_written_before_the_report_that_links_them():
     """LOW: a signal while the report was written left a report.md pointing at charts never written."""
-    from amp_suite.sweep.engine import make_host
+    from amp_suite.sweep.resolve import make_host
 
     order = make_host([])._implementers("write_report")
     assert order.index("charts") < order.index("reporters")

@@ -122,7 +122,7 @@ def test_the_environment_part_holds_the_frameworks_installed_versions_or_its_env
     from amp_suite.config.environments import EnvironmentSpec
     from amp_suite.envs.placement import Placement
     from amp_suite.records import FrameworkInfo
-    from amp_suite.sweep.engine import environment_records
+    from amp_suite.sweep.cells import environment_records
 
     info = FrameworkInfo(name="fake", display_name="Fake", modules=(), extra="", precisions={},
                          distributions=("pluggy", "no-such-distribution"))

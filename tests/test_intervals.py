@@ -169,7 +169,7 @@ def test_a_single_repeat_says_it_has_no_interval():
 
 def test_repeats_are_interleaved_and_precisions_alternate_within_a_framework(tiny_config):
     from amp_suite.config.catalog import load_config, with_overrides
-    from amp_suite.sweep.engine import plan_cells
+    from amp_suite.sweep.cells import plan_cells
 
     config = load_config(tiny_config)
     settings = with_overrides(config.settings, repeats=3, precisions=("fp32", "amp_bf16"),

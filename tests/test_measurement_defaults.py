@@ -9,7 +9,9 @@ from amp_suite.errors import UsageError
 from amp_suite.machine import devices
 from amp_suite.records import Batch, CellResult
 from amp_suite.report.normalize import render_markdown, summary_frame
-from amp_suite.sweep.engine import SweepRequest, plan_cells, sweep_device_kind
+from amp_suite.sweep.cells import plan_cells
+from amp_suite.sweep.plan import SweepRequest
+from amp_suite.sweep.resolve import sweep_device_kind
 
 
 def _machine(monkeypatch, gpus: int) -> None:

@@ -13,7 +13,7 @@ from amp_suite.config.settings import SweepSettings
 from amp_suite.modes import MODES, base_mode, mode_order, scaled_learning_rate
 from amp_suite.records import CellResult, RunSpec
 from amp_suite.report.normalize import comparison_tables, render_markdown, summary_frame
-from amp_suite.sweep.engine import plan_cells
+from amp_suite.sweep.cells import plan_cells
 from suite_cli import one_line_error, run_cli, tiny_config_file
 
 THROUGHPUT_TITLE_START = "Throughput"

@@ -12,7 +12,7 @@ import pytest
 from amp_suite.config.catalog import load_config, with_overrides
 from amp_suite.config.presets import expand_preset, fit_device_counts
 from amp_suite.errors import UsageError
-from amp_suite.sweep.engine import plan_cells
+from amp_suite.sweep.cells import plan_cells
 from suite_cli import REPO, TINY_CONFIG, run_cli
 
 FRAMEWORKS = {"torch", "keras", "jax"}
@@ -214,7 +214,7 @@ def test_a_preset_runs_end_to_end_and_its_report_puts_the_article_beside_the_mea
 
 def test_a_fit_devices_preset_runs_what_the_machine_offers_and_says_so(monkeypatch):
     import amp_suite.launchers
-    from amp_suite.sweep.engine import _fit_preset_devices
+    from amp_suite.sweep.resolve import _fit_preset_devices
 
     monkeypatch.setattr(amp_suite.launchers, "visible_devices", lambda device: 2)
     config = load_config(None)

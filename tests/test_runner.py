@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,6 +18,9 @@ from amp_suite.records import CellResult, RunSpec
 from amp_suite.sweep.runner import Cell, run_in_worker, run_sweep
 from amp_suite.sweep.store import ResultStore
 from suite_cli import REPO
+
+# The worker's module, which the runner names to its launchers.
+WORKER = "amp_suite.cell.worker"
 
 
 def _cell(config_path: Path, precision: str = "fp32", framework: str = "fake", **run_args) -> Cell:
@@ -258,14 +262,39 @@ def test_the_runner_asks_each_cells_launcher_how_to_start_it_and_what_its_exit_m
     from amp_suite.launchers import launcher_for
 
     one = launcher_for(RunSpec(framework="fake", workload="w", precision="fp32"))
-    assert one.inherits_pipes and one.command(RunSpec(framework="fake", workload="w", precision="fp32"), "7")[-2:] \
+    assert one.inherits_pipes and one.command(RunSpec(framework="fake", workload="w", precision="fp32"), "7", WORKER)[-2:] \
         == ["--result-fd", "7"]
     assert one.failed_with_result(3, "boom") == "boom"
     assert one.failed_without_result(3) == "worker exited with code 3 and no result"
     ddp = RunSpec(framework="torch", workload="w", precision="fp32", devices=2, launcher="torchrun")
     many = launcher_for(ddp)
-    command = many.command(ddp, "/tmp/cell.result")
+    command = many.command(ddp, "/tmp/cell.result", WORKER)
     assert not many.inherits_pipes and command[-2:] == ["--result-file", "/tmp/cell.result"]
     assert command[command.index("--nproc-per-node") + 1] == "2" and "--standalone" in command
     assert "local rank 0 saw: boom" in many.failed_with_result(1, "boom")
     assert many.failed_without_result(1).startswith("torchrun exited with code 1 and no result")
+
+
+def test_torchrun_runs_the_program_the_plugin_declares_and_refuses_none_in_one_line():
+    from amp_suite.launchers import launcher_for
+    from amp_suite.launchers.single import OWN_PATH
+    from amp_suite.plugins.host import PluginHost
+
+    program = PluginHost().frameworks()["torch"].launcher_program
+    assert program == "torch.distributed.run"  # declared by the torch plugin, named nowhere in amp_suite/
+    ddp = RunSpec(framework="torch", workload="w", precision="fp32", devices=2, launcher="torchrun",
+                  launcher_program="amp_suite_test_launcher")
+    command = launcher_for(ddp).command(ddp, "/tmp/cell.result", WORKER)
+    assert command[3] == "amp_suite_test_launcher" and command[4] == "--nproc-per-node"
+    # the bootstrap runs the program as ``python -m PROGRAM ARGS`` would, and an undeclared one in one line
+    script = ("import sys\nprint('ran', sys.argv[1:])\n")
+    with tempfile.TemporaryDirectory() as folder:
+        Path(folder, "amp_suite_test_launcher.py").write_text(script)
+        env = {**os.environ, "AMP_SUITE_WORKER_PATH": os.pathsep.join([folder, OWN_PATH])}  # as the runner sets it
+        done = subprocess.run(command[:4] + ["--standalone", "x"], capture_output=True, text=True, env=env,
+                              timeout=60)
+        assert done.returncode == 0 and done.stdout.strip() == "ran ['--standalone', 'x']", done.stderr
+        undeclared = subprocess.run(command[:3] + ["", "--standalone"], capture_output=True, text=True, env=env,
+                                    timeout=60)
+    assert undeclared.returncode == 2 and undeclared.stderr.count("\n") == 1
+    assert "declares the torchrun launcher but no launcher_program" in undeclared.stderr

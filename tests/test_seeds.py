@@ -18,7 +18,7 @@ from amp_suite.records import CellResult, RunSpec
 from amp_suite.report.normalize import render_markdown, results_frame, summary_frame, sweep_verdict
 from amp_suite.report.seeds import equivalence_frame
 from amp_suite.schema import check_table
-from amp_suite.sweep.engine import plan_cells
+from amp_suite.sweep.cells import plan_cells
 from amp_suite.sweep.fingerprint import cell_definition
 from suite_cli import one_line_error, run_cli
 

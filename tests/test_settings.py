@@ -23,6 +23,7 @@ from amp_suite.records import RunSpec
 REPO = Path(__file__).resolve().parents[1]
 # RunSpec fields that name the cell rather than carry a setting: set by the sweep's plan.
 CELL_IDENTITY = {"framework", "workload", "precision", "repeat", "options", "plugin_modules", "devices", "launcher",
+                 "launcher_program",
                  "variant", "environment", "python",  # placed per framework name (amp_suite.envs)
                  "pool",  # one cell per pool of --pools (amp_suite.sweep.executors)
                  "mode", "batch_axis",  # one cell per mode of --modes and batch size of --batch-sizes
@@ -70,7 +71,7 @@ def test_a_malformed_flag_is_one_line_exit_2(argv, message, capsys):
 def test_every_cell_setting_fills_a_runspec_field_of_the_same_type_and_default():
     spec_fields = {f.name: f for f in dataclasses.fields(RunSpec)}
     settings = {f.name: f for f in dataclasses.fields(SweepSettings)}
-    # What RunSpec stores differently from the sweep setting, and why (amp_suite.sweep.engine.plan_cells).
+    # What RunSpec stores differently from the sweep setting, and why (amp_suite.sweep.cells.plan_cells).
     stored_otherwise = {"batch_size": "each workload's own batch when unset",
                         "coordinator": "an empty string on one node"}
     for name, cell in CELL_FIELDS.items():
@@ -85,7 +86,7 @@ def test_every_cell_setting_fills_a_runspec_field_of_the_same_type_and_default()
 
 def test_plan_cells_carries_every_cell_setting_into_every_cell(tmp_path):
     from amp_suite.config.catalog import load_config, with_overrides
-    from amp_suite.sweep.engine import plan_cells
+    from amp_suite.sweep.cells import plan_cells
 
     config = load_config(None)
     values = {"min_timed_steps": 3, "min_timed_seconds": 0.5, "extend_timing": True, "settle_warmup": True,

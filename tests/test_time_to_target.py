@@ -70,7 +70,7 @@ def test_the_fake_framework_reaches_a_target_and_the_report_has_the_table(tiny_c
 
 def test_mnist_resnet8_declares_a_target_and_the_flag_overrides_it(tmp_path):
     from amp_suite.config.catalog import with_overrides
-    from amp_suite.sweep.engine import plan_cells
+    from amp_suite.sweep.cells import plan_cells
 
     config = load_config(None)
     assert config.workloads["mnist_resnet8"].target_accuracy == 0.97

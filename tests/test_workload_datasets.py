@@ -13,7 +13,7 @@ from amp_suite.config.catalog import find_config, load_config, with_overrides
 from amp_suite.config.workload_datasets import dataset_choice
 from amp_suite.datasets import text
 from amp_suite.errors import UsageError
-from amp_suite.sweep.engine import plan_cells
+from amp_suite.sweep.cells import plan_cells
 from suite_cli import run_cli, tiny_config_file
 
 PACKAGED = load_config(find_config(None))

@@ -178,6 +178,8 @@ class SuiteConfig:
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     # The keys the [defaults] table in force sets (a key it leaves out takes the built-in value, not the catalog's)
     defaults_keys: frozenset[str] = frozenset()
+    # The dataset of the packaged [defaults], also where a file's [defaults] replaced it
+    packaged_dataset: str = ""
 
     def source(self, key: str) -> str:
         """Where table ``key`` comes from: ``package: workloads.toml``, or the file's path."""
@@ -480,6 +482,8 @@ def _figure(table: Any, where: str) -> dict[str, Any]:
 def load_config(path: Path | None) -> SuiteConfig:
     """The packaged catalog extended by ``path`` (when given), checked; every problem is one line."""
     tables, sources = _catalog_tables()
+    packaged = tables.get("defaults")
+    packaged_dataset = str(packaged.get("dataset", SweepSettings().dataset)) if isinstance(packaged, dict) else ""
     replaced: frozenset[str] = frozenset()
     if path is not None:
         local = _tables_of(path)
@@ -521,7 +525,7 @@ def load_config(path: Path | None) -> SuiteConfig:
                 else ExecutorSettings())
     defaults_keys = frozenset(tables["defaults"]) if isinstance(tables.get("defaults"), dict) else frozenset()
     return SuiteConfig(path, settings, workloads, options, cost, presets, published, sources, replaced, by_kind,
-                       environments, pools, executor, defaults_keys)
+                       environments, pools, executor, defaults_keys, packaged_dataset)
 
 
 def for_device_kind(config: SuiteConfig, kind: str) -> SuiteConfig:

@@ -47,8 +47,9 @@ class Launcher(Protocol):
         result comes back in a file the runner names, and no progress inside the cell."""
         ...
 
-    def command(self, run: RunSpec, result: str) -> list[str]:
-        """The command line; ``result`` is the result pipe's descriptor, or the result file's path."""
+    def command(self, run: RunSpec, result: str, worker: str) -> list[str]:
+        """The command line; ``result`` is the result pipe's descriptor, or the result file's path; ``worker``
+        the worker's module (the runner names it: :mod:`amp_suite.cell.worker` sits above the launchers)."""
         ...
 
     def failed_with_result(self, code: int, seen: str) -> str:

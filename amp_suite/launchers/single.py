@@ -70,16 +70,17 @@ def worker_import_path(plugin_modules: Iterable[str] = ()) -> list[str]:
     return entries
 
 
-# The worker's entry: the import path is set before anything else is imported.
-WORKER_BOOTSTRAP = path_setter(".pop") + "from amp_suite.cell.worker import main; sys.exit(main(sys.argv[2:]))"
-
-
-def worker_command(*result: str, python: str = "") -> list[str]:
+def worker_command(worker: str, *result: str, python: str = "") -> list[str]:
     """The worker's command line; ``result`` is ``("--result-fd", N)`` or ``("--result-file", PATH)``.
 
-    ``python``: the interpreter (an environment's), else this one.
+    ``worker`` is the worker's module, whose ``main(argv)`` the process runs
+    once its import path is set, before anything else is imported; the runner
+    names it (:mod:`amp_suite.cell.worker`: the cell sits above the launchers
+    in the layering).  ``python``: the interpreter (an environment's), else
+    this one.
     """
-    return [python or sys.executable, "-c", WORKER_BOOTSTRAP, "amp_suite.cell.worker", *result]
+    bootstrap = path_setter(".pop") + f"from {worker} import main; sys.exit(main(sys.argv[2:]))"
+    return [python or sys.executable, "-c", bootstrap, worker, *result]
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ class SingleProcess:
     name: str = "process"
     inherits_pipes: bool = True
 
-    def command(self, run: RunSpec, result: str) -> list[str]:
-        return worker_command("--result-fd", result, python=run.python)
+    def command(self, run: RunSpec, result: str, worker: str) -> list[str]:
+        return worker_command(worker, "--result-fd", result, python=run.python)
 
     def failed_with_result(self, code: int, seen: str) -> str:
         return seen

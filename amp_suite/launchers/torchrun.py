@@ -1,8 +1,13 @@
-"""PyTorch's own launcher: ``torch.distributed.run`` (torchrun) starts one worker per device.
+"""PyTorch's own launcher (torchrun) starts one worker per device.
 
-The runner starts this module's bootstrap, which sets the import path, ties
-itself to the runner (it dies with it), tells its ranks to die with *it*, and
-hands the command line to ``torch.distributed.run.main`` unchanged.  torchrun
+The torch plugin declares the program that implements it,
+:attr:`~amp_suite.records.FrameworkInfo.launcher_program` (PyTorch's
+``torch.distributed.run``), and the plan carries it into each data-parallel
+cell's :attr:`~amp_suite.records.RunSpec.launcher_program`; nothing here
+imports or names a framework.  The runner starts this module's bootstrap,
+which sets the import path, ties itself to the runner (it dies with it), tells
+its ranks to die with *it*, and runs that program as ``python -m PROGRAM``
+would, with the command line unchanged.  torchrun
 then starts ``--nproc-per-node`` workers, each with ``RANK``,
 ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT`` set, and
 tears the others down when one fails (PyTorch docs, "torchrun (Elastic
@@ -45,10 +50,11 @@ def rendezvous_arguments(run: RunSpec) -> list[str]:
             "--master-addr", host, "--master-port", str(port)]
 
 
-def command(run: RunSpec, result_path: str) -> list[str]:
-    """The runner's command for a torchrun cell whose node result goes to ``result_path``."""
-    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, *rendezvous_arguments(run),
-            "--no-python", *worker_command("--result-file", result_path, python=run.python)]
+def command(run: RunSpec, result_path: str, worker: str) -> list[str]:
+    """The runner's command for a torchrun cell whose node result goes to ``result_path``; ``worker`` is the
+    worker's module, each rank's program."""
+    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, run.launcher_program, *rendezvous_arguments(run),
+            "--no-python", *worker_command(worker, "--result-file", result_path, python=run.python)]
 
 
 @dataclass(frozen=True)
@@ -60,8 +66,8 @@ class Torchrun:
     # might even name other files of theirs), so local rank 0 writes a file and no progress comes back.
     inherits_pipes: bool = False
 
-    def command(self, run: RunSpec, result: str) -> list[str]:
-        return command(run, result)
+    def command(self, run: RunSpec, result: str, worker: str) -> list[str]:
+        return command(run, result, worker)
 
     def failed_with_result(self, code: int, seen: str) -> str:
         # Local rank 0 saw the symptom (a collective broke); torchrun knows a rank failed.
@@ -78,12 +84,18 @@ TORCHRUN = Torchrun()
 
 
 def main(argv: list[str]) -> int:
-    """Run torchrun with ``argv`` as a child of the runner that dies with it."""
+    """Run the launcher program ``argv[0]`` with the rest of ``argv``, as a child of the runner that dies with it."""
+    import runpy
+
     from amp_suite.host_watch import HOST_PID_ENV, die_with_host_from_env
 
     die_with_host_from_env()
+    program, *arguments = argv
+    if not program:
+        print("amp-suite: the framework's plugin declares the torchrun launcher but no launcher_program "
+              "(FrameworkInfo.launcher_program: the module that runs it)", file=sys.stderr)
+        return 2
     os.environ[HOST_PID_ENV] = str(os.getpid())  # the workers watch torchrun
-    from torch.distributed.run import main as torchrun_main
-
-    torchrun_main(argv)
+    sys.argv = [program, *arguments]
+    runpy.run_module(program, run_name="__main__", alter_sys=True)
     return 0

@@ -31,7 +31,7 @@ from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_re
 from amp_suite.shadow.report import LAYERS_FILE, write_report
 from amp_suite.shadow.traces import load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
-from amp_suite.sweep.engine import make_host, worker_env, worker_plugin_modules
+from amp_suite.sweep.resolve import make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
 LOGS_DIR = "logs"

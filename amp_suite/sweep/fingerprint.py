@@ -36,7 +36,8 @@ IDENTITY_FIELDS = ("framework", "workload", "precision", "repeat", "variant", "p
 # RunSpec fields that describe the data.
 DATA_FIELDS = ("dataset", "train_split", "val_split", "synthetic_fallback")
 # RunSpec fields that describe where the worker runs, not what it computes (the environment is its own section).
-PLACE_FIELDS = ("timeout_s", "data_dir", "download", "node_rank", "coordinator", "environment", "python")
+PLACE_FIELDS = ("timeout_s", "data_dir", "download", "node_rank", "coordinator", "environment", "python",
+                "launcher_program")
 
 # A workload value whose JSON is longer than this (an EfficientNet's layers: 170,000 characters) is stored as its
 # own hash and length, so every line of results.jsonl stays small; a change of it still changes the fingerprint.

@@ -154,8 +154,12 @@ def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
         raise UsageError(f"cannot check the output directory {str(directory)!r}: {_reason(exc)}") from None
 
 
-def prepare_output_dir(text: str | os.PathLike[str]) -> Path:
-    """The output directory, created and proven writable; a one-line :class:`UsageError` if not."""
+def check_output_dir(text: str | os.PathLike[str]) -> Path:
+    """The output directory a sweep may write, checked and left as it is; a one-line :class:`UsageError` if not.
+
+    The checks of :func:`prepare_output_dir` that change nothing, so a plan
+    (``amp-suite run --dry-run``) refuses what the sweep would refuse.
+    """
     if not str(text).strip():
         raise UsageError("the output directory is empty; pass --out DIR (an unset variable?)")
     if "\0" in str(text):
@@ -168,6 +172,17 @@ def prepare_output_dir(text: str | os.PathLike[str]) -> Path:
         if directory.is_dir():
             refuse_foreign_directory(directory)
         check_real_directory(directory / LOGS_DIR)
+    except UnsafeFileError as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot create output directory {str(directory)!r}: {_reason(exc)}") from None
+    return directory
+
+
+def prepare_output_dir(text: str | os.PathLike[str]) -> Path:
+    """The output directory, created and proven writable; a one-line :class:`UsageError` if not."""
+    directory = check_output_dir(text)
+    try:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / LOGS_DIR).mkdir(exist_ok=True)
     except UnsafeFileError as exc:

@@ -22,6 +22,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from amp_suite import progress as progress_channel
+from amp_suite.cell import worker
 from amp_suite.errors import StorageError, one_line
 from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers import launcher_for
@@ -177,7 +178,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
     # Processes that cannot inherit the result pipe write their node's result to a file beside the log.
     result_file = None if launcher.inherits_pipes else log_path.with_name(log_path.name + ".result")
     if result_file is not None:
-        command = launcher.command(run, str(result_file))
+        command = launcher.command(run, str(result_file), worker.__name__)
         _remove(result_file)
         try:
             create_new(Path(str(result_file) + ".request"), request)
@@ -187,7 +188,7 @@ def run_in_worker(cell: Cell, *, log_path: Path, env: dict[str, str] | None = No
             os.close(result_w)
             raise StorageError(f"cannot write {str(result_file)!r}.request: {exc.strerror or one_line(exc)}") from None
     else:
-        command = launcher.command(run, str(result_w))
+        command = launcher.command(run, str(result_w), worker.__name__)
     with log:
         try:
             proc = process_tree.start(

@@ -56,9 +56,6 @@ from amp_suite.testing import (
 _PROBES: dict[str, ProbeResult] = {}
 # One probe process per framework and plugin modules, for the whole session.
 _SERVERS: dict[tuple[str, tuple[str, ...]], ProbeServer] = {}
-# The counter of host synchronizations that fits a backend, by a module its FrameworkInfo names.
-SYNC_COUNTERS = {"jax": "amp_suite_plugins.sync_counters:of_jax", "torch": "amp_suite_plugins.sync_counters:of_torch",
-                 "tensorflow": "amp_suite_plugins.sync_counters:of_keras"}
 # The resnet8 table the BatchNorm precision check trains on: integer images reach the first convolution as they are.
 INTEGER_STEM_TABLE = {**WORKLOADS["resnet8"], "normalize": False, "augment": False}
 
@@ -90,8 +87,8 @@ class BackendConformance:
     rtol: ClassVar[float] = 1e-4
     #: whether measure's framework_version must read "NAME VERSION[, NAME VERSION ...]"
     check_version_format: ClassVar[bool] = True
-    #: ``module:function`` returning a counter of host synchronizations (see ProbeRequest); "auto" picks the
-    #: kit's counter for the framework the backend imports (jax, torch or tensorflow); None skips that test
+    #: ``module:function`` returning a counter of host synchronizations (see ProbeRequest); "auto" takes the
+    #: one the backend's ``FrameworkInfo.sync_counter`` declares; None (or none declared) skips that test
     sync_counter: ClassVar[str | None] = "auto"
     #: kinds of the layer vocabulary the backend leaves out on purpose (a CNN-only backend: the token kinds,
     #: ``amp_suite.workloads.kinds.TOKEN_KINDS``); every other kind must be in ``FrameworkInfo.layer_kinds``
@@ -223,18 +220,18 @@ class BackendConformance:
     def test_a_window_waits_once_however_many_steps_it_holds(self, probe: Any, precision: str) -> None:
         counter = self._sync_counter()
         if not counter:
-            pytest.skip("no sync counter (set sync_counter = 'module:function')")
+            pytest.skip("no sync counter (declare FrameworkInfo.sync_counter, or set sync_counter = "
+                        "'module:function')")
         result = probe(precision=precision, steps=2, batch_size=8, count_syncs=(2, 6), sync_counter=counter)
         assert_one_wait_per_window(result)
 
     def _sync_counter(self) -> str | None:
-        """``sync_counter``, with "auto" resolved from the modules the backend's FrameworkInfo names."""
+        """``sync_counter``, with "auto" resolved to the one the backend's FrameworkInfo declares."""
         if self.sync_counter != "auto":
             return self.sync_counter
         from amp_suite.plugins.host import PluginHost
 
-        info = PluginHost(extra_modules=self.plugin_modules).frameworks()[self.framework]
-        return next((SYNC_COUNTERS[m] for m in info.modules if m in SYNC_COUNTERS), None)
+        return PluginHost(extra_modules=self.plugin_modules).frameworks()[self.framework].sync_counter or None
 
     @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
     def test_precision_applied_is_the_one_reported(self, probe: Any, precision: str) -> None:

@@ -184,13 +184,14 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
         server.run(request.to_json(), folder, timeout)
         return load_probe(request, folder)
     command = ["-m", "amp_suite.testing.probe", str(folder / "request.json"), str(folder)]
-    if request.devices > 1 and _launcher(request) == "torchrun":  # one process per device, PyTorch's launcher
+    launcher, program = _launcher(request) if request.devices > 1 else ("process", "")
+    if launcher == "torchrun":  # one process per device, the program the plugin declares
         from amp_suite.launchers.torchrun import rendezvous_arguments
         from amp_suite.records import RunSpec
 
         one_node = RunSpec(framework=request.framework, workload=request.workload, precision=request.precision,
-                           devices=request.devices, launcher="torchrun")
-        command = ["-m", "torch.distributed.run", *rendezvous_arguments(one_node), *command]
+                           devices=request.devices, launcher="torchrun", launcher_program=program)
+        command = ["-m", program, *rendezvous_arguments(one_node), *command]
     done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout, cwd=folder)
     if done.returncode != 0:
         raise AssertionError(f"probe of {request.framework} {request.precision} failed "
@@ -236,9 +237,10 @@ def _gradient_steps(arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> list
     return steps
 
 
-def _launcher(request: ProbeRequest) -> str:
-    """How ``request.framework`` starts a data-parallel cell (:attr:`FrameworkInfo.launcher`)."""
+def _launcher(request: ProbeRequest) -> tuple[str, str]:
+    """How ``request.framework`` starts a data-parallel cell, and the program that does it
+    (:attr:`FrameworkInfo.launcher`, :attr:`FrameworkInfo.launcher_program`)."""
     from amp_suite.plugins.host import PluginHost
 
     info = PluginHost(extra_modules=request.plugin_modules).frameworks().get(request.framework)
-    return "process" if info is None else info.launcher
+    return ("process", "") if info is None else (info.launcher, info.launcher_program)

@@ -9,32 +9,8 @@ that planned the sweep is the only writer of ``results.jsonl``: it appends
 each result as it comes back, and ``--resume`` skips finished cells the same
 way (:func:`amp_suite.sweep.runner.resumable`).
 
-Nothing here imports Ray or submitit until that executor runs.
+Nothing here imports Ray or submitit until that executor runs.  Which executor
+runs a sweep is chosen by :mod:`.select` (``run_cells``); the local one is
+:func:`amp_suite.sweep.runner.iter_sweep`, the cluster ones share
+:mod:`.remote` over a scheduler each (:mod:`.ray_scheduler`, :mod:`.slurm_scheduler`).
 """
-
-from __future__ import annotations
-
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from amp_suite.records import CellResult
-    from amp_suite.sweep.runner import Cell, ProgressCallback
-    from amp_suite.sweep.store import ResultStore
-
-EXECUTORS = ("local", "ray", "slurm")
-
-
-class Executor(Protocol):
-    """Runs a sweep's cells and yields each result once it is stored."""
-
-    name: str
-
-    def run_cells(self, cells: list[Cell], store: ResultStore, *, resume: bool, env: dict[str, str],
-                  progress: ProgressCallback | None) -> Iterator[CellResult]:
-        """Run ``cells`` (skipping those ``resume`` finds done), append each result to ``store``, yield it.
-
-        Raises :class:`~amp_suite.errors.StorageError` when a result cannot be
-        stored; a ``KeyboardInterrupt`` cancels every queued and running cell.
-        """
-        ...

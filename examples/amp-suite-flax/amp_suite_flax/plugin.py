@@ -117,6 +117,7 @@ def framework_info() -> FrameworkInfo:
         # run as `python -m MODULE` by `amp-suite doctor` and `amp-suite calibrate`, one process each
         doctor_probe="amp_suite_flax.doctor",
         calibration_probe="amp_suite_flax.calibration",
+        sync_counter="amp_suite_plugins.sync_counters:of_jax",
         layer_kinds=KINDS,  # not the token kinds: the host makes a transformer's cells unsupported, naming them
     )
 

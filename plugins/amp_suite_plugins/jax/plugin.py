@@ -113,6 +113,7 @@ def framework_info() -> FrameworkInfo:
         launcher="process",  # one worker per node drives every device of the node
         doctor_probe="amp_suite_plugins.jax.doctor",
         calibration_probe="amp_suite_plugins.jax.calibration",
+        sync_counter="amp_suite_plugins.sync_counters:of_jax",
         modes={"cpu": ("compiled",), "gpu": ("compiled",)},  # one jitted step: jax.jit is its only mode
         default_mode="compiled",
         options=OPTIONS,

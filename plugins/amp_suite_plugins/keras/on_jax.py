@@ -108,6 +108,7 @@ def framework_info() -> FrameworkInfo:
         layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.jax.calibration",
+        sync_counter="amp_suite_plugins.sync_counters:of_jax",
     )
 
 

@@ -101,6 +101,7 @@ def framework_info() -> FrameworkInfo:
         layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.doctor",
         calibration_probe="amp_suite_plugins.keras.calibration",
+        sync_counter="amp_suite_plugins.sync_counters:of_keras",
         # graph: tf.function without XLA (jit_compile=False); compiled: jit_compile=True.  The mode, when the sweep
         # names one, wins over the jit_compile option.
         modes={"cpu": ("graph", "compiled"), "gpu": ("graph", "compiled")},

@@ -140,9 +140,11 @@ def framework_info() -> FrameworkInfo:
         precisions=STANDARD_PRECISIONS_AND_FP64,
         distributions=("torch",),
         launcher="torchrun",
+        launcher_program="torch.distributed.run",  # PyTorch's torchrun, run by amp_suite.launchers.torchrun
         options=OPTIONS,
         doctor_probe="amp_suite_plugins.torch.doctor",
         calibration_probe="amp_suite_plugins.torch.calibration",
+        sync_counter="amp_suite_plugins.sync_counters:of_torch",
         modes=MODES,
         default_mode="eager",
         layer_kinds=tuple(TORCH_KINDS),

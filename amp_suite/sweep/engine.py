@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amp_suite.config.precision_options import check_precision_options
 from amp_suite.config.catalog import (
     SuiteConfig,
     check_batch_split,
@@ -329,6 +330,8 @@ def sweep(request: SweepRequest, progress: Callable | None = None) -> SweepOutco
     check_executor(executor_of(config, request), settings.pools, config.pools, inline=request.inline)
     config = check_framework_tables(config, host.frameworks(), absent=absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
+    check_precision_options(config.framework_options, [place.framework for place in placements.values()],
+                            settings.precisions, {name: config.workloads[name] for name in settings.workloads})
     check_names("dataset", (settings.dataset,), DATASETS)
     dataset_given = request.overrides.get("dataset") is not None
     settings, note = splits_for_given_dataset(settings, request.overrides)

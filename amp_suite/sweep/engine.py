@@ -23,7 +23,6 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from amp_suite.config.precision_options import check_precision_options
 from amp_suite.config.catalog import (
     SuiteConfig,
     check_batch_split,
@@ -34,6 +33,7 @@ from amp_suite.config.catalog import (
     with_overrides,
 )
 from amp_suite.config.environments import environments_dir
+from amp_suite.config.precision_options import check_precision_options
 from amp_suite.config.settings import CELL_FIELDS, SweepSettings, check_names
 from amp_suite.config.workload_datasets import DatasetChoice, dataset_choice, splits_for_given_dataset
 from amp_suite.envs.placement import Placement, place_frameworks

@@ -91,7 +91,6 @@ from amp_suite.records import (
 from amp_suite.schema import Field
 from amp_suite.workloads.layers import dense_after_flatten
 from amp_suite.workloads.workload import learning_rate_at, variable_specs
-from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.layers import (
     ATTENTION_IMPLEMENTATIONS,
     TORCH_KINDS,
@@ -100,6 +99,7 @@ from amp_suite_plugins.torch.layers import (
     read_variables,
     spec_net,
 )
+from amp_suite_plugins.torch.loss_scaling import grad_scaler
 
 NAME = "torch"
 # The keys of [frameworks.torch] this plugin reads (the loss-scaling keys every plugin reads come on top).

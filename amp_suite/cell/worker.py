@@ -26,6 +26,7 @@ import numpy as np
 from amp_suite import progress
 from amp_suite.cell.curve import CurveTracker
 from amp_suite.cell.kind_check import undeclared_kinds
+from amp_suite.cell.loss_scale import loss_scale_figures
 from amp_suite.cell.windows import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.datasets import InputPipeline, run_pipeline
 from amp_suite.errors import DivergedError, FrameworkUnavailableError, PluginError, UnsupportedError, one_line
@@ -376,6 +377,7 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
 
     load_after = noise.snapshot()
     metrics: dict[str, Any] = steady_state(parts)
+    metrics.update(loss_scale_figures(parts, applied))
     metrics.update(noise.load_figures(load_before, load_after))
     metrics.update(target.figures())
     metrics.update(curve.figures())

@@ -54,7 +54,8 @@ CELL_COLUMNS = [
     "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
-    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "keras_backend", "plugin",
+    "skipped_steps", "loss_scale_initial", "loss_scale_min", "loss_scale_backoffs", "keep_fp32", "compute_dtype",
+    "device", "device_kind", "framework_version", "keras_backend", "plugin",
     "environment", "interpreter", "label", "pool", "dataset",
     "batch_size", "steps", "epochs", "warmup", "mode_axis", "seed_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
     "learning_rate_rule", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
@@ -201,6 +202,10 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "loss_scaling": (r.applied or {}).get("loss_scaling", ""),
             "loss_scale_final": _num(m.get("loss_scale_final")),
             "skipped_steps": m.get("skipped_steps"),
+            "loss_scale_initial": _num(m.get("loss_scale_initial")),
+            "loss_scale_min": _num(m.get("loss_scale_min")),
+            "loss_scale_backoffs": m.get("loss_scale_backoffs"),
+            "keep_fp32": ",".join(flat_text(n) for n in ((r.applied or {}).get("keep_fp32") or [])),
             "compute_dtype": (r.applied or {}).get("compute_dtype", ""),
             "device": (r.device or {}).get("name", ""),
             "device_kind": kind,
@@ -1081,6 +1086,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     from amp_suite.report.applied import applied_lines
     from amp_suite.report.every_run import every_run_lines
     from amp_suite.report.keras_backends import KERAS_COST_NOTE, backend_lines, keras_cost_table
+    from amp_suite.report.loss_scale import loss_scale_lines
     from amp_suite.report.variants import VARIANT_NOTE, variant_table
     from amp_suite.report.variants import environment_lines as variant_environment_lines
     from amp_suite.report.verdict import build_verdict, markdown_lines
@@ -1137,6 +1143,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                 target.to_markdown(index=False, disable_numparse=True), ""]
     out += seeds_lines(cells, margin_of(environment), table_text)
     out += curve_lines(results, table_text)
+    out += loss_scale_lines(results)
     flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
     if not flagged.empty:
         out += ["## Measurement flags", "",

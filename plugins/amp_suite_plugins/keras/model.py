@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -199,7 +200,7 @@ def apply_layers(t: Translation, specs: tuple[LayerSpec, ...], x: Any) -> Any:
             raise UnsupportedError(f"the Keras plugins cannot build layer kind {spec.kind!r}; they build: "
                                    f"{', '.join(LAYER_KINDS)}")
         if t.kept and keeps(spec, t.kept):
-            x = in_float32(t.keras, lambda builder=builder, spec=spec, x=x: builder(t, spec, x), spec.name)
+            x = in_float32(t.keras, partial(builder, t, spec, x), spec.name)
         else:
             x = builder(t, spec, x)
     return x

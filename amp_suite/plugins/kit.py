@@ -83,7 +83,7 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     device without TF32.
     """
     initial_scale = float(run.options.get("initial_loss_scale", DYNAMIC_LOSS_SCALE_INIT))
-    scaling = loss_scaling(run)
+    scaling = _loss_scaling(run)
     precision = run.precision
     if precision not in COMPUTE_DTYPES:
         raise UnsupportedError(f"precision {precision!r} is not supported; allowed: {', '.join(COMPUTE_DTYPES)}")
@@ -91,7 +91,7 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         raise UnsupportedError(f"tf32 needs an NVIDIA GPU of compute capability 8.0 or newer; this run is on {device.kind} ({device.name})")
     scaled = precision in LOSS_SCALED_PRECISIONS and scaling != "none"
     stored = stored_dtype(precision)
-    kept = keep_fp32(run)
+    kept = _keep_fp32(run)
     amp = precision in AMP_PRECISIONS
     notes = (f"keep_fp32={','.join(kept)}: no effect, every layer of {precision} computes in "
              f"{COMPUTE_DTYPES[precision]}",) if kept and not amp else ()
@@ -107,7 +107,7 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     )
 
 
-def loss_scaling(run: RunSpec) -> str:
+def _loss_scaling(run: RunSpec) -> str:
     """How an ``amp_fp16`` cell scales its loss: option ``loss_scaling`` (default ``dynamic``).
 
     ``dynamic``: halve on a step with inf/NaN gradients (skipped), double
@@ -119,7 +119,7 @@ def loss_scaling(run: RunSpec) -> str:
     return str(run.options.get("loss_scaling", DEFAULT_LOSS_SCALING))
 
 
-def keep_fp32(run: RunSpec) -> tuple[str, ...]:
+def _keep_fp32(run: RunSpec) -> tuple[str, ...]:
     """The layer names and kinds option ``keep_fp32`` keeps in float32 (empty: none); see
     :func:`amp_suite.workloads.kept.keeps` for which layers they pick."""
     return tuple(str(name) for name in run.options.get("keep_fp32", ()))

@@ -295,7 +295,7 @@ def build_net(workload: Workload, compute_dtype: str, seed: int = 0, kept: tuple
 
     rngs = nnx.Rngs(seed)
     batch_norm = _batch_norm_class()
-    net = nnx.Module()
+    net: Any = nnx.Module()
     net.kept = tuple(kept)
     for item in walk(workload.layers, workload.input_shape):
         spec, channels = item.layer, item.input_shape[-1]

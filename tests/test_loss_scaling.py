@@ -19,6 +19,7 @@ from amp_suite.errors import UsageError
 from amp_suite.plugins.kit import standard_precision
 from amp_suite.records import CellResult, DeviceInfo, EpochResult, PrecisionApplied, RunSpec
 from amp_suite.report.applied import applied_lines
+from amp_suite.report.html import render_html
 from amp_suite.report.loss_scale import loss_scale_lines
 from amp_suite.report.normalize import results_frame
 from amp_suite.stored_values import metric_problem
@@ -190,3 +191,5 @@ def test_the_figures_are_stored_read_back_and_reported():
     assert (row["loss_scale_min"], row["loss_scale_backoffs"], row["keep_fp32"]) == (512.0, 1, "logits")
     assert math.isnan(frame.iloc[1]["loss_scale_min"]) and frame.iloc[1]["keep_fp32"] == ""
     assert any("keep_fp32=logits (these layers compute in float32)" in line for line in applied_lines(cells))
+    page = render_html(cells, {})
+    assert '<h2 id="loss-scale-section">Loss scaling</h2>' in page and "<td>1024 → 512</td>" in page

@@ -28,6 +28,7 @@ from typing import Any
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figures_table
 from amp_suite.report.applied import applied_precisions
+from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
 from amp_suite.report.marks import FLAG_MARK, SINGLE_RUN_MARK
 from amp_suite.report.normalize import (
     busy_lines,
@@ -413,6 +414,10 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
                  "<p>What each framework applied for each precision (its set_precision answer): the dtype "
                  "its convolutions and dense layers computed in, the dtypes of the parameters and the logits, "
                  "the loss scaling, and the switches that change results.</p>", *applied]
+    scaled = loss_scale_rows(results)
+    if scaled:
+        body += ['<h2 id="loss-scale-section">Loss scaling</h2>', *_paragraphs([LOSS_SCALE_NOTE]),
+                 *_table("loss-scale", "The loss scale of each amp_fp16 cell", HEADER, list(scaled))]
     added = added_html(results)
     if added:
         body += ['<h2 id="figures-section">Figures added by plugins</h2>', *added]

@@ -28,26 +28,36 @@ def _scale(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "–"
 
 
-def loss_scale_lines(results: list[CellResult]) -> list[str]:
-    """The section's markdown (title included), or ``[]`` when no ok cell ran a precision with a loss scale."""
-    rows = [r for r in results if r.status == "ok" and r.precision in LOSS_SCALED_PRECISIONS]
-    if not rows:
-        return []
-    header = ["workload", "framework", "precision", "repeat", "loss scaling", "scale first → last", "smallest",
-              "backoffs", "skipped steps"]
-    lines = ["## Loss scaling", "", LOSS_SCALE_NOTE, "", "| " + " | ".join(header) + " |",
-             "| " + " | ".join("---" for _ in header) + " |"]
-    for r in rows:
+HEADER = ["workload", "framework", "precision", "repeat", "loss scaling", "scale first → last", "smallest",
+          "backoffs", "skipped steps"]
+
+
+def loss_scale_rows(results: list[CellResult]) -> list[list[str]]:
+    """One row of :data:`HEADER` per ok cell of a precision with a loss scale, in the order the cells ran."""
+    rows = []
+    for r in results:
+        if r.status != "ok" or r.precision not in LOSS_SCALED_PRECISIONS:
+            continue
         m, applied = r.metrics or {}, r.applied or {}
         scaling = str(applied.get("loss_scaling") or "–")
         scaled = scaling in ("dynamic", "static")
         seed = (r.config or {}).get("seed")
         repeat = f"{r.repeat}" + (f" (seed {seed})" if (r.config or {}).get("seed_axis") else "")
-        cells = [r.workload, r.framework, r.precision, repeat, scaling,
-                 f"{_scale(m.get('loss_scale_initial', applied.get('initial_loss_scale')))} → "
-                 f"{_scale(m.get('loss_scale_final'))}" if scaled else "–",
-                 _scale(m.get("loss_scale_min")) if scaled else "–",
-                 str(m.get("loss_scale_backoffs", "–")) if scaled else "–",
-                 str(m.get("skipped_steps", "–"))]
-        lines.append("| " + " | ".join(markdown_cell(c, 200) for c in cells) + " |")
+        rows.append([r.workload, r.framework, r.precision, repeat, scaling,
+                     f"{_scale(m.get('loss_scale_initial', applied.get('initial_loss_scale')))} → "
+                     f"{_scale(m.get('loss_scale_final'))}" if scaled else "–",
+                     _scale(m.get("loss_scale_min")) if scaled else "–",
+                     str(m.get("loss_scale_backoffs", "–")) if scaled else "–",
+                     str(m.get("skipped_steps", "–"))])
+    return rows
+
+
+def loss_scale_lines(results: list[CellResult]) -> list[str]:
+    """The section's markdown (title included), or ``[]`` when no ok cell ran a precision with a loss scale."""
+    rows = loss_scale_rows(results)
+    if not rows:
+        return []
+    lines = ["## Loss scaling", "", LOSS_SCALE_NOTE, "", "| " + " | ".join(HEADER) + " |",
+             "| " + " | ".join("---" for _ in HEADER) + " |"]
+    lines += ["| " + " | ".join(markdown_cell(c, 200) for c in row) + " |" for row in rows]
     return lines + [""]

@@ -346,6 +346,7 @@ def spec_net(torch: Any, workload: Workload, *, flatten_channels_last: bool = Fa
         raise UnsupportedError(f"option attention: {attention!r} is not an implementation; allowed: "
                                f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
     entries = {item.layer.kind: torch_kind(item.layer.kind) for item in walk(workload.layers, workload.input_shape)}
+    kept_names = frozenset(kept)  # looked up at every layer of every eager step: a set, made once
     Module: Any = torch.nn.Module  # torch is imported by the caller: an Any base class to the type checker
 
     class SpecNet(Module):
@@ -368,7 +369,7 @@ def spec_net(torch: Any, workload: Workload, *, flatten_channels_last: bool = Fa
 
         def run(self, specs: tuple[LayerSpec, ...], x: Any, masks: Masks | None) -> Any:
             for spec in specs:
-                if kept and keeps(spec, kept):
+                if kept_names and keeps(spec, kept_names):
                     x = in_float32(torch, self, entries[spec.kind].apply, spec, x, masks)
                 else:
                     x = entries[spec.kind].apply(torch, self, spec, x, masks)

@@ -417,7 +417,8 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
     scaled = loss_scale_rows(results)
     if scaled:
         body += ['<h2 id="loss-scale-section">Loss scaling</h2>', *_paragraphs([LOSS_SCALE_NOTE]),
-                 *_table("loss-scale", "The loss scale of each amp_fp16 cell", HEADER, list(scaled))]
+                 *_table("loss-scale", "The loss scale of each amp_fp16 cell", HEADER,
+                         [list[Cell | str](row) for row in scaled])]
     added = added_html(results)
     if added:
         body += ['<h2 id="figures-section">Figures added by plugins</h2>', *added]

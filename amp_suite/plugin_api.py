@@ -60,6 +60,7 @@ from amp_suite.records import (
 )
 from amp_suite.safe_files import write_files_atomically
 from amp_suite.schema import Field
+from amp_suite.workloads.kept import keeps
 from amp_suite.workloads.kinds import KINDS, TOKEN_KINDS
 from amp_suite.workloads.layers import LAYER_KINDS, LayerShapes, Shape, dense_after_flatten, iter_layers, walk
 from amp_suite.workloads.workload import init_variables, learning_rate_at, variable_specs, workload_from_config
@@ -85,7 +86,8 @@ __all__ = [
     "loss_scale_growth_interval", "no_wait", "read_cuda_versions", "require_device_kind", "standard_precision",
     "take_slowest_window", "timed_window", "stored_dtype", "MODES", "Field", "this_process",
     # the workload: layers, optimizer schedule, canonical variables
-    "LAYER_KINDS", "KINDS", "TOKEN_KINDS", "LayerShapes", "Shape", "dense_after_flatten", "iter_layers", "walk",
+    "LAYER_KINDS", "KINDS", "TOKEN_KINDS", "LayerShapes", "Shape", "dense_after_flatten", "iter_layers", "keeps",
+    "walk",
     "init_variables", "learning_rate_at", "variable_specs", "workload_from_config",
     # versions, files, reports
     "package_version", "version_text", "write_files_atomically", "summary_frame", "results_frame",

@@ -11,7 +11,7 @@ from __future__ import annotations
 PRECISIONS: dict[str, str] = {
     "fp32": "float32 everywhere; TF32 tensor-core math explicitly off",
     "tf32": "float32 storage, TF32 matmul/conv math (NVIDIA Ampere and newer only)",
-    "amp_fp16": "float16 compute, float32 parameters, dynamic loss scaling",
+    "amp_fp16": "float16 compute, float32 parameters, dynamic loss scaling (option loss_scaling: static, none)",
     "amp_bf16": "bfloat16 compute, float32 parameters, no loss scaling",
     "fp64": "float64 parameters, activations and optimizer state everywhere: an arithmetic reference for "
             "tests, not an AMP mode",
@@ -27,6 +27,20 @@ def stored_dtype(precision: str) -> str:
     under ``fp64``."""
     return "float64" if precision == "fp64" else "float32"
 
+
+# How an amp_fp16 cell scales its loss (the framework option ``loss_scaling``), the same in every framework:
+# dynamic halves the scale on a step with inf/NaN gradients (the step is skipped) and doubles it after
+# ``loss_scale_growth_interval`` finite steps; static keeps ``initial_loss_scale`` fixed and still skips a step
+# with inf/NaN gradients; none scales nothing and checks nothing (fp16 gradients may underflow to zero).
+LOSS_SCALINGS: dict[str, str] = {
+    "dynamic": "halve on inf/NaN gradients (step skipped), double after loss_scale_growth_interval finite steps",
+    "static": "initial_loss_scale throughout; a step with inf/NaN gradients is still skipped",
+    "none": "no loss scale and no check: float16 gradients may underflow to zero (or overflow)",
+}
+DEFAULT_LOSS_SCALING = "dynamic"
+# Precisions that have a loss scale, and those that compute some layers below float32 (keep_fp32 applies).
+LOSS_SCALED_PRECISIONS = ("amp_fp16",)
+AMP_PRECISIONS = ("amp_fp16", "amp_bf16")
 
 # The precision every speed-up and accuracy difference is measured against.
 BASELINE = "fp32"

@@ -424,9 +424,13 @@ class RunSpec:
 class PrecisionApplied:
     """What ``set_precision`` really applied.
 
-    ``loss_scaling`` is ``"none"``, ``"dynamic"`` or ``"static"``;
-    ``initial_loss_scale`` is ``None`` without loss scaling.  ``notes`` records
-    switches that change results (TF32 matmul flags, channels-last, XLA).
+    ``loss_scaling`` is ``"none"``, ``"dynamic"`` or ``"static"``
+    (:data:`amp_suite.precision.LOSS_SCALINGS`); ``initial_loss_scale`` is
+    ``None`` without loss scaling (the fixed scale under ``static``).
+    ``keep_fp32`` lists the layer names and kinds kept in float32 under AMP
+    (the framework option, :mod:`amp_suite.workloads.kept`; empty where it
+    changes nothing).  ``notes`` records switches that change results (TF32
+    matmul flags, channels-last, XLA).
     """
 
     precision: str
@@ -436,6 +440,7 @@ class PrecisionApplied:
     loss_scaling: str = "none"
     initial_loss_scale: float | None = None
     notes: tuple[str, ...] = ()
+    keep_fp32: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -135,10 +135,12 @@ NONNEGATIVE_METRICS = (
     "cpu_freq_mhz_before", "cpu_freq_mhz_after",
     # token workloads (language models)
     "tokens_per_s", "val_bits_per_char", "unigram_bits_per_char", "val_tokens", "context",
+    # loss scaling (amp_fp16)
+    "loss_scale_initial", "loss_scale_min", "loss_scale_backoffs", "loss_scale_points_dropped",
 )
 SIGNED_METRICS = ("final_loss", "first_step_loss", "val_loss", "loss_scale_final")
 NUMBER_LIST_METRICS = ("window_throughputs", "epoch_times_s")
-NUMBER_LISTS_METRICS = ("step_losses",)
+NUMBER_LISTS_METRICS = ("step_losses", "loss_scale_trajectory")
 TEXT_METRICS = ("dataset_note", "compilation", "telemetry_source", "latency_source", "framework_version")
 TEXT_LIST_METRICS = ("measurement_flags",)
 FLAG_METRICS = ("dataset_substituted", "target_reached")
@@ -176,7 +178,7 @@ def metric_problem(name: str, value: Any) -> str | None:
         if not isinstance(value, list) or len(value) > LIST_ITEMS or not all(map(_is_number, value)):
             return f"not a list of numbers: {shown}"
         return None
-    if name in NUMBER_LISTS_METRICS:  # one list of numbers per epoch
+    if name in NUMBER_LISTS_METRICS:  # lists of numbers: one per epoch, or one [step, scale] point each
         if not isinstance(value, list) or len(value) > LIST_ITEMS or not all(
                 isinstance(v, list) and len(v) <= LIST_ITEMS and all(map(_is_number, v)) for v in value):
             return f"not a list of lists of numbers: {shown}"

@@ -48,6 +48,7 @@ from amp_suite.cell.figures import (
     staged_bytes,
 )
 from amp_suite.cell.kind_check import undeclared_kinds
+from amp_suite.cell.loss_scale import loss_scale_figures
 from amp_suite.cell.validation import TOKEN_KEYS, VALIDATION_KEYS, TargetTracker, once, token_figures, validate
 from amp_suite.cell.windows import MeasurementPlan, Phase, steady_state, timing_flags
 from amp_suite.datasets import InputPipeline, run_pipeline
@@ -107,6 +108,7 @@ def run_cell(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     model = host.build_model(run, inputs.workload, inputs.weights, inputs.state, applied, device)
     training = train(run, inputs, host, model, device)
     metrics, dropped = training_figures(run, inputs, training, rss_before)
+    metrics.update(loss_scale_figures(training.parts, applied))
     measured = measure(run, host, model, device, metrics, dropped, training.staged_peak, rss_before, result)
     metrics.update(validate(host, run, model, inputs.pipeline, run.batch_size))
     meter, settled = time_again_if_short(run, host, model, inputs, training, device, metrics)

@@ -32,7 +32,7 @@ from amp_suite.config.environments import EnvironmentSpec, environment_from_tabl
 from amp_suite.config.executors import ExecutorSettings, PoolSpec, executor_from_table, pool_from_table
 from amp_suite.config.settings import SETTINGS_FIELDS, SweepSettings, check_names
 from amp_suite.errors import UsageError
-from amp_suite.precision import PRECISIONS
+from amp_suite.precision import LOSS_SCALINGS, PRECISIONS
 from amp_suite.records import FrameworkInfo, Workload
 from amp_suite.schema import Field, check_name, check_table, closest, shown
 from amp_suite.workloads.workload import workload_from_config
@@ -61,10 +61,13 @@ def check_batch_split(workload: str, batch_size: int, devices: int) -> None:
                          f"{devices} devices; choose a --batch-size divisible by {devices}")
 
 
-# Options every framework plugin reads (amp_suite.plugins.kit: loss scaling of amp_fp16).
+# Options every framework plugin reads (amp_suite.plugins.kit: loss scaling of amp_fp16, layers kept in float32;
+# amp_suite.config.precision_options checks them against the sweep's precisions and workloads).
 COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
     "initial_loss_scale": Field(float, above=0, maximum=2.0**64),
     "loss_scale_growth_interval": Field(int, minimum=1, maximum=1_000_000_000),
+    "loss_scaling": Field(str, choices=tuple(LOSS_SCALINGS)),
+    "keep_fp32": Field(tuple, names=True),
 }
 # The frameworks of the packaged plugins: their tables (the catalog has some) are accepted on a
 # machine where the plugin is not loaded, so one config serves every machine.

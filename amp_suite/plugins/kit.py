@@ -12,7 +12,7 @@ import numpy as np
 from amp_suite.errors import UnsupportedError
 from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import cpu_info
-from amp_suite.precision import stored_dtype
+from amp_suite.precision import AMP_PRECISIONS, DEFAULT_LOSS_SCALING, LOSS_SCALED_PRECISIONS, stored_dtype
 from amp_suite.records import DeviceInfo, EpochResult, PrecisionApplied, RunSpec
 
 
@@ -83,21 +83,46 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     device without TF32.
     """
     initial_scale = float(run.options.get("initial_loss_scale", DYNAMIC_LOSS_SCALE_INIT))
+    scaling = _loss_scaling(run)
     precision = run.precision
     if precision not in COMPUTE_DTYPES:
         raise UnsupportedError(f"precision {precision!r} is not supported; allowed: {', '.join(COMPUTE_DTYPES)}")
     if precision == "tf32" and not device.supports_tf32:
         raise UnsupportedError(f"tf32 needs an NVIDIA GPU of compute capability 8.0 or newer; this run is on {device.kind} ({device.name})")
-    fp16 = precision == "amp_fp16"
+    scaled = precision in LOSS_SCALED_PRECISIONS and scaling != "none"
     stored = stored_dtype(precision)
+    kept = _keep_fp32(run)
+    amp = precision in AMP_PRECISIONS
+    notes = (f"keep_fp32={','.join(kept)}: no effect, every layer of {precision} computes in "
+             f"{COMPUTE_DTYPES[precision]}",) if kept and not amp else ()
     return PrecisionApplied(
         precision=precision,
         compute_dtype=COMPUTE_DTYPES[precision],
         param_dtype=stored,
         output_dtype=stored,
-        loss_scaling="dynamic" if fp16 else "none",
-        initial_loss_scale=initial_scale if fp16 else None,
+        loss_scaling=scaling if scaled else "none",
+        initial_loss_scale=initial_scale if scaled else None,
+        notes=notes,
+        keep_fp32=kept if amp else (),
     )
+
+
+def _loss_scaling(run: RunSpec) -> str:
+    """How an ``amp_fp16`` cell scales its loss: option ``loss_scaling`` (default ``dynamic``).
+
+    ``dynamic``: halve on a step with inf/NaN gradients (skipped), double
+    after :func:`loss_scale_growth_interval` finite steps; ``static``: the
+    initial scale throughout, a step with inf/NaN gradients still skipped;
+    ``none``: no scale and no check.  Read it from ``applied.loss_scaling``,
+    which is ``none`` for every precision without a loss scale.
+    """
+    return str(run.options.get("loss_scaling", DEFAULT_LOSS_SCALING))
+
+
+def _keep_fp32(run: RunSpec) -> tuple[str, ...]:
+    """The layer names and kinds option ``keep_fp32`` keeps in float32 (empty: none); see
+    :func:`amp_suite.workloads.kept.keeps` for which layers they pick."""
+    return tuple(str(name) for name in run.options.get("keep_fp32", ()))
 
 
 # One optimizer step on a staged batch: returns ``(loss, applied)`` as the

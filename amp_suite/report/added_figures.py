@@ -32,7 +32,8 @@ READ_BY_COLUMNS = frozenset({
     "load_avg_1m_before", "load_avg_1m_after", "other_cpu_cores", "cpu_freq_mhz_before", "cpu_freq_mhz_after",
     "measurement_flags", "target_accuracy", "target_reached", "time_to_target_s", "steps_to_target",
     "epochs_to_target", "best_val_accuracy", "eval_time_s", "gpu_utilization_pct_mean", "compile_time_s",
-    "learning_rate", "learning_rate_rule", "dataset_substituted", "mode",
+    "learning_rate", "learning_rate_rule", "dataset_substituted", "mode", "loss_scale_initial", "loss_scale_min",
+    "loss_scale_backoffs",
 })
 # Figures the worker writes for itself (bookkeeping, raw series, what a column is derived from).
 HOST_FIGURES = frozenset({
@@ -43,7 +44,8 @@ HOST_FIGURES = frozenset({
     "cpu_cores", "device_peak_memory_with_inputs_bytes", "device_peak_memory_excludes_inputs", "energy_j",
     "energy_note", "energy_windows_missing", "machine_busy_s", "memory_clock_mhz_median", "sm_clock_mhz_min",
     "telemetry_samples", "accuracy_at_target", "eval_every_steps", "target_curve", "learning_curve", "step_losses", "log", "log_tail",
-    "traceback", "power_capped_windows", "gpu_processes_unmatched", "gpu_error",
+    "traceback", "power_capped_windows", "gpu_processes_unmatched", "gpu_error", "loss_scale_trajectory",
+    "loss_scale_points_dropped",
 })
 # A timing extension keeps the configured training's timing figures under this prefix.
 HOST_PREFIXES = ("configured_",)

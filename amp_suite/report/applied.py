@@ -60,6 +60,10 @@ def applied_precisions(results: list[CellResult]) -> list[AppliedPrecision]:
         if not applied:
             continue
         notes = applied.get("notes") or ()
+        notes = list(notes) if isinstance(notes, (list, tuple)) else [notes]
+        kept = applied.get("keep_fp32") or ()
+        if isinstance(kept, (list, tuple)) and kept:  # the layers option keep_fp32 kept: a note of the row
+            notes.append(f"keep_fp32={','.join(str(k) for k in kept)} (these layers compute in float32)")
         key = (result.framework, result.precision, _text(applied.get("compute_dtype")),
                _text(applied.get("param_dtype")), _text(applied.get("output_dtype")),
                _text(applied.get("loss_scaling")), _scale(applied.get("initial_loss_scale")),

@@ -24,7 +24,7 @@ from typing import Any
 from amp_suite.records import CellResult
 from amp_suite.report.context import environment_lines, methodology_lines, runtime_lines
 from amp_suite.report.frames import results_frame
-from amp_suite.report.html_parts import Cell, Chart, paragraphs
+from amp_suite.report.html_parts import Cell, Chart, paragraphs, sortable_table
 from amp_suite.report.html_sections import (
     added_html,
     applied_html,
@@ -37,6 +37,7 @@ from amp_suite.report.html_sections import (
     summary_html,
     verdict_html,
 )
+from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
 from amp_suite.report.notes import busy_lines, incomplete_lines
 from amp_suite.report.seeds import margin_of
 from amp_suite.report.summary import summary_frame
@@ -162,6 +163,11 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
                  "<p>What each framework applied for each precision (its set_precision answer): the dtype "
                  "its convolutions and dense layers computed in, the dtypes of the parameters and the logits, "
                  "the loss scaling, and the switches that change results.</p>", *applied]
+    scaled = loss_scale_rows(results)
+    if scaled:
+        body += ['<h2 id="loss-scale-section">Loss scaling</h2>', *paragraphs([LOSS_SCALE_NOTE]),
+                 *sortable_table("loss-scale", "The loss scale of each amp_fp16 cell", HEADER,
+                                 [list[Cell | str](row) for row in scaled])]
     added = added_html(results)
     if added:
         body += ['<h2 id="figures-section">Figures added by plugins</h2>', *added]

@@ -16,6 +16,7 @@ from amp_suite.report.added_figures import added_figures_lines
 from amp_suite.report.context import ceiling_lines, environment_lines, methodology_lines, runtime_lines
 from amp_suite.report.curves import curve_lines
 from amp_suite.report.frames import device_label, is_synthetic, results_frame
+from amp_suite.report.loss_scale import loss_scale_lines
 from amp_suite.report.notes import (
     best_configuration_lines,
     busy_lines,
@@ -102,6 +103,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                 target.to_markdown(index=False, disable_numparse=True), ""]
     out += seeds_lines(cells, margin_of(environment), table_text)
     out += curve_lines(results, table_text)
+    out += loss_scale_lines(results)
     flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]
     if not flagged.empty:
         out += ["## Measurement flags", "",

@@ -33,6 +33,7 @@ from amp_suite.config.catalog import (
     with_overrides,
 )
 from amp_suite.config.environments import environments_dir
+from amp_suite.config.precision_options import check_precision_options
 from amp_suite.config.settings import SweepSettings, check_names
 from amp_suite.config.workload_datasets import DatasetChoice, dataset_choice, splits_for_given_dataset
 from amp_suite.envs.placement import Placement, place_frameworks
@@ -243,6 +244,8 @@ def resolve(request: SweepRequest) -> SweepPlan:
     check_executor(executor, settings.pools, config.pools, inline=request.inline)
     config = check_framework_tables(config, frameworks, absent=absent_plugins(host))
     check_names("workload", settings.workloads, config.workloads)
+    check_precision_options(config.framework_options, [place.framework for place in placements.values()],
+                            settings.precisions, {name: config.workloads[name] for name in settings.workloads})
     check_names("dataset", (settings.dataset,), DATASETS)
     dataset_given = request.overrides.get("dataset") is not None
     settings, note = splits_for_given_dataset(settings, request.overrides)

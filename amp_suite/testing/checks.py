@@ -210,6 +210,60 @@ def assert_scale_grows(result: ProbeResult, initial_scale: float, growth_interva
     assert result.applied["loss_scaling"] == "dynamic" and result.applied["initial_loss_scale"] == initial_scale
 
 
+def assert_no_loss_scaling(result: ProbeResult) -> None:
+    """``loss_scaling = "none"`` under amp_fp16: no scale recorded, every step applied, parameters moved.
+
+    Probe it with ``initial_loss_scale = 2**100``: a backend that scaled the
+    loss anyway would overflow and skip the step (or report a scale).
+    """
+    assert result.applied["loss_scaling"] == "none" and result.applied["initial_loss_scale"] is None, \
+        f"applied {result.applied['loss_scaling']!r} from {result.applied['initial_loss_scale']}, expected none"
+    assert result.skipped == 0, f"skipped_steps {result.skipped}: without loss scaling no step is checked or skipped"
+    assert result.loss_scale_final is None, f"loss_scale_final {result.loss_scale_final}, expected None"
+    assert not np.array_equal(result.logits_after, result.logits_before), "no parameter moved"
+    assert all(math.isfinite(x) for x in result.losses), f"losses {result.losses}"
+
+
+def assert_static_scale(result: ProbeResult, initial_scale: float) -> None:
+    """``loss_scaling = "static"`` with an overflowing scale: every step skipped, the scale never moved.
+
+    A dynamic scaler would have halved its scale at each skipped step.
+    """
+    assert result.applied["loss_scaling"] == "static" and result.applied["initial_loss_scale"] == initial_scale, \
+        result.applied
+    steps = len(result.losses)
+    assert result.skipped == steps, f"skipped_steps {result.skipped}, expected {steps} (each step overflows)"
+    assert result.loss_scale_final == initial_scale, \
+        f"loss_scale_final {result.loss_scale_final}, expected {initial_scale}: a static scale does not move"
+    np.testing.assert_array_equal(result.logits_after, result.logits_before, err_msg="parameters moved")
+
+
+def assert_trajectory_halves(result: ProbeResult, initial_scale: float) -> None:
+    """The cell's stored loss-scale trajectory (``ProbeRequest(cell=True)``) halves at every skipped step."""
+    assert result.cell is not None and result.cell["status"] == "ok", result.cell
+    metrics = result.cell["metrics"]
+    points, skipped = metrics.get("loss_scale_trajectory"), metrics.get("skipped_steps")
+    assert points and points[0] == [0, initial_scale], f"loss_scale_trajectory {points}, expected to start at " \
+        f"[0, {initial_scale}]"
+    assert skipped and metrics["loss_scale_backoffs"] == skipped, \
+        f"{metrics.get('loss_scale_backoffs')} backoffs for {skipped} skipped steps"
+    expected = initial_scale / 2 ** skipped
+    assert points[-1][1] == metrics["loss_scale_final"] == metrics["loss_scale_min"] == expected, \
+        f"trajectory {points}, final {metrics['loss_scale_final']}: expected {initial_scale} halved {skipped} times"
+    assert all(b[0] > a[0] and b[1] < a[1] for a, b in zip(points, points[1:], strict=False)), f"trajectory {points}"
+
+
+def assert_kept_in_float32(result: ProbeResult, compute_dtype: str) -> None:
+    """``keep_fp32 = ["conv2d", "logits"]`` on mnist_cnn: convolutions and the logits layer compute in float32,
+    the other dense layer in ``compute_dtype``, and the record names what was kept."""
+    assert result.dtypes, "the probe had no inspect function"
+    assert result.dtypes["conv_output"] == ["float32"], f"kept convolutions computed in {result.dtypes['conv_output']}"
+    assert result.dtypes["dense_output"] == sorted([compute_dtype, "float32"]), \
+        f"dense outputs {result.dtypes['dense_output']}: expected dense1 in {compute_dtype}, logits in float32"
+    assert list(result.applied.get("keep_fp32", [])) == ["conv2d", "logits"], result.applied
+    assert result.logits_before.dtype == np.float32
+
+
 def assert_compiles_once(result: ProbeResult) -> None:
     """``EpochResult.extra["traces"]`` (times the step was traced so far) is 1 after every epoch."""
     assert result.traces == [1] * len(result.traces), f"traces per epoch {result.traces}, expected all 1"

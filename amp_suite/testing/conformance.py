@@ -37,15 +37,19 @@ from amp_suite.testing import (
     assert_compiles_once,
     assert_declares_layer_kinds,
     assert_gradients_match_reference,
+    assert_kept_in_float32,
     assert_layer_dtypes,
     assert_matches_reference,
+    assert_no_loss_scaling,
     assert_one_wait_per_window,
     assert_optimizer_arithmetic,
     assert_overflow_skipped,
     assert_reduced_precision,
     assert_scale_grows,
+    assert_static_scale,
     assert_training_predict_changes_nothing,
     assert_trains_like_reference,
+    assert_trajectory_halves,
     framework_info,
     framework_installed,
     reference_framework,
@@ -201,6 +205,29 @@ class BackendConformance:
         result = probe(precision="amp_fp16", steps=4,
                        options={"initial_loss_scale": 2.0 ** 10, "loss_scale_growth_interval": 2})
         assert_scale_grows(result, 2.0 ** 10, 2)  # doubled after steps 2 and 4
+
+    def test_amp_fp16_without_loss_scaling_scales_nothing(self, probe: Any) -> None:
+        # 2**100 would overflow at once if the loss were scaled anyway
+        result = probe(precision="amp_fp16", options={"loss_scaling": "none", "initial_loss_scale": 2.0 ** 100})
+        assert_no_loss_scaling(result)
+
+    def test_amp_fp16_static_loss_scale_never_moves(self, probe: Any) -> None:
+        result = probe(precision="amp_fp16", steps=2,
+                       options={"loss_scaling": "static", "initial_loss_scale": 2.0 ** 100})
+        assert_static_scale(result, 2.0 ** 100)
+
+    def test_amp_fp16_loss_scale_trajectory_halves_on_overflow(self, probe: Any) -> None:
+        result = probe(precision="amp_fp16", steps=2, batch_size=8, cell=True,
+                       options={"initial_loss_scale": 2.0 ** 100})
+        assert_trajectory_halves(result, 2.0 ** 100)
+
+    @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
+    def test_keep_fp32_keeps_the_named_layers_in_float32(self, probe: Any, precision: str) -> None:
+        if not self.inspect:
+            pytest.skip("no inspect function (set inspect = 'module:function')")
+        result = probe(precision=precision, steps=1, inspect=self.inspect,
+                       options={"keep_fp32": ["conv2d", "logits"]})
+        assert_kept_in_float32(result, "bfloat16" if precision == "amp_bf16" else "float16")
 
     @pytest.mark.parametrize("precision", ["fp32", "amp_fp16"])
     def test_train_step_compiles_once_across_epochs(self, probe: Any, precision: str) -> None:

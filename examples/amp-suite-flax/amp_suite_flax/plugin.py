@@ -78,6 +78,7 @@ from amp_suite.plugin_api import (
     Workload,
     cpu_device,
     hookimpl,
+    keeps,
     loss_scale_growth_interval,
     package_version,
     read_cuda_versions,
@@ -283,25 +284,32 @@ def _mean_over_replicas(value: Any, axis: str | None) -> Any:
     return value if axis is None else jax.lax.pmean(value, axis)
 
 
-def build_net(workload: Workload, compute_dtype: str, seed: int = 0) -> Any:
-    """An ``nnx.Module`` with one attribute per named layer of ``workload.layers`` (random initial values)."""
+def build_net(workload: Workload, compute_dtype: str, seed: int = 0, kept: tuple[str, ...] = ()) -> Any:
+    """An ``nnx.Module`` with one attribute per named layer of ``workload.layers`` (random initial values).
+
+    ``kept`` (option ``keep_fp32``, ``applied.keep_fp32``) names the layers and
+    kinds that compute in float32: their modules get ``dtype=float32`` and
+    :func:`run_layers` casts their input up and their output back.
+    """
     import jax.numpy as jnp
     from flax import nnx
 
     rngs = nnx.Rngs(seed)
     batch_norm = _batch_norm_class()
-    net = nnx.Module()
+    net: Any = nnx.Module()
+    net.kept = tuple(kept)
     for item in walk(workload.layers, workload.input_shape):
         spec, channels = item.layer, item.input_shape[-1]
+        dtype = "float32" if keeps(spec, kept) else compute_dtype
         if spec.kind in ("conv2d", "depthwise_conv2d"):
             pad = ((spec.padding, spec.padding),) * 2  # symmetric: spec.padding zero pixels on every side
             # depthwise: one filter per channel, kernel (k, k, 1, c) (the canonical one is (k, k, c, 1))
             features, groups = (spec.features, 1) if spec.kind == "conv2d" else (channels, channels)
             layer: Any = nnx.Conv(channels, features, (spec.kernel_size,) * 2, strides=spec.stride, padding=pad,
-                             feature_group_count=groups, use_bias=spec.use_bias, dtype=compute_dtype,
+                             feature_group_count=groups, use_bias=spec.use_bias, dtype=dtype,
                              param_dtype=jnp.float32, rngs=rngs)
         elif spec.kind == "dense":
-            layer = nnx.Linear(channels, spec.features, use_bias=spec.use_bias, dtype=compute_dtype,
+            layer = nnx.Linear(channels, spec.features, use_bias=spec.use_bias, dtype=dtype,
                                param_dtype=jnp.float32, rngs=rngs)
         elif spec.kind == "batch_norm":
             layer = batch_norm(channels, spec, compute_dtype)
@@ -331,8 +339,12 @@ def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, 
         return run_layers(net, body, x, training, stats, record, sync_axis, masks)
 
     stats = dict(stats)
+    kept = getattr(net, "kept", ())
     for spec in layers:
         kind = spec.kind
+        narrow = x.dtype if keeps(spec, kept) else None  # keep_fp32: in float32, the output cast back below
+        if narrow is not None:
+            x = x.astype(jnp.float32)
         if kind in ("conv2d", "depthwise_conv2d", "dense"):
             x = getattr(net, spec.name)(x)
         elif kind == "batch_norm":
@@ -373,6 +385,8 @@ def run_layers(net: Any, layers: tuple[LayerSpec, ...], x: Any, training: bool, 
             raise ValueError(f"flax plugin cannot build layer kind {kind!r}")
         if record and kind in ("conv2d", "depthwise_conv2d", "dense", "sigmoid"):
             record(kind, x)
+        if narrow is not None:
+            x = x.astype(narrow)
     return x, stats
 
 
@@ -494,17 +508,18 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
     layers = workload.layers
     # Traced, not run: every value is replaced by the canonical one, and nnx's initializers run eagerly would
     # compile one small XLA program each (2 to 3 s for a small CNN, in every process that builds one).
-    net = nnx.eval_shape(lambda: build_net(workload, compute, run.seed))
+    net = nnx.eval_shape(lambda: build_net(workload, compute, run.seed, applied.keep_fp32))
     stats = load_canonical(net, layers, initial_weights, initial_state)
     graphdef, params = nnx.split(net, nnx.Param)
     params, stats = jax.device_put((params, stats), where.state)
     optimizer = optax_optimizer(workload.optimizer, backend="flax", decayed=decay_mask(workload))
     dynamic = applied.loss_scaling == "dynamic"
+    static = applied.loss_scaling == "static"  # the same arrays, never adjusted
     # The loss scale crosses the jit boundary as plain arrays, (scale, counter) or (): make_train_step
     # builds the jmp object inside the trace (a jmp.DynamicLossScale output costs two host-side
     # jax.eval_shape calls at every step's unflatten).
     loss_scale = ((jnp.asarray(applied.initial_loss_scale, jnp.float32), jnp.zeros((), jnp.int32))
-                  if dynamic else ())
+                  if dynamic or static else ())
     # Committed where the step's outputs will be from the start: else the second call retraces.
     # optax's init as one compiled program: run eagerly, each of its zeros compiles a program of its own.
     opt_state, loss_scale = jax.device_put((jax.jit(optimizer.init)(params), loss_scale), where.state)
@@ -517,7 +532,8 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
         return logits.astype(jnp.float32), new_stats
 
     step = make_train_step(apply, optimizer, trace_count, AXIS if where.mesh is not None else None,
-                           run.sync_batch_norm, loss_scale_growth_interval(run) if dynamic else None)
+                           run.sync_batch_norm, loss_scale_growth_interval(run) if dynamic else None,
+                           static_scale=static)
     if where.mesh is not None:
         step = data_parallel(step, where.mesh)
 
@@ -530,12 +546,13 @@ def build_model(run: RunSpec, workload: Workload, initial_weights: dict[str, np.
 
 def make_train_step(apply: Callable[..., tuple[Any, Stats]], optimizer: Any, trace_count: list[int],
                     axis: str | None, sync_batch_norm: bool,
-                    loss_scale_period: int | None = None) -> Callable[..., tuple[Any, ...]]:
+                    loss_scale_period: int | None = None, static_scale: bool = False) -> Callable[..., tuple[Any, ...]]:
     """One optimizer step: ``step(params, stats, opt_state, loss_scale, images, labels, masks)``.
 
     ``loss_scale`` is plain arrays, in and out: ``(scale, counter)`` with
     dynamic loss scaling (``loss_scale_period``: finite steps before the scale
-    doubles), ``()`` without.  The ``jmp.DynamicLossScale`` (or
+    doubles) or ``static_scale`` (a ``jmp.StaticLossScale``, returned as it
+    came), ``()`` without.  The ``jmp.DynamicLossScale`` (or
     ``jmp.NoOpLossScale``) is built from them inside the trace only, so no jmp
     object is ever flattened or unflattened at the jit boundary.  ``masks``
     (dropout layer name -> mask, maybe ``{}``) are the step's inputs, as the
@@ -556,6 +573,8 @@ def make_train_step(apply: Callable[..., tuple[Any, Stats]], optimizer: Any, tra
     sync_axis = axis if sync_batch_norm else None
 
     def scaler(arrays: tuple[Any, ...]) -> Any:
+        if static_scale:
+            return jmp.StaticLossScale(arrays[0])
         if loss_scale_period is None:
             return jmp.NoOpLossScale()
         return jmp.DynamicLossScale(arrays[0], arrays[1], period=loss_scale_period)

@@ -31,6 +31,7 @@ from typing import Any
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import LayerSpec
+from amp_suite.workloads.kept import keeps
 
 # The model's haiku module name: the first part of every module path.
 MODULE_NAME = "sequential_cnn"
@@ -57,17 +58,21 @@ class ModuleClasses:
     """The haiku module classes of one model, made fresh so the jmp policies set on them stay its own.
 
     ``net`` is the whole model (the compute-dtype policy); ``batch_norm``,
-    ``layer_norm`` and ``rms_norm`` are the float32 islands.
+    ``layer_norm`` and ``rms_norm`` are the float32 islands, and so is
+    ``float32_layer``, the module wrapped around each layer option
+    ``keep_fp32`` keeps (:mod:`amp_suite.workloads.kept`).
     """
 
     net: type
     batch_norm: type
     layer_norm: type
     rms_norm: type
+    float32_layer: type | None = None
 
     @property
     def float32_islands(self) -> tuple[type, ...]:
-        return (self.batch_norm, self.layer_norm, self.rms_norm)
+        kept = (self.float32_layer,) if self.float32_layer is not None else ()
+        return (self.batch_norm, self.layer_norm, self.rms_norm, *kept)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class Call:
     masks: dict[str, Any] | None
     classes: ModuleClasses
     attention: str = "fused"
+    kept: tuple[str, ...] = ()  # option keep_fp32: layer names and kinds computed in float32
 
 
 Translation = Callable[[LayerSpec, Any, Call], Any]
@@ -97,7 +103,10 @@ def run_layers(specs: tuple[LayerSpec, ...], x: Any, call: Call) -> Any:
     residual branch back in float32 (the policy's output dtype).
     """
     for spec in specs:
-        x = translation(spec.kind, spec.name)(spec, x, call)
+        if call.kept and call.classes.float32_layer is not None and keeps(spec, call.kept):
+            x = call.classes.float32_layer(spec)(x, call)
+        else:
+            x = translation(spec.kind, spec.name)(spec, x, call)
     return x
 
 
@@ -112,13 +121,14 @@ def translation(kind: str, name: str = "") -> Translation:
 
 
 def module_classes(layers: tuple[LayerSpec, ...], sync_axis: str | None = None, replicas: int = 1,
-                   statistics_dtype: str = "float32") -> ModuleClasses:
+                   statistics_dtype: str = "float32", kept: tuple[str, ...] = ()) -> ModuleClasses:
     """Fresh haiku module classes for a model of ``layers``.
 
     ``sync_axis``: the mesh axis BatchNorm averages its batch moments over
     when called with ``sync``; ``statistics_dtype``: the running statistics'
     dtype (float64 under fp64; jmp policies cover parameters, not state).
-    The attention implementation is chosen per call (:class:`Call`).
+    The attention implementation is chosen per call (:class:`Call`); ``kept``
+    (option ``keep_fp32``) names the layers and kinds wrapped in ``float32_layer``.
     """
     import haiku as hk
     import jax
@@ -164,6 +174,20 @@ def module_classes(layers: tuple[LayerSpec, ...], sync_axis: str | None = None, 
     class RMSNorm(hk.RMSNorm):
         """haiku's RMSNorm over the last axis; a class of its own for its float32 policy."""
 
+    class Float32Layer(hk.Module):
+        """One layer kept in float32 (its own class for its float32 policy: input cast up, output cast back).
+
+        Its variables keep their canonical names: the plugin names a variable by
+        the last part of its haiku path, the layer's own module or scope.
+        """
+
+        def __init__(self, spec: LayerSpec) -> None:
+            super().__init__(name=f"{spec.name or spec.kind}_float32")
+            self.spec = spec
+
+        def __call__(self, x: Any, call: Call) -> Any:
+            return translation(self.spec.kind, self.spec.name)(self.spec, x, call)
+
     class SpecNet(hk.Module):
         """The layer graph; ``masks`` (dropout name -> host mask) only in a training step, else no dropout."""
 
@@ -172,9 +196,9 @@ def module_classes(layers: tuple[LayerSpec, ...], sync_axis: str | None = None, 
 
         def __call__(self, x: Any, is_training: bool, sync: bool = False,
                      masks: dict[str, Any] | None = None, attention: str = "fused") -> Any:
-            return run_layers(layers, x, Call(is_training, sync, masks, classes, attention))
+            return run_layers(layers, x, Call(is_training, sync, masks, classes, attention, kept))
 
-    classes = ModuleClasses(SpecNet, BatchNorm, LayerNorm, RMSNorm)
+    classes = ModuleClasses(SpecNet, BatchNorm, LayerNorm, RMSNorm, Float32Layer if kept else None)
     return classes
 
 

@@ -303,7 +303,7 @@ def build_model(
     for spec in iter_layers(workload.layers):  # a kind the table lacks is refused before anything is traced
         translation(spec.kind, spec.name)
     classes = module_classes(workload.layers, AXIS if run.sync_batch_norm and mesh is not None else None,
-                             run.devices, stored.name)
+                             run.devices, stored.name, kept=applied.keep_fp32)
     net_class = classes.net
     compute = jnp.dtype(applied.compute_dtype)
     hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=stored, compute_dtype=compute,
@@ -327,13 +327,14 @@ def build_model(
     params, state = put(params), put(state)
     optimizer = optax_optimizer(workload.optimizer, decayed=_decay_mask(workload))
     dynamic = applied.loss_scaling == "dynamic"
+    scaled = applied.loss_scaling in ("dynamic", "static")  # static: jmp.StaticLossScale, steps still checked
     period = loss_scale_growth_interval(run)
     # The loss scale crosses the jit boundary as plain arrays (scale, counter) and becomes
     # jmp's DynamicLossScale only inside the trace: jmp 0.0.4 runs jax.eval_shape twice in the
     # class's __post_init__, at every unflatten of the step's outputs, which cost 0.5 ms a step
     # on a CPU host and 1.6 ms on an H100's (JAX amp_fp16 ran at 0.2x fp32 on mnist_cnn).
     loss_scale = ((jnp.asarray(applied.initial_loss_scale, jnp.float32), jnp.zeros((), jnp.int32))
-                  if dynamic else ())
+                  if scaled else ())
     # Everything the step takes is committed to the device from the start, as its
     # outputs will be: otherwise the second call compiles the step again.
     # optax's init compiled: its zeros, one per parameter, would otherwise compile one by one
@@ -345,7 +346,9 @@ def build_model(
     trace_count = [0]
 
     def scaler(arrays: Any) -> Any:
-        return jmp.DynamicLossScale(arrays[0], arrays[1], period=period) if dynamic else jmp.NoOpLossScale()
+        if not scaled:
+            return jmp.NoOpLossScale()
+        return jmp.DynamicLossScale(arrays[0], arrays[1], period=period) if dynamic else jmp.StaticLossScale(arrays[0])
 
     def loss_fn(p: Any, s: Any, images: Any, labels: Any, masks: Any, scale: Any) -> tuple[Any, Any]:
         logits, new_state = net.apply(p, s, None, images, True, sync, masks)
@@ -365,12 +368,14 @@ def build_model(
         grads = scale.unscale(grads)
         updates, new_opt = optimizer.update(grads, opt, p)
         new_p = optax.apply_updates(p, updates)
-        if not dynamic:  # fp32, tf32, bf16: every step is applied, as in PyTorch, Keras and a plain jitted step
+        if not scaled:  # fp32, tf32, bf16, loss_scaling none: every step is applied, as in PyTorch and Keras
             return new_p, new_s, new_opt, scale_arrays, loss, jnp.asarray(True)
         finite = jmp.all_finite(grads)
         # A step whose gradients overflowed changes no parameter (the running
         # statistics of its forward pass are kept, as in PyTorch and Keras).
         new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
+        if not dynamic:  # static: the scale and its counter stay as they came in
+            return new_p, new_s, new_opt, scale_arrays, loss, finite
         adjusted = scale.adjust(finite)
         return new_p, new_s, new_opt, (adjusted.loss_scale, adjusted.counter), loss, finite
 

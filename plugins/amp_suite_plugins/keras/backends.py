@@ -21,6 +21,7 @@ from amp_suite.errors import UnsupportedError
 from amp_suite.plugins.kit import loss_scale_growth_interval
 from amp_suite.records import FrameworkOption, PrecisionApplied, RunSpec, Workload
 from amp_suite.schema import Field
+from amp_suite_plugins.keras.loss_scaling import loss_scale_optimizer
 from amp_suite_plugins.keras.model import POLICIES, undecayed_variables
 
 # Framework name -> the KERAS_BACKEND it runs on.
@@ -95,15 +96,12 @@ def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str
 
 def make_training_optimizer(keras: Any, run: RunSpec, workload: Workload, applied: PrecisionApplied,
                             model: Any) -> Any:
-    """The suite's optimizer for ``model``, inside Keras's own ``LossScaleOptimizer`` under dynamic loss scaling
-    (amp_fp16), which unscales the gradients before the inner optimizer clips them."""
+    """The suite's optimizer for ``model``, inside Keras's ``LossScaleOptimizer`` (or its static subclass) when
+    amp_fp16 scales its loss, which unscales the gradients before the inner optimizer clips them."""
     from amp_suite_plugins.keras.parts import make_optimizer
 
     optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
-    if applied.loss_scaling == "dynamic":
-        optimizer = keras.optimizers.LossScaleOptimizer(
-            optimizer, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))
-    return optimizer
+    return loss_scale_optimizer(keras, optimizer, applied, loss_scale_growth_interval(run))
 
 
 def mean_cross_entropy(keras: Any, labels: Any, logits: Any) -> Any:

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import LayerSpec, Workload
+from amp_suite.workloads.kept import keeps
 from amp_suite.workloads.layers import iter_layers, walk
+from amp_suite_plugins.keras.float32_layers import in_float32
 
 # The dtype policy of each precision: a global policy set before the model is built.
 POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16",
@@ -67,6 +70,7 @@ class Translation:
     synchronized: bool = False  # BatchNormalization(synchronized=True) (TensorFlow's data parallel)
     masks: dict[str, Any] = field(default_factory=dict)  # dropout layer name -> its mask input
     attention: str = "fused"  # the framework option: "fused" (keras.ops.dot_product_attention) or "reference"
+    kept: tuple[str, ...] = ()  # option keep_fp32: layer names and kinds built in float32 (float32_layers)
 
 
 Builder = Callable[[Translation, LayerSpec, Any], Any]
@@ -195,7 +199,10 @@ def apply_layers(t: Translation, specs: tuple[LayerSpec, ...], x: Any) -> Any:
         if builder is None:
             raise UnsupportedError(f"the Keras plugins cannot build layer kind {spec.kind!r}; they build: "
                                    f"{', '.join(LAYER_KINDS)}")
-        x = builder(t, spec, x)
+        if t.kept and keeps(spec, t.kept):
+            x = in_float32(t.keras, partial(builder, t, spec, x), spec.name)
+        else:
+            x = builder(t, spec, x)
     return x
 
 
@@ -227,16 +234,18 @@ def input_array(images: np.ndarray, stored_dtype: str) -> np.ndarray:
 
 
 def build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
-                       synchronized: bool = False, stored_dtype: str = "float32", attention: str = "fused") -> Any:
+                       synchronized: bool = False, stored_dtype: str = "float32", attention: str = "fused",
+                       kept: tuple[str, ...] = ()) -> Any:
     """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`model_inputs`).
 
     ``stored_dtype`` is the dtype of image inputs and of the logits (float64
     under fp64); a token workload takes int32 ids.  ``attention`` picks the
-    implementation of ``multi_head_attention`` (the framework option).
+    implementation of ``multi_head_attention`` (the framework option);
+    ``kept`` the layers and kinds option ``keep_fp32`` keeps in float32.
     """
     inputs = keras.Input(shape=workload.input_shape, dtype=input_dtype(workload, stored_dtype))
     masks = {item.layer.name: _mask_input(keras, item, stored_dtype) for item in dropouts(workload)}
-    translation = Translation(keras, synchronized, masks, attention)
+    translation = Translation(keras, synchronized, masks, attention, kept)
     # Logits leave the mixed-precision region in float32 (float64 under fp64).
     outputs = keras.layers.Activation("linear", dtype=stored_dtype, name="logits_float32")(
         apply_layers(translation, workload.layers, inputs))

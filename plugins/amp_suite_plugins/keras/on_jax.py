@@ -76,6 +76,7 @@ from amp_suite_plugins.keras.backends import (
     mean_cross_entropy,
     set_policy,
 )
+from amp_suite_plugins.keras.loss_scaling import scales_loss
 from amp_suite_plugins.keras.model import (
     LAYER_KINDS,
     build_keras_model,
@@ -210,10 +211,10 @@ def build_model(
     target = _device(jax, device)
     with jax.default_device(target):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
-                                  attention=_attention(run, device, applied))
+                                  attention=_attention(run, device, applied), kept=applied.keep_fp32)
         optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
-    loss_scaled = applied.loss_scaling == "dynamic"
+    loss_scaled = scales_loss(applied)
     scale_index = ([id(v) for v in optimizer.variables].index(id(optimizer.dynamic_scale))
                    if loss_scaled else -1)
     mask_names = tuple(item.layer.name for item in dropouts(workload))

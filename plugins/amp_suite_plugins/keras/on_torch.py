@@ -69,6 +69,7 @@ from amp_suite_plugins.keras.backends import (
     mean_cross_entropy,
     set_policy,
 )
+from amp_suite_plugins.keras.loss_scaling import scales_loss
 from amp_suite_plugins.keras.model import (
     LAYER_KINDS,
     build_keras_model,
@@ -171,10 +172,10 @@ def build_model(
     device_name = "cuda:0" if device.kind == "gpu" else "cpu"
     with keras.device(device_name):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
-                                  attention=attention_of(run))
+                                  attention=attention_of(run), kept=applied.keep_fp32)
         optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
-    loss_scaled = applied.loss_scaling == "dynamic"
+    loss_scaled = scales_loss(applied)
     mask_names = tuple(item.layer.name for item in dropouts(workload))
     variables = list(model.trainable_variables)
 

@@ -66,6 +66,7 @@ from amp_suite.records import (
 )
 from amp_suite.schema import Field
 from amp_suite_plugins.keras.backends import ATTENTION_OPTION, attention_notes, attention_of, import_keras, set_policy
+from amp_suite_plugins.keras.loss_scaling import loss_scale_optimizer, scales_loss
 from amp_suite_plugins.keras.model import (
     LAYER_KINDS,
     build_keras_model,
@@ -204,14 +205,10 @@ def build_model(
     stored = applied.output_dtype
     with tf.device(device_name):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
-                                  attention=attention_of(run))
+                                  attention=attention_of(run), kept=applied.keep_fp32)
         optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
-        loss_scaled = applied.loss_scaling == "dynamic"
-        if loss_scaled:
-            optimizer = keras.optimizers.LossScaleOptimizer(
-                optimizer, initial_scale=applied.initial_loss_scale,
-                dynamic_growth_steps=loss_scale_growth_interval(run),
-            )
+        loss_scaled = scales_loss(applied)
+        optimizer = loss_scale_optimizer(keras, optimizer, applied, loss_scale_growth_interval(run))
         optimizer.build(model.trainable_variables)
     variables = model.trainable_variables
     mask_names = tuple(item.layer.name for item in dropouts(workload))
@@ -267,17 +264,14 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
 
     strategy = _strategy(tf, run, device)
     global_batch = run.batch_size
-    loss_scaled = applied.loss_scaling == "dynamic"
+    loss_scaled = scales_loss(applied)
     stored = applied.output_dtype
     with strategy.scope():
         model = build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored,
-                                  attention=attention_of(run))
+                                  attention=attention_of(run), kept=applied.keep_fp32)
         inner = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
         inner.gradients_reduced = True  # the step all-reduces the gradients itself
-        optimizer = inner
-        if loss_scaled:
-            optimizer = keras.optimizers.LossScaleOptimizer(
-                inner, initial_scale=applied.initial_loss_scale, dynamic_growth_steps=loss_scale_growth_interval(run))
+        optimizer = loss_scale_optimizer(keras, inner, applied, loss_scale_growth_interval(run))
         optimizer.build(model.trainable_variables)
     variables_ = model.trainable_variables
     mask_names = tuple(item.layer.name for item in dropouts(workload))

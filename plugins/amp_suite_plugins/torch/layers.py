@@ -37,7 +37,9 @@ import numpy as np
 from amp_suite.errors import UnsupportedError
 from amp_suite.plugins.kit import chw_rows_to_hwc, hwc_rows_to_chw
 from amp_suite.records import LayerSpec, Workload
+from amp_suite.workloads.kept import keeps
 from amp_suite.workloads.layers import walk
+from amp_suite_plugins.torch.float32_layers import in_float32
 
 Shape = tuple[int, ...]
 Masks = dict[str, Any]
@@ -324,7 +326,7 @@ def torch_kind(kind: str) -> TorchKind:
 
 
 def spec_net(torch: Any, workload: Workload, *, flatten_channels_last: bool = False, compute_dtype: Any = None,
-             attention: str = "fused") -> Any:
+             attention: str = "fused", kept: tuple[str, ...] = ()) -> Any:
     """An ``nn.Module`` that owns one module per layer with variables and runs the spec graph from the table.
 
     ``flatten_channels_last`` flattens activations in their channels-last
@@ -334,6 +336,8 @@ def spec_net(torch: Any, workload: Workload, *, flatten_channels_last: bool = Fa
     ``compute_dtype`` is autocast's dtype under AMP (None otherwise): the
     token lookup's rows are cast to it.  ``attention`` picks
     ``scaled_dot_product_attention`` (``fused``) or :func:`reference_attention`.
+    ``kept`` (option ``keep_fp32``) names the layers and kinds that compute in
+    float32 under autocast (:func:`~amp_suite_plugins.torch.float32_layers.in_float32`).
 
     ``forward(x, masks)`` multiplies each ``dropout`` layer's activation by
     its host-drawn mask; ``masks=None`` (evaluation, ``predict``) applies none.
@@ -342,6 +346,7 @@ def spec_net(torch: Any, workload: Workload, *, flatten_channels_last: bool = Fa
         raise UnsupportedError(f"option attention: {attention!r} is not an implementation; allowed: "
                                f"{', '.join(ATTENTION_IMPLEMENTATIONS)}")
     entries = {item.layer.kind: torch_kind(item.layer.kind) for item in walk(workload.layers, workload.input_shape)}
+    kept_names = frozenset(kept)  # looked up at every layer of every eager step: a set, made once
     Module: Any = torch.nn.Module  # torch is imported by the caller: an Any base class to the type checker
 
     class SpecNet(Module):
@@ -364,7 +369,10 @@ def spec_net(torch: Any, workload: Workload, *, flatten_channels_last: bool = Fa
 
         def run(self, specs: tuple[LayerSpec, ...], x: Any, masks: Masks | None) -> Any:
             for spec in specs:
-                x = entries[spec.kind].apply(torch, self, spec, x, masks)
+                if kept_names and keeps(spec, kept_names):
+                    x = in_float32(torch, self, entries[spec.kind].apply, spec, x, masks)
+                else:
+                    x = entries[spec.kind].apply(torch, self, spec, x, masks)
             return x
 
     return SpecNet()

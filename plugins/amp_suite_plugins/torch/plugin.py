@@ -99,6 +99,7 @@ from amp_suite_plugins.torch.layers import (
     read_variables,
     spec_net,
 )
+from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
 
 NAME = "torch"
@@ -181,6 +182,7 @@ class TorchModel:
     compiled_step: Any = None  # compiled and cudagraphs modes: torch.compile of the whole step (see make_step)
     tokens: bool = False  # inputs are int token ids (batch, context) and labels one per token
     clip_norm: float = 0.0  # > 0: gradients clipped to this global norm (unscaled first under a loss scale)
+    static_scale: bool = False  # loss_scaling = "static": the scale never moves, so a skip is read from found_inf
 
 
 @hookimpl
@@ -374,7 +376,7 @@ def build_model(
         if hwc[0] * hwc[1] > 1}
     autocast_dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(applied.compute_dtype)
     net = spec_net(torch, workload, flatten_channels_last=channels_last, compute_dtype=autocast_dtype,
-                   attention=str(option(run, "attention")))
+                   attention=str(option(run, "attention")), kept=applied.keep_fp32)
     load_variables(torch, net, {**initial_weights, **initial_state}, flattened)
     stored = getattr(torch, applied.param_dtype)  # float64 only under fp64: every float32 value casts exactly
     net = net.to(dev, stored, memory_format=memory_format)
@@ -386,12 +388,7 @@ def build_model(
                                            tensor_lr=mode in COMPILE_MODES,
                                            decayed={name: p for name, p in named_parameters(net).items()
                                                     if name in decay})
-    scaler = None
-    if applied.loss_scaling == "dynamic":
-        assert applied.initial_loss_scale is not None  # standard_precision sets it for dynamic scaling
-        scaler = torch.amp.GradScaler(dev.type, init_scale=applied.initial_loss_scale,
-                                      growth_factor=2.0, backoff_factor=0.5,
-                                      growth_interval=loss_scale_growth_interval(run))
+    scaler = grad_scaler(torch, dev.type, applied, loss_scale_growth_interval(run))
     train_forward, process = net, None
     if run.distributed:
         train_forward, process = _data_parallel(torch, run, net, device)
@@ -403,7 +400,7 @@ def build_model(
         train_forward = torch.compile(train_forward)
     model = TorchModel(net, optimizer, scheduler, scaler, dev, dev.type, autocast_dtype, memory_format, flattened,
                        train_forward, process, stored, mode, tokens=workload.tokens,
-                       clip_norm=workload.optimizer.clip_norm)
+                       clip_norm=workload.optimizer.clip_norm, static_scale=applied.loss_scaling == "static")
     if mode in COMPILE_MODES:
         model.compiled_step = torch.compile(_whole_step(torch, model), mode=COMPILE_MODES[mode])
     return model
@@ -508,6 +505,10 @@ def _whole_step(torch: Any, model: TorchModel):
         # torch has no public asynchronous accessor (2.13).  Traced here, the copy and comparison join the graph.
         before = model.scaler._get_scale_async().clone()
         model.scaler.step(model.optimizer)
+        if model.static_scale:  # a fixed scale does not drop on a skipped step: ask GradScaler's inf/NaN count
+            applied = _found_inf(torch, model.scaler, model.optimizer) == 0
+            model.scaler.update()
+            return loss.detach(), applied
         model.scaler.update()
         return loss.detach(), model.scaler._get_scale_async() >= before
 

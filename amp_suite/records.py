@@ -414,6 +414,10 @@ class PrecisionApplied:
     ``loss_scaling`` is ``"none"``, ``"dynamic"`` or ``"static"``;
     ``initial_loss_scale`` is ``None`` without loss scaling.  ``notes`` records
     switches that change results (TF32 matmul flags, channels-last, XLA).
+    Under ``fp8``, ``fp8_recipe`` describes the recipe (formats, scaling,
+    layers) and ``fp8_matmul`` says how its matmuls ran: ``"native"`` (FP8
+    tensor cores) or ``"emulated"`` (a quantize-dequantize around a wider
+    matmul: real FP8 numerics, no FP8 speed); both are empty otherwise.
     """
 
     precision: str
@@ -423,6 +427,8 @@ class PrecisionApplied:
     loss_scaling: str = "none"
     initial_loss_scale: float | None = None
     notes: tuple[str, ...] = ()
+    fp8_recipe: str = ""
+    fp8_matmul: str = ""
 
 
 @dataclass(frozen=True)

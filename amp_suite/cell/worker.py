@@ -46,6 +46,7 @@ from amp_suite.records import (
     to_plain,
     workload_from_dict,
 )
+from amp_suite.workloads.fp8_layers import require_fp8_layers
 from amp_suite.workloads.workload import forward_flops_per_image, init_variables, train_flops_per_image
 
 # Exception names (any module) that mean the device or host ran out of memory.
@@ -311,6 +312,8 @@ def _execute(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     if undeclared:
         raise UnsupportedError(f"{info.display_name} does not build layer kind(s) {', '.join(undeclared)} of workload "
                                f"{workload.name!r} (its plugin's FrameworkInfo.layer_kinds leaves them out)")
+    if run.precision == "fp8":
+        require_fp8_layers(workload)  # a workload with no FP8 layer but the head: unsupported, with the reason
     if run.distributed and not info.launcher:
         raise UnsupportedError(f"{info.display_name} has no data-parallel engine (its plugin's FrameworkInfo."
                                f"launcher is empty): run it with --devices 1")

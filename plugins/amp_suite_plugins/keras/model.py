@@ -25,11 +25,12 @@ import numpy as np
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import LayerSpec, Workload
+from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.layers import iter_layers, walk
 
 # The dtype policy of each precision: a global policy set before the model is built.
 POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16",
-            "fp64": "float64"}
+            "fp8": "mixed_bfloat16", "fp64": "float64"}  # fp8: amp_bf16's policy, its FP8 layers from keras.fp8
 
 
 def model_inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | None) -> Any:
@@ -67,6 +68,7 @@ class Translation:
     synchronized: bool = False  # BatchNormalization(synchronized=True) (TensorFlow's data parallel)
     masks: dict[str, Any] = field(default_factory=dict)  # dropout layer name -> its mask input
     attention: str = "fused"  # the framework option: "fused" (keras.ops.dot_product_attention) or "reference"
+    fp8: frozenset[str] = frozenset()  # the layers whose matmuls run the FP8 recipe (precision fp8, keras.fp8)
 
 
 Builder = Callable[[Translation, LayerSpec, Any], Any]
@@ -110,6 +112,10 @@ def _dense(t: Translation, spec: LayerSpec, x: Any) -> Any:
     token_layers.TokenDense)."""
     from amp_suite_plugins.keras.token_layers import TokenDense
 
+    if spec.name in t.fp8:
+        from amp_suite_plugins.keras.fp8 import Fp8Dense
+
+        return Fp8Dense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
     return TokenDense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
 
 
@@ -145,6 +151,10 @@ def _rms_norm(t: Translation, spec: LayerSpec, x: Any) -> Any:
 def _attention(t: Translation, spec: LayerSpec, x: Any) -> Any:
     from amp_suite_plugins.keras.token_layers import TokenAttention
 
+    if spec.name in t.fp8:
+        from amp_suite_plugins.keras.fp8 import Fp8TokenAttention
+
+        return Fp8TokenAttention(spec.heads, spec.causal, t.attention, name=spec.name)(x)
     return TokenAttention(spec.heads, spec.causal, t.attention, name=spec.name)(x)
 
 
@@ -227,16 +237,20 @@ def input_array(images: np.ndarray, stored_dtype: str) -> np.ndarray:
 
 
 def build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
-                       synchronized: bool = False, stored_dtype: str = "float32", attention: str = "fused") -> Any:
+                       synchronized: bool = False, stored_dtype: str = "float32", attention: str = "fused",
+                       fp8: bool = False) -> Any:
     """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`model_inputs`).
 
     ``stored_dtype`` is the dtype of image inputs and of the logits (float64
     under fp64); a token workload takes int32 ids.  ``attention`` picks the
-    implementation of ``multi_head_attention`` (the framework option).
+    implementation of ``multi_head_attention`` (the framework option);
+    ``fp8`` puts the FP8 layers of the workload (all dense and attention
+    layers but the head) in FP8 (:mod:`amp_suite_plugins.keras.fp8`).
     """
     inputs = keras.Input(shape=workload.input_shape, dtype=input_dtype(workload, stored_dtype))
     masks = {item.layer.name: _mask_input(keras, item, stored_dtype) for item in dropouts(workload)}
-    translation = Translation(keras, synchronized, masks, attention)
+    translation = Translation(keras, synchronized, masks, attention,
+                              frozenset(fp8_layer_names(workload.layers)) if fp8 else frozenset())
     # Logits leave the mixed-precision region in float32 (float64 under fp64).
     outputs = keras.layers.Activation("linear", dtype=stored_dtype, name="logits_float32")(
         apply_layers(translation, workload.layers, inputs))

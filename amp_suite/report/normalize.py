@@ -34,7 +34,15 @@ from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figure_names, added_figures, added_figures_lines, column_name
 from amp_suite.report.curves import curve_lines
 from amp_suite.report.intervals import Interval, format_ratio, paired_ratios, pooled_log_intervals
-from amp_suite.report.marks import NO_DIFFERENCE_MARK, NOISIER_MARK, TOO_WIDE, TOO_WIDE_MARK, ratio_text, too_wide
+from amp_suite.report.marks import (
+    EMULATED_MARK,
+    NO_DIFFERENCE_MARK,
+    NOISIER_MARK,
+    TOO_WIDE,
+    TOO_WIDE_MARK,
+    ratio_text,
+    too_wide,
+)
 from amp_suite.report.published import published_section
 from amp_suite.report.seeds import add_accuracy_equivalence, margin_of, seeds_lines
 from amp_suite.report.text import LINE_CHARS, REPORT_FIRST_LINE, markdown_cell, no_raw_html, one_line_text
@@ -54,7 +62,7 @@ CELL_COLUMNS = [
     "val_accuracy", "val_loss", "param_count", "train_gflop_per_image", "achieved_tflops",
     "peak_tflops", "peak_fraction", "ceiling_ratio", "images_per_epoch", "cost_per_epoch",
     "cost_per_million_images", "currency", "compilation", "latency_source", "loss_scaling", "loss_scale_final",
-    "skipped_steps", "compute_dtype", "device", "device_kind", "framework_version", "keras_backend", "plugin",
+    "skipped_steps", "compute_dtype", "fp8_matmul", "device", "device_kind", "framework_version", "keras_backend", "plugin",
     "environment", "interpreter", "label", "pool", "dataset",
     "batch_size", "steps", "epochs", "warmup", "mode_axis", "seed_axis", "gpu_busy_pct", "compile_time_s", "learning_rate",
     "learning_rate_rule", "staged_input_mib", "energy_per_image_mj", "mean_power_w",
@@ -202,6 +210,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "loss_scale_final": _num(m.get("loss_scale_final")),
             "skipped_steps": m.get("skipped_steps"),
             "compute_dtype": (r.applied or {}).get("compute_dtype", ""),
+            "fp8_matmul": (r.applied or {}).get("fp8_matmul", ""),
             "device": (r.device or {}).get("name", ""),
             "device_kind": kind,
             "framework_version": m.get("framework_version", ""),
@@ -313,7 +322,8 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
-                   "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "error"]
+                   "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "emulated",
+                   "error"]
 
 
 def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -352,6 +362,8 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "peak_memory_mib": _median(ok["peak_memory_mib"]) if len(ok) else math.nan,
             "energy_per_image_mj": _median(ok["energy_per_image_mj"]) if len(ok) else math.nan,
             "flagged": bool((ok["measurement_flags"].fillna("") != "").any()) if len(ok) else False,
+            # an emulated precision (fp8 without FP8 matmuls): its throughput is the emulation's, never a speed-up
+            "emulated": bool((group["fp8_matmul"] == "emulated").any()),
             "final_loss": _median(ok["final_loss"]) if len(ok) else math.nan,
             "val_accuracy": _median(ok["val_accuracy"]) if len(ok) else math.nan,
             "achieved_tflops": _median(ok["achieved_tflops"]) if len(ok) else math.nan,
@@ -407,7 +419,23 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
         efficiency.append(ratio / row["devices"])
     summary["scaling_speedup"] = scaling
     summary["scaling_efficiency"] = efficiency
+    _no_speedup_when_emulated(summary)
     return summary
+
+
+# The figures of a summary row that compare its speed (or what follows from it) with another row's.
+SPEED_RATIO_COLUMNS = ("speedup", "speedup_low", "speedup_high", "speedup_over_tf32", "speedup_over_tf32_low",
+                       "speedup_over_tf32_high", "speedup_over_base_mode", "cost_saving_per_million",
+                       "cost_saving_fraction", "energy_ratio")
+
+
+def _no_speedup_when_emulated(summary: pd.DataFrame) -> None:
+    """An emulated precision's rows (fp8 without FP8 matmuls) keep their throughput, marked, but no ratio of speed:
+    every table, chart and verdict that reads a speed-up finds none (memory and accuracy are real and stay)."""
+    emulated = summary["emulated"].fillna(False).astype(bool)
+    for column in SPEED_RATIO_COLUMNS:
+        if column in summary:
+            summary.loc[emulated, column] = math.nan
 
 
 def _over_base_mode(summary: pd.DataFrame) -> None:
@@ -713,6 +741,8 @@ def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
     from amp_suite.modes import base_mode
 
     ok = summary[(summary["status"] == "ok") & summary["throughput"].notna()] if not summary.empty else summary
+    if not ok.empty:  # an emulated precision's speed is the emulation's: never the best configuration
+        ok = ok[~ok["emulated"].fillna(False).astype(bool)]
     if ok.empty:
         return []
     lines = []
@@ -786,6 +816,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
 
     def throughput(row) -> str:
         text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
+        if row.get("emulated"):  # the emulation's speed: no ratio, which would read as a speed-up
+            return f"{text} {EMULATED_MARK} (not a speed-up: no FP8 matmul on this device)"
         parts = []
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
             over_tf32 = speedup_interval(row, "speedup_over_tf32")

@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fp8_layer_check import compare
-from suite_cli import HELPERS, REPO
 
 from amp_suite.records import RunSpec
 from amp_suite.workloads.fp8_layers import fp8_layer_names, head_name
 from amp_suite.workloads.workload import init_variables, workload_from_config
+from fp8_layer_check import compare
+from suite_cli import HELPERS, REPO
 
 pytestmark = pytest.mark.slow  # real frameworks on 2 cores
 

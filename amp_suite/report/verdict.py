@@ -235,13 +235,13 @@ def _speedup_text(line: VerdictLine) -> str:
 
 
 def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> FrameworkVerdict:
+    emulated = [line.precision for line in lines if line.emulated and line.status == "ok"]
     if baseline is None or baseline["status"] != "ok":
         status = "did not run" if baseline is None else f"is {baseline['status']}"
         return FrameworkVerdict(place, "", f"{place}: the fp32 baseline {status}, so no AMP precision can be "
-                                           "judged against it.")
+                                           "judged against it." + _emulated_text(emulated))
     measured = [line for line in lines if line.speedup is not None and not line.emulated]
     failed = [f"{line.precision} {line.status}" for line in lines if line.status != "ok"]
-    emulated = [line.precision for line in lines if line.emulated and line.status == "ok"]
     if not measured:
         why = f" ({', '.join(failed)})" if failed else ""
         return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only figure: no AMP precision gave a "

@@ -141,3 +141,20 @@ def test_a_torch_model_under_fp8_has_fp8_linears_where_the_recipe_says_and_recor
     assert logits.dtype == np.float32 and np.isfinite(logits).all()
     assert not np.array_equal(logits, reference)  # the FP8 casts are really in the path ...
     assert np.max(np.abs(logits - reference)) < 0.25 * np.max(np.abs(reference))  # ... and near bfloat16's
+
+
+def test_on_a_gpu_with_fp8_tensor_cores_torch_records_native_and_a_plugin_without_a_native_path_emulated() -> None:
+    # a fake H100's record: set_precision decides from it alone (the native matmuls themselves need the GPU)
+    pytest.importorskip("torch")
+    from amp_suite.records import DeviceInfo
+    from amp_suite_plugins.torch import plugin as torch_plugin
+
+    h100 = DeviceInfo(kind="gpu", platform="cuda", name="NVIDIA H100 80GB HBM3", count=1, compute_capability="9.0")
+    a100 = dataclasses.replace(h100, name="NVIDIA A100-SXM4-80GB", compute_capability="8.0")
+    run = RunSpec(framework="torch", workload="w", precision="fp8")
+    native = torch_plugin.set_precision(run, h100)
+    assert native.fp8_matmul == "native" and any("torch._scaled_mm" in note for note in native.notes)
+    assert torch_plugin.set_precision(run, a100).fp8_matmul == "emulated"
+    from amp_suite.plugins.kit import standard_precision
+
+    assert standard_precision(run, h100).fp8_matmul == "emulated"  # what the Keras plugins ask: no native path

@@ -78,7 +78,7 @@ def fp8_matmul_function(torch: Any) -> Any:
     e4m3, e5m2 = forward_format.name, gradient_format.name
     max_e4m3, max_e5m2 = forward_format.max_finite, gradient_format.max_finite
 
-    class Fp8Matmul(torch.autograd.Function):  # type: ignore[misc, name-defined]
+    class Fp8Matmul(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, x: Any, weight: Any, native: bool) -> Any:
             ctx.dtypes, ctx.native = (x.dtype, weight.dtype), native
@@ -121,10 +121,10 @@ def fp8_linear(torch: Any, x: Any, weight: Any, bias: Any, native: bool = False)
 
 
 @cache
-def fp8_linear_class(torch: Any) -> type:
+def fp8_linear_class(torch: Any) -> Any:
     """``nn.Linear`` whose forward is :func:`fp8_linear` (``native``: the class attribute set by :func:`use_fp8`)."""
 
-    class Fp8Linear(torch.nn.Linear):  # type: ignore[misc, name-defined]
+    class Fp8Linear(torch.nn.Linear):
         native = False
 
         def forward(self, x: Any) -> Any:

@@ -57,6 +57,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _seeds(text: str) -> int | list[int]:
+    """``3`` (a count) or ``0,1,2`` (a list), as ``amp_suite.run(seeds=...)`` takes them."""
+    parts = [int(part) for part in text.split(",")]
+    return parts[0] if len(parts) == 1 else parts
+
+
 def train(model: str, args: argparse.Namespace) -> Any:
     """One sweep of ``model`` over the frameworks, precisions and seeds; its frame (one row per cell)."""
     import amp_suite
@@ -64,7 +70,7 @@ def train(model: str, args: argparse.Namespace) -> Any:
     epochs = args.vit_epochs if model == "vit" else args.gpt_epochs
     steps = args.vit_steps if model == "vit" else args.gpt_steps
     settings: dict[str, Any] = {"epochs": epochs, "warmup": args.warmup, "repeats": 1, "device": args.device,
-                                "out": str(Path(args.out) / model), "latency_steps": 0, "seeds": args.seeds,
+                                "out": str(Path(args.out) / model), "latency_steps": 0, "seeds": _seeds(args.seeds),
                                 "synthetic_fallback": False}
     if steps is not None:
         settings["steps"] = steps

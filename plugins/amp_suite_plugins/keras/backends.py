@@ -93,12 +93,12 @@ def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str
     if applied.compute_dtype == "float64":
         notes += (f"floatx={keras.config.floatx()}; variables (BatchNorm statistics and optimizer state included), "
                   "inputs, dropout masks, logits and loss in float64",)
-    if applied.fp8_matmul:
-        notes += (FP8_NOTE,)
-    if applied.compute_dtype not in ("float32", "float64"):
+    elif applied.compute_dtype != "float32":
         notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",
                   f"sigmoid={applied.compute_dtype} (Activation layers, the squeeze-and-excitation gate included, "
                   f"compute in the policy's compute dtype); dropout masks multiplied in {applied.compute_dtype}")
+    if applied.fp8_matmul:
+        notes += (FP8_NOTE,)
     return notes
 
 

@@ -74,3 +74,35 @@ def test_a_compiled_program_shows_whether_xla_made_an_fp8_gemm() -> None:
                  'f8e4m3fn[64,64]{0,1} %p1, f32[] %s0, f32[] %s1), custom_call_target="__cublas$lt$matmul$f8"')
     emulated = 'ROOT %dot.3 = f32[64,64]{1,0} dot(f32[64,64]{1,0} %convert.1, f32[64,64]{1,0} %convert.2)'
     assert fp8_gemm_in_hlo(rewritten) and not fp8_gemm_in_hlo(emulated)
+
+
+@pytest.mark.parametrize("section,status,needle", [
+    ({"compute_capability": "9.0", "native": True, "scaled_mm_calls": 3, "relative_difference": 0.004},
+     "passed", "3 torch._scaled_mm calls"),
+    ({"compute_capability": "9.0", "native": True, "scaled_mm_calls": 0, "relative_difference": 0.0},
+     "failed", "do not reach the FP8 tensor cores"),
+    ({"compute_capability": "9.0", "native": True, "scaled_mm_calls": 3, "relative_difference": 0.3},
+     "failed", "differs from the emulated recipe"),
+    ({"compute_capability": "8.0", "native": False}, "skipped", "sm 8.0 has no FP8 matmul"),
+    ({"error": "RuntimeError: boom"}, "failed", "boom"),
+])
+def test_the_doctor_judges_whether_fp8_reaches_an_fp8_matmul(section, status, needle) -> None:
+    from amp_suite.doctor import checks
+
+    result = checks.judge_fp8("torch", section)
+    assert result.status == status and needle in result.detail, result
+
+
+def test_the_fp8_row_appears_only_for_a_probe_that_sent_an_fp8_section() -> None:
+    from amp_suite.doctor.runner import framework_checks
+    from amp_suite.machine.devices import NvidiaGpu, NvidiaInventory
+    from amp_suite_plugins.torch.plugin import framework_info
+
+    h100 = NvidiaGpu(0, "NVIDIA H100 80GB HBM3", "580.65.06", 81559.0, "9.0")
+    inventory = NvidiaInventory((h100,), "580.65.06", "fake nvidia-smi lists 1")
+    report = {"device": {"kind": "gpu", "cuda_build": True, "name": h100.name, "compute_capability": "9.0"}}
+    without = {r.check for r in framework_checks(framework_info(), report, expect_gpu=True, inventory=inventory)}
+    fp8 = {"compute_capability": "9.0", "native": True, "scaled_mm_calls": 3, "relative_difference": 0.01}
+    rows = framework_checks(framework_info(), {**report, "fp8": fp8}, expect_gpu=True, inventory=inventory)
+    assert "fp8 reaches an FP8 matmul" not in without
+    assert {r.status for r in rows if r.check == "fp8 reaches an FP8 matmul"} == {"passed"}

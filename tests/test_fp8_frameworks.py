@@ -158,3 +158,15 @@ def test_on_a_gpu_with_fp8_tensor_cores_torch_records_native_and_a_plugin_withou
     from amp_suite.plugins.kit import standard_precision
 
     assert standard_precision(run, h100).fp8_matmul == "emulated"  # what the Keras plugins ask: no native path
+
+
+def test_only_shapes_that_torchs_scaled_mm_takes_go_native() -> None:
+    torch = pytest.importorskip("torch")
+    from amp_suite_plugins.torch.fp8 import fp8_linear, scaled_mm_fits
+
+    assert scaled_mm_fits(torch.zeros(2, 8, 32), torch.zeros(48, 32))  # 16 rows, 32 in, 48 out
+    assert not scaled_mm_fits(torch.zeros(3, 5, 32), torch.zeros(48, 32))  # 15 rows
+    assert not scaled_mm_fits(torch.zeros(16, 24), torch.zeros(48, 24))  # 24 inputs
+    # a shape _scaled_mm would refuse runs the emulated recipe even when native is asked (here: no GPU at all)
+    x, w = torch.randn(3, 5, 24), torch.randn(8, 24)
+    assert torch.equal(fp8_linear(torch, x, w, None, native=True), fp8_linear(torch, x, w, None, native=False))

@@ -114,9 +114,23 @@ def fp8_matmul_function(torch: Any) -> Any:
     return Fp8Matmul
 
 
+# torch._scaled_mm wants every dimension of both operands a multiple of this (rows, inner and output features).
+SCALED_MM_MULTIPLE = 16
+
+
+def scaled_mm_fits(x: Any, weight: Any) -> bool:
+    """Whether ``x @ weight.T`` and its two gradient products have the shapes ``torch._scaled_mm`` takes."""
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return all(size % SCALED_MM_MULTIPLE == 0 for size in (rows, x.shape[-1], weight.shape[0]))
+
+
 def fp8_linear(torch: Any, x: Any, weight: Any, bias: Any, native: bool = False) -> Any:
-    """``x @ weight.T + bias`` under the recipe: the FP8 matmul, then the bias added in bfloat16."""
-    out = fp8_matmul_function(torch).apply(x, weight, native)
+    """``x @ weight.T + bias`` under the recipe: the FP8 matmul, then the bias added in bfloat16.
+
+    ``native`` sends the operands to ``torch._scaled_mm`` where their shapes fit it (:func:`scaled_mm_fits`);
+    a layer whose shapes do not runs the emulated recipe, the same numbers at the emulation's speed.
+    """
+    out = fp8_matmul_function(torch).apply(x, weight, native and scaled_mm_fits(x, weight))
     return out if bias is None else out + bias.to(out.dtype)
 
 

@@ -3,7 +3,7 @@
 Keras's maintained facility is ``Model.quantize("float8")`` (and the
 ``float8`` dtype policies): it turns ``Dense`` and ``EinsumDense`` layers
 into FP8 training layers with a *delayed* amax history (``amax_history_length``,
-1024 by default) kept as extra variables updated by the optimizer step.  The
+1024 by default) kept in extra variables that the gradient pass overwrites.  The
 suite's recipe scales from the *current* amax, and ``quantize`` would also
 turn the head and leave the suite's own attention layer alone, so the same
 quantize-dequantize is written here with ``keras.ops`` and

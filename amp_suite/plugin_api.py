@@ -32,6 +32,8 @@ from amp_suite.plugins.kit import (
     chw_rows_to_hwc,
     cpu_device,
     fetch_floats,
+    fp8_matmul_path,
+    has_fp8_matmul,
     hwc_rows_to_chw,
     layer_name,
     loss_scale_growth_interval,
@@ -82,7 +84,8 @@ __all__ = [
     # errors that give a cell its status
     "DivergedError", "FrameworkUnavailableError", "UnsupportedError",
     # a backend's helpers: devices, precision, the timed window, layouts
-    "STANDARD_PRECISIONS", "StepFn", "chw_rows_to_hwc", "cpu_device", "fetch_floats", "hwc_rows_to_chw", "layer_name",
+    "STANDARD_PRECISIONS", "StepFn", "chw_rows_to_hwc", "cpu_device", "fetch_floats", "fp8_matmul_path",
+    "has_fp8_matmul", "hwc_rows_to_chw", "layer_name",
     "loss_scale_growth_interval", "no_wait", "read_cuda_versions", "require_device_kind", "standard_precision",
     "take_slowest_window", "timed_window", "stored_dtype", "MODES", "Field", "this_process",
     # the workload: layers, optimizer schedule, canonical variables

@@ -13,6 +13,9 @@ PRECISIONS: dict[str, str] = {
     "tf32": "float32 storage, TF32 matmul/conv math (NVIDIA Ampere and newer only)",
     "amp_fp16": "float16 compute, float32 parameters, dynamic loss scaling (option loss_scaling: static, none)",
     "amp_bf16": "bfloat16 compute, float32 parameters, no loss scaling",
+    "fp8": "amp_bf16 with the dense and attention projection matmuls (not the head) in FP8: e4m3 operands, e5m2 "
+           "gradients, scales from the current per-tensor amax; emulated on CPUs and GPUs below compute "
+           "capability 8.9",
     "fp64": "float64 parameters, activations and optimizer state everywhere: an arithmetic reference for "
             "tests, not an AMP mode",
 }

@@ -430,7 +430,11 @@ class PrecisionApplied:
     ``keep_fp32`` lists the layer names and kinds kept in float32 under AMP
     (the framework option, :mod:`amp_suite.workloads.kept`; empty where it
     changes nothing).  ``notes`` records switches that change results (TF32
-    matmul flags, channels-last, XLA).
+    matmul flags, channels-last, XLA).  Under ``fp8``, ``fp8_recipe`` describes the
+    recipe (formats, scaling, layers) and ``fp8_matmul`` says how its matmuls
+    ran: ``"native"`` (FP8 tensor cores) or ``"emulated"`` (a
+    quantize-dequantize around a wider matmul: real FP8 numerics, no FP8
+    speed); both are empty otherwise.
     """
 
     precision: str
@@ -441,6 +445,8 @@ class PrecisionApplied:
     initial_loss_scale: float | None = None
     notes: tuple[str, ...] = ()
     keep_fp32: tuple[str, ...] = ()
+    fp8_recipe: str = ""
+    fp8_matmul: str = ""
 
 
 @dataclass(frozen=True)

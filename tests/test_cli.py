@@ -85,7 +85,7 @@ def test_a_plugin_asked_for_that_fails_to_load_is_a_one_line_error(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (["--frameworks", "fake,mxnet"], "unknown framework 'mxnet'; allowed: fake, "),  # flax too where its example is installed
     (["--workloads", "resnet"], "unknown workload 'resnet'; allowed: tiny, mnist_cnn"),
-    (["--precisions", "fp8"], "unknown precision 'fp8'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp64"),
+    (["--precisions", "fp4"], "unknown precision 'fp4'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp8, fp64"),
     (["--warmup", "4"], "warmup (4) must be smaller than steps per epoch (4)"),
     (["--dataset", "imagenet"], "unknown dataset 'imagenet'"),
     (["--steps", "x"], "invalid int value: 'x'"),

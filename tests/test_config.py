@@ -64,7 +64,7 @@ def test_invalid_content_is_one_line(tmp_path, text, needle):
 @pytest.mark.parametrize("overrides,needle", [
     ({"warmup": 10, "steps": 10}, "warmup (10) must be smaller than steps per epoch (10)"),
     ({"steps": 0}, "steps must be >= 1"),
-    ({"precisions": ("fp32", "fp8")}, "unknown precision 'fp8'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp64"),
+    ({"precisions": ("fp32", "fp4")}, "unknown precision 'fp4'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp8, fp64"),
     ({"device": "tpu"}, "unknown device 'tpu'"),
 ])
 def test_settings_check(overrides, needle):

@@ -52,8 +52,8 @@ def test_a_device_kind_table_cannot_set_the_device(tmp_path):
     path.write_text('[defaults]\nsteps = 10\n[defaults.on_gpu]\ndevice = "cpu"\n')
     with pytest.raises(UsageError, match=r"\[defaults.on_gpu\]: device cannot depend"):
         load_config(path)
-    path.write_text('[defaults]\nsteps = 10\n[defaults.on_cpu]\nprecisions = ["fp8"]\n')
-    with pytest.raises(UsageError, match="unknown precision 'fp8'"):
+    path.write_text('[defaults]\nsteps = 10\n[defaults.on_cpu]\nprecisions = ["fp4"]\n')
+    with pytest.raises(UsageError, match="unknown precision 'fp4'"):
         load_config(path)
 
 

@@ -161,7 +161,7 @@ def test_an_unknown_preset_is_one_line_naming_the_closest(tmp_path):
     ("steps = 3\n", "[presets.p]: description is missing"),
     ('description = "d"\nstepz = 3\n', "unknown key 'stepz' (did you mean 'steps'?)"),
     ('description = "d"\nsteps = 0\n', "steps must be >= 1"),
-    ('description = "d"\nprecisions = ["fp8"]\n', "unknown precision 'fp8'"),
+    ('description = "d"\nprecisions = ["fp4"]\n', "unknown precision 'fp4'"),
     ('description = "d"\npublished = "haiku-jmp"\n', "names published figures 'haiku-jmp' that no [published.NAME]"),
     ('description = "d"\nnnodes = 2\n', "unknown key 'nnodes'"),
 ])

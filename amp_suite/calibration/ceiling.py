@@ -52,8 +52,9 @@ from amp_suite.processes import tree as process_tree
 from amp_suite.records import FrameworkInfo
 
 # Precision of a cell -> the dtype whose peak bounds it.
-PRECISION_DTYPES = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16"}
-DTYPES = ("fp32", "tf32", "fp16", "bf16")
+PRECISION_DTYPES = {"fp32": "fp32", "tf32": "tf32", "amp_fp16": "fp16", "amp_bf16": "bf16", "fp8": "fp8"}
+# fp8: the matmul of e4m3 operands on FP8 tensor cores (compute capability 8.9+; PyTorch's probe only, for now).
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 PROBE_TIMEOUT_S = 600
 # Largest calibration cache read (a real one is a few kilobytes).
 CACHE_BYTES = 2**20

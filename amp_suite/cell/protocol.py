@@ -68,6 +68,7 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
+from amp_suite.workloads.fp8_layers import require_fp8_layers
 from amp_suite.workloads.workload import forward_flops_per_image, init_variables, train_flops_per_image
 
 
@@ -139,6 +140,8 @@ def check_framework(run: RunSpec, workload: Workload, host: PluginHost) -> Frame
     if undeclared:
         raise UnsupportedError(f"{info.display_name} does not build layer kind(s) {', '.join(undeclared)} of workload "
                                f"{workload.name!r} (its plugin's FrameworkInfo.layer_kinds leaves them out)")
+    if run.precision == "fp8":
+        require_fp8_layers(workload)  # a workload with no FP8 layer but the head: unsupported, with the reason
     if run.distributed and not info.launcher:
         raise UnsupportedError(f"{info.display_name} has no data-parallel engine (its plugin's FrameworkInfo."
                                f"launcher is empty): run it with --devices 1")

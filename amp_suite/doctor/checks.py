@@ -277,6 +277,33 @@ def judge_amp(scope: str, precision: str, compute_dtype: str, section: dict[str,
                        f"conv and matmul {compute_dtype}; parameters, gradients and logits float32")
 
 
+# The fp8 check: the native matmul's products within this of the emulated recipe's (bfloat16 outputs, and the FP8
+# GEMM's own accumulation order).
+FP8_TOLERANCE = 0.02
+
+
+def judge_fp8(scope: str, section: dict[str, Any] | None) -> CheckResult:
+    """On a GPU with FP8 tensor cores, the fp8 precision's matmuls reach an FP8 matmul (``torch._scaled_mm``: one
+    forward, two backward) and agree with the emulated recipe; skipped below compute capability 8.9."""
+    check = "fp8 reaches an FP8 matmul"
+    if (bad := _error(scope, check, section)) is not None:
+        return bad
+    assert section is not None
+    capability = section.get("compute_capability") or "?"
+    if not section.get("native"):
+        return CheckResult(scope, check, SKIPPED, f"sm {capability} has no FP8 matmul (needs 8.9+): fp8 cells run "
+                                                  "emulated, and the report gives them no speed-up")
+    calls, difference = section.get("scaled_mm_calls") or 0, section.get("relative_difference")
+    if calls < 3:
+        return CheckResult(scope, check, FAILED, f"{calls} torch._scaled_mm call(s) in a forward and backward pass, "
+                                                 "expected 3: the fp8 layers do not reach the FP8 tensor cores")
+    if difference is None or not difference <= FP8_TOLERANCE:
+        return CheckResult(scope, check, FAILED, f"the FP8 matmul differs from the emulated recipe by {difference} "
+                                                 f"(relative; allowed {FP8_TOLERANCE:g})")
+    return CheckResult(scope, check, PASSED, f"sm {capability}: {calls} torch._scaled_mm calls, within "
+                                             f"{difference:.1e} of the emulated recipe")
+
+
 def judge_loss_scale(scope: str, section: dict[str, Any] | None) -> CheckResult:
     """The fp16 dynamic loss scale skips an overflowing step (halving) and grows after finite ones."""
     check = "fp16 loss scale skips and grows"

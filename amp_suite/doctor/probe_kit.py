@@ -30,6 +30,10 @@ a section that raised holds ``{"error": ...}``.  The doctor's verdicts
   and the MLP's ``batch``, ``width``, ``hidden_layers`` and one ``step_s``;
 - ``memory``: ``api``, ``peak_bytes``, ``allocated_bytes`` (GPU only);
 - ``preallocation`` (JAX): ``preallocate_env``, ``bytes_reserved``, ``bytes_limit``;
+- ``fp8`` (PyTorch, on a GPU only): ``compute_capability``, ``native`` (8.9 or
+  newer), and where native ``scaled_mm_calls`` (``torch._scaled_mm`` calls in
+  one fp8 forward and backward) and ``relative_difference`` (from the
+  emulated recipe);
 - ``nvml`` (added to every probe by :func:`run_sections`): ``package`` (nvidia-ml-py's version or
   null), ``opened``, ``reason`` (why not), ``energy_counter``, ``power_w``, ``power_reading``.
 """

@@ -157,6 +157,8 @@ def framework_checks(info: FrameworkInfo, report: dict[str, Any], *, expect_gpu:
         rows.insert(1, checks.judge_cudnn(name, device, on_gpu=on_gpu))
     if "preallocation" in report:
         rows.append(checks.judge_preallocation(name, report.get("preallocation"), on_gpu=on_gpu))
+    if "fp8" in report:  # a probe that checks its fp8 matmul (PyTorch's, on a GPU)
+        rows.append(checks.judge_fp8(name, report.get("fp8")))
     if on_gpu:
         rows.append(checks.judge_nvml(name, report.get("nvml"), on_gpu=on_gpu))
     where = "GPU" if on_gpu else "CPU"

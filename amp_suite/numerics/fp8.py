@@ -11,10 +11,16 @@ The recipe (``fp8``, the same in every framework):
 * the product ``(a_q / scale_a) @ (b_q / scale_b)`` accumulates in float32 or
   wider and its result is rounded to the surrounding compute dtype (bfloat16,
   as under ``amp_bf16``); the bias is added in that dtype;
-* applied to the dense layers inside transformer blocks and to the attention
-  projections; convolutions (``patch_embed``), normalizations, the softmax,
-  the embeddings and the output head stay as under ``amp_bf16``; master
-  weights and optimizer state stay float32.
+* applied to the ``dense`` layers and the attention q/k/v and output
+  projections, the head excepted (the model's last dense layer:
+  :mod:`amp_suite.workloads.fp8_layers`); convolutions (``patch_embed``),
+  normalizations, the softmax, the embeddings and the head stay as under
+  ``amp_bf16``; master weights and optimizer state stay float32.  The weight
+  operand is cast to e4m3 from the float32 master weight (not from a
+  bfloat16 copy), the activation operand from what reaches the layer
+  (bfloat16, as under ``amp_bf16``).  The bias is added outside the FP8
+  matmul: its gradient is the bfloat16 output gradient's sum, as under
+  ``amp_bf16``.
 
 This is the tensorwise recipe of torchao's float8 training and of NVIDIA
 Transformer Engine's current scaling, written out so that a framework
@@ -39,7 +45,7 @@ class Fp8Recipe:
     gradient_format: FloatFormat = FLOAT8_E5M2
     scaling: str = "current amax, per tensor"
     output_format: FloatFormat = BFLOAT16
-    applies_to: tuple[str, ...] = ("dense in transformer blocks", "multi_head_attention projections")
+    applies_to: tuple[str, ...] = ("dense layers but the head", "multi_head_attention q/k/v and output projections")
 
     def describe(self) -> str:
         return (f"fp8: {self.forward_format.name} forward operands, {self.gradient_format.name} gradients, "

@@ -12,6 +12,7 @@ import numpy as np
 from amp_suite.errors import UnsupportedError
 from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import cpu_info
+from amp_suite.numerics.fp8 import RECIPE
 from amp_suite.precision import AMP_PRECISIONS, DEFAULT_LOSS_SCALING, LOSS_SCALED_PRECISIONS, stored_dtype
 from amp_suite.records import DeviceInfo, EpochResult, PrecisionApplied, RunSpec
 
@@ -57,11 +58,33 @@ def require_device_kind(run: RunSpec, gpu_available: bool, framework: str) -> st
 
 # The measured precisions a plugin normally runs: TF32 exists only on NVIDIA GPUs (sm 8.0+).
 STANDARD_PRECISIONS = {"cpu": ("fp32", "amp_fp16", "amp_bf16"), "gpu": ("fp32", "tf32", "amp_fp16", "amp_bf16")}
-# What the built-in plugins declare: the standard precisions and the float64 reference (tests only).
+# The standard precisions and the float64 reference (tests only).
 STANDARD_PRECISIONS_AND_FP64 = {kind: (*names, "fp64") for kind, names in STANDARD_PRECISIONS.items()}
-# The dtypes each precision computes in, and whether it scales the loss.
+# What the built-in plugins declare: those and fp8 (amp_suite.numerics.fp8's recipe, emulated where the device
+# has no FP8 matmul).
+BUILT_IN_PRECISIONS = {kind: (*names, "fp8", "fp64") for kind, names in STANDARD_PRECISIONS.items()}
+# The dtypes each precision computes in, and whether it scales the loss (fp8: bfloat16 outside its FP8 matmuls).
 COMPUTE_DTYPES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "float16", "amp_bf16": "bfloat16",
-                  "fp64": "float64"}
+                  "fp8": "bfloat16", "fp64": "float64"}
+# NVIDIA's FP8 tensor cores: Ada (8.9) and Hopper (9.0) and newer.
+FP8_COMPUTE_CAPABILITY = (8, 9)
+
+
+def has_fp8_matmul(device: DeviceInfo) -> bool:
+    """Whether ``device`` multiplies FP8 operands in hardware: a CUDA GPU of compute capability 8.9 or newer."""
+    if device.kind != "gpu" or device.platform != "cuda" or not device.compute_capability:
+        return False
+    try:
+        major, minor = (int(part) for part in device.compute_capability.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= FP8_COMPUTE_CAPABILITY
+
+
+def fp8_matmul_path(device: DeviceInfo, native_path: bool) -> str:
+    """``"native"`` where the device has FP8 matmuls and the plugin a path to them (``native_path``), else
+    ``"emulated"``: the recipe's quantize-dequantize around a bfloat16/float32 matmul."""
+    return "native" if native_path and has_fp8_matmul(device) else "emulated"
 # Dynamic loss scaling, the same in every framework: start at 2**15 (Keras's
 # and jmp examples' value), halve on overflow, double after 2000 finite steps.
 DYNAMIC_LOSS_SCALE_INIT = 2.0 ** 15
@@ -73,14 +96,17 @@ def loss_scale_growth_interval(run: RunSpec) -> int:
     return int(run.options.get("loss_scale_growth_interval", LOSS_SCALE_GROWTH_INTERVAL))
 
 
-def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
+def standard_precision(run: RunSpec, device: DeviceInfo, *, fp8_native_path: bool = False) -> PrecisionApplied:
     """The :class:`PrecisionApplied` every framework gives for a standard precision name.
 
     The initial dynamic loss scale is :data:`DYNAMIC_LOSS_SCALE_INIT` unless the
     framework options set ``initial_loss_scale``.  ``fp64`` keeps parameters,
     compute and logits in float64 (the host lets it through only to a plugin
     that declares it).  Raises :class:`UnsupportedError` for ``tf32`` on a
-    device without TF32.
+    device without TF32.  ``fp8`` computes in bfloat16 outside its FP8 matmuls
+    and records the recipe and whether its matmuls run natively
+    (``fp8_native_path``: the plugin has a path to FP8 tensor cores, used on a
+    device that has them, :func:`fp8_matmul_path`).
     """
     initial_scale = float(run.options.get("initial_loss_scale", DYNAMIC_LOSS_SCALE_INIT))
     scaling = _loss_scaling(run)
@@ -104,6 +130,8 @@ def standard_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         initial_loss_scale=initial_scale if scaled else None,
         notes=notes,
         keep_fp32=kept if amp else (),
+        fp8_recipe=RECIPE.describe() if precision == "fp8" else "",
+        fp8_matmul=fp8_matmul_path(device, fp8_native_path) if precision == "fp8" else "",
     )
 
 

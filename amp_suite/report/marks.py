@@ -21,6 +21,9 @@ NOISIER_MARK = "≁"
 # where "no measurable difference" would read as "AMP changes nothing" (0.02x (0.00030–1.5) from two repeats).
 TOO_WIDE_MARK = "?"
 TOO_WIDE = 10.0
+# Beside every figure of a precision the device can only emulate (fp8 on a CPU or a GPU below compute capability
+# 8.9): real numerics, but the speed is the emulation's, so it is never shown as a speed-up.
+EMULATED_MARK = "emulated"
 
 
 def too_wide(interval: Interval) -> bool:

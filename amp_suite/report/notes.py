@@ -103,6 +103,8 @@ def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
     from amp_suite.modes import base_mode
 
     ok = summary[(summary["status"] == "ok") & summary["throughput"].notna()] if not summary.empty else summary
+    if not ok.empty:  # an emulated precision's speed is the emulation's: never the best configuration
+        ok = ok[~ok["emulated"].fillna(False).astype(bool)]
     if ok.empty:
         return []
     lines = []

@@ -36,7 +36,8 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "val_accuracy", "accuracy_delta", "achieved_tflops", "train_gflop_per_image", "peak_tflops",
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
-                   "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "error"]
+                   "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "emulated",
+                   "error"]
 
 
 def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
@@ -75,6 +76,8 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "peak_memory_mib": column_median(ok["peak_memory_mib"]) if len(ok) else math.nan,
             "energy_per_image_mj": column_median(ok["energy_per_image_mj"]) if len(ok) else math.nan,
             "flagged": bool((ok["measurement_flags"].fillna("") != "").any()) if len(ok) else False,
+            # an emulated precision (fp8 without FP8 matmuls): its throughput is the emulation's, never a speed-up
+            "emulated": bool((group["fp8_matmul"] == "emulated").any()),
             "final_loss": column_median(ok["final_loss"]) if len(ok) else math.nan,
             "val_accuracy": column_median(ok["val_accuracy"]) if len(ok) else math.nan,
             "achieved_tflops": column_median(ok["achieved_tflops"]) if len(ok) else math.nan,
@@ -130,7 +133,23 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
         efficiency.append(ratio / row["devices"])
     summary["scaling_speedup"] = scaling
     summary["scaling_efficiency"] = efficiency
+    _no_speedup_when_emulated(summary)
     return summary
+
+
+# The figures of a summary row that compare its speed (or what follows from it) with another row's.
+SPEED_RATIO_COLUMNS = ("speedup", "speedup_low", "speedup_high", "speedup_over_tf32", "speedup_over_tf32_low",
+                       "speedup_over_tf32_high", "speedup_over_base_mode", "cost_saving_per_million",
+                       "cost_saving_fraction", "energy_ratio")
+
+
+def _no_speedup_when_emulated(summary: pd.DataFrame) -> None:
+    """An emulated precision's rows (fp8 without FP8 matmuls) keep their throughput, marked, but no ratio of speed:
+    every table, chart and verdict that reads a speed-up finds none (memory and accuracy are real and stay)."""
+    emulated = summary["emulated"].fillna(False).astype(bool)
+    for column in SPEED_RATIO_COLUMNS:
+        if column in summary:
+            summary.loc[emulated, column] = math.nan
 
 
 def _over_base_mode(summary: pd.DataFrame) -> None:

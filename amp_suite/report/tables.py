@@ -18,7 +18,7 @@ import pandas as pd
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.report.frames import column_first, column_median, device_label, is_known
 from amp_suite.report.intervals import format_ratio
-from amp_suite.report.marks import NOISIER_MARK, ratio_text
+from amp_suite.report.marks import EMULATED_MARK, NOISIER_MARK, ratio_text
 from amp_suite.report.summary import speedup_interval
 from amp_suite.report.text import table_text
 
@@ -146,6 +146,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
 
     def throughput(row) -> str:
         text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
+        if row.get("emulated"):  # the emulation's speed: no ratio, which would read as a speed-up
+            return f"{text} {EMULATED_MARK} (not a speed-up: no FP8 matmul on this device)"
         parts = []
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
             over_tf32 = speedup_interval(row, "speedup_over_tf32")

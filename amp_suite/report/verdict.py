@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from amp_suite.precision import BASELINE
 from amp_suite.report.intervals import Interval, format_ratio
 from amp_suite.report.marks import (
+    EMULATED_MARK,
     FLAG_MARK,
     NO_DIFFERENCE_MARK,
     NOISIER_MARK,
@@ -66,6 +67,7 @@ class VerdictLine:
     accuracy_verdict: str | None  # the verdict over seeds with its interval (seeds.py); None: fewer than 2 seeds
     marks: tuple[str, ...]  # trust marks of the speed-up: FLAG_MARK, SINGLE_RUN_MARK, ≈, ?, ≁
     cautions: tuple[str, ...]  # why the speed-up is not to be trusted, one phrase each; empty: trusted
+    emulated: bool = False  # the precision is emulated on this device (fp8 without FP8 matmuls): no speed-up
 
     @property
     def trusted(self) -> bool:
@@ -191,7 +193,7 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
         memory_high=_number(row.get("memory_ratio_high")) if ok else None,
         accuracy_delta_pt=paired if paired is not None else None if accuracy is None else accuracy * 100.0,
         accuracy_verdict=accuracy_verdict(dict(row)) if ok else None,
-        marks=tuple(marks), cautions=tuple(cautions))
+        marks=tuple(marks), cautions=tuple(cautions), emulated=bool(row.get("emulated")))
 
 
 def build_verdict(summary: pd.DataFrame, cells: pd.DataFrame) -> Verdict:
@@ -233,16 +235,17 @@ def _speedup_text(line: VerdictLine) -> str:
 
 
 def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> FrameworkVerdict:
+    emulated = [line.precision for line in lines if line.emulated and line.status == "ok"]
     if baseline is None or baseline["status"] != "ok":
         status = "did not run" if baseline is None else f"is {baseline['status']}"
         return FrameworkVerdict(place, "", f"{place}: the fp32 baseline {status}, so no AMP precision can be "
-                                           "judged against it.")
-    measured = [line for line in lines if line.speedup is not None]
+                                           "judged against it." + _emulated_text(emulated))
+    measured = [line for line in lines if line.speedup is not None and not line.emulated]
     failed = [f"{line.precision} {line.status}" for line in lines if line.status != "ok"]
     if not measured:
         why = f" ({', '.join(failed)})" if failed else ""
         return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only figure: no AMP precision gave a "
-                                                 f"speed-up{why}.")
+                                                 f"speed-up{why}." + _emulated_text(emulated))
     best = max(measured, key=lambda line: line.speedup or 0.0)
     figure = f"{_speedup_text(best)} fp32"
     if best.faster and best.trusted:
@@ -275,7 +278,15 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> F
         sentence += " Not to be trusted: " + ", ".join(untrusted) + "."
     if failed:
         sentence += " No figure: " + ", ".join(failed) + "."
+    sentence += _emulated_text(emulated)
     return FrameworkVerdict(place, chosen, one_line_text(sentence, 1000))
+
+
+def _emulated_text(precisions: list[str]) -> str:
+    if not precisions:
+        return ""
+    return (f" {', '.join(precisions)} {'is' if len(precisions) == 1 else 'are'} {EMULATED_MARK} here (no FP8 matmul "
+            "on this device): its memory and accuracy are real, its speed is the emulation's, not FP8's.")
 
 
 # --- rendering: the same verdict as terminal lines and as markdown -------------------
@@ -285,6 +296,8 @@ def speedup_cell(line: VerdictLine) -> str:
     """``1.52x (1.40–1.65) ⚑ 1 run``: the speed-up, its interval and its marks (``n/a`` and why without one)."""
     if line.status != "ok":
         return f"n/a ({line.status})"
+    if line.emulated:
+        return f"n/a ({EMULATED_MARK}: no FP8 matmul on this device, so no speed-up to measure)"
     if line.speedup is None:
         return "n/a"
     return " ".join([_speedup_text(line), *line.marks])

@@ -81,7 +81,9 @@ class Call:
 
     ``masks`` (dropout layer name -> host mask) only in a training step, else
     ``None`` (no dropout); ``sync``: BatchNorm averages its batch moments over
-    the mesh; ``attention``: one of :data:`ATTENTION_IMPLEMENTATIONS`.
+    the mesh; ``attention``: one of :data:`ATTENTION_IMPLEMENTATIONS`;
+    ``fp8``: the layers whose matmuls run the FP8 recipe (precision ``fp8``,
+    :mod:`amp_suite_plugins.jax.fp8`).
     """
 
     is_training: bool
@@ -90,6 +92,7 @@ class Call:
     classes: ModuleClasses
     attention: str = "fused"
     kept: tuple[str, ...] = ()  # option keep_fp32: layer names and kinds computed in float32
+    fp8: frozenset[str] = frozenset()
 
 
 Translation = Callable[[LayerSpec, Any, Call], Any]
@@ -121,14 +124,16 @@ def translation(kind: str, name: str = "") -> Translation:
 
 
 def module_classes(layers: tuple[LayerSpec, ...], sync_axis: str | None = None, replicas: int = 1,
-                   statistics_dtype: str = "float32", kept: tuple[str, ...] = ()) -> ModuleClasses:
+                   statistics_dtype: str = "float32", kept: tuple[str, ...] = (),
+                   fp8: tuple[str, ...] = ()) -> ModuleClasses:
     """Fresh haiku module classes for a model of ``layers``.
 
     ``sync_axis``: the mesh axis BatchNorm averages its batch moments over
     when called with ``sync``; ``statistics_dtype``: the running statistics'
     dtype (float64 under fp64; jmp policies cover parameters, not state).
     The attention implementation is chosen per call (:class:`Call`); ``kept``
-    (option ``keep_fp32``) names the layers and kinds wrapped in ``float32_layer``.
+    (option ``keep_fp32``) names the layers and kinds wrapped in ``float32_layer``;
+    ``fp8`` names the layers whose matmuls run the FP8 recipe.
     """
     import haiku as hk
     import jax
@@ -196,7 +201,7 @@ def module_classes(layers: tuple[LayerSpec, ...], sync_axis: str | None = None, 
 
         def __call__(self, x: Any, is_training: bool, sync: bool = False,
                      masks: dict[str, Any] | None = None, attention: str = "fused") -> Any:
-            return run_layers(layers, x, Call(is_training, sync, masks, classes, attention, kept))
+            return run_layers(layers, x, Call(is_training, sync, masks, classes, attention, kept, frozenset(fp8)))
 
     classes = ModuleClasses(SpecNet, BatchNorm, LayerNorm, RMSNorm, Float32Layer if kept else None)
     return classes
@@ -290,6 +295,10 @@ def _dense(spec: LayerSpec, x: Any, call: Call) -> Any:
     """``x @ w + b`` on the last axis: features, or every token of a token tensor."""
     import haiku as hk
 
+    if spec.name in call.fp8:
+        from amp_suite_plugins.jax.fp8 import projection_class
+
+        return projection_class()(name=spec.name)(x, "w", "b" if spec.use_bias else "", spec.features)
     return hk.Linear(spec.features, with_bias=spec.use_bias, name=spec.name)(x)
 
 
@@ -363,13 +372,19 @@ def _multi_head_attention(spec: LayerSpec, x: Any, call: Call) -> Any:
     """``[q | k | v] = x @ qkv_w + qkv_b``, heads contiguous, scaled dot product per head, output projection."""
     n, t, f = x.shape
     heads = spec.heads
-    qkv_w, qkv_b, out_w, out_b = _variables(spec.name, {"qkv_w": (f, 3 * f), "qkv_b": (3 * f,), "out_w": (f, f),
-                                                        "out_b": (f,)})
-    qkv = x @ qkv_w + qkv_b
+    if spec.name in call.fp8:  # both projections through the FP8 recipe, one module (one name scope)
+        from amp_suite_plugins.jax.fp8 import projection_class
+
+        projection = projection_class()(name=spec.name)
+        qkv = projection(x, "qkv_w", "qkv_b", 3 * f)
+    else:
+        qkv_w, qkv_b, out_w, out_b = _variables(spec.name, {"qkv_w": (f, 3 * f), "qkv_b": (3 * f,),
+                                                            "out_w": (f, f), "out_b": (f,)})
+        qkv = x @ qkv_w + qkv_b
     q, k, v = (qkv[..., i * f:(i + 1) * f].reshape(n, t, heads, f // heads) for i in range(3))
     attend = _fused_attention if call.attention == "fused" else _reference_attention
-    mixed = attend(q, k, v, spec.causal)
-    return mixed.reshape(n, t, f) @ out_w + out_b
+    mixed = attend(q, k, v, spec.causal).reshape(n, t, f)
+    return projection(mixed, "out_w", "out_b", f) if spec.name in call.fp8 else mixed @ out_w + out_b
 
 
 def _fused_attention(q: Any, k: Any, v: Any, causal: bool) -> Any:

@@ -61,7 +61,7 @@ import numpy as np
 from amp_suite import hookimpl
 from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
-    STANDARD_PRECISIONS_AND_FP64,
+    BUILT_IN_PRECISIONS,
     loss_scale_growth_interval,
     read_cuda_versions,
     standard_precision,
@@ -79,9 +79,11 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
+from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.layers import iter_layers
 from amp_suite.workloads.workload import variable_specs
 from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
+from amp_suite_plugins.jax.fp8 import fp8_note
 from amp_suite_plugins.jax.layers import (
     ATTENTION_IMPLEMENTATIONS,
     LAYER_KINDS,
@@ -107,7 +109,7 @@ def framework_info() -> FrameworkInfo:
         display_name="JAX (haiku)",
         modules=("jax", "jaxlib", "haiku", "jmp", "optax"),
         extra="jax",
-        precisions=STANDARD_PRECISIONS_AND_FP64,
+        precisions=BUILT_IN_PRECISIONS,
         env={"XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("jax",),
         launcher="process",  # one worker per node drives every device of the node
@@ -179,7 +181,7 @@ def select_device(run: RunSpec) -> DeviceInfo:
 def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     import jax
 
-    applied = standard_precision(run, device)
+    applied = standard_precision(run, device, fp8_native_path=True)  # XLA rewrites the fp8 pattern on FP8 GPUs
     # float32 matmuls may silently use TF32 on Ampere unless asked for full precision.
     matmul = "tensorfloat32" if run.precision == "tf32" else "highest"
     jax.config.update("jax_default_matmul_precision", matmul)
@@ -199,6 +201,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   "compute in the model's jmp compute dtype); dropout masks multiplied in "
                   f"{applied.compute_dtype}")
     notes += _token_notes(run, device, applied)
+    if applied.fp8_matmul:
+        notes += (fp8_note(applied.fp8_matmul),
+                  "fp8 layers=jmp policy params=float32,compute=float32,output=bfloat16 around the FP8 matmul")
     if run.distributed:
         notes += (f"data_parallel=jax.jit(shard_map) over a 1-D Mesh of {run.devices} {device.kind} devices"
                   + (f" in {run.nnodes} processes (jax.distributed)" if run.nnodes > 1 else "")
@@ -303,7 +308,8 @@ def build_model(
     for spec in iter_layers(workload.layers):  # a kind the table lacks is refused before anything is traced
         translation(spec.kind, spec.name)
     classes = module_classes(workload.layers, AXIS if run.sync_batch_norm and mesh is not None else None,
-                             run.devices, stored.name, kept=applied.keep_fp32)
+                             run.devices, stored.name, kept=applied.keep_fp32,
+                             fp8=fp8_layer_names(workload.layers) if applied.fp8_matmul else ())
     net_class = classes.net
     compute = jnp.dtype(applied.compute_dtype)
     hk.mixed_precision.set_policy(net_class, jmp.Policy(param_dtype=stored, compute_dtype=compute,

@@ -46,6 +46,13 @@ FUSED_ATTENTION = {
 }
 
 
+# What the fp8 precision's layers run (amp_suite_plugins.keras.fp8), on every Keras backend.
+FP8_NOTE = ("fp8 matmuls=emulated (keras.ops quantize-dequantize with keras.ops.custom_gradient: operands cast to "
+            "float8_e4m3fn / float8_e5m2 with their scales and back, float32 matmul, bfloat16 result; autocast off "
+            "in the fp8 layers, so weights are cast from their float32 variables; the head and everything else as "
+            "under amp_bf16)")
+
+
 def attention_of(run: RunSpec) -> str:
     """The run's attention implementation (the ``attention`` option)."""
     return str(run.options.get("attention", ATTENTION_OPTION.default))
@@ -91,6 +98,8 @@ def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str
         notes += ("batch_norm=float32 (Keras computes BatchNormalization in float32 under mixed policies)",
                   f"sigmoid={applied.compute_dtype} (Activation layers, the squeeze-and-excitation gate included, "
                   f"compute in the policy's compute dtype); dropout masks multiplied in {applied.compute_dtype}")
+    if applied.fp8_matmul:
+        notes += (FP8_NOTE,)
     return notes
 
 

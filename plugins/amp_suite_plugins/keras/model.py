@@ -26,13 +26,14 @@ import numpy as np
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import LayerSpec, Workload
+from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.kept import keeps
 from amp_suite.workloads.layers import iter_layers, walk
 from amp_suite_plugins.keras.float32_layers import in_float32
 
 # The dtype policy of each precision: a global policy set before the model is built.
 POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "amp_bf16": "mixed_bfloat16",
-            "fp64": "float64"}
+            "fp8": "mixed_bfloat16", "fp64": "float64"}  # fp8: amp_bf16's policy, its FP8 layers from keras.fp8
 
 
 def model_inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | None) -> Any:
@@ -71,6 +72,7 @@ class Translation:
     masks: dict[str, Any] = field(default_factory=dict)  # dropout layer name -> its mask input
     attention: str = "fused"  # the framework option: "fused" (keras.ops.dot_product_attention) or "reference"
     kept: tuple[str, ...] = ()  # option keep_fp32: layer names and kinds built in float32 (float32_layers)
+    fp8: frozenset[str] = frozenset()  # the layers whose matmuls run the FP8 recipe (precision fp8, keras.fp8)
 
 
 Builder = Callable[[Translation, LayerSpec, Any], Any]
@@ -114,6 +116,10 @@ def _dense(t: Translation, spec: LayerSpec, x: Any) -> Any:
     token_layers.TokenDense)."""
     from amp_suite_plugins.keras.token_layers import TokenDense
 
+    if spec.name in t.fp8:
+        from amp_suite_plugins.keras.fp8 import Fp8Dense
+
+        return Fp8Dense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
     return TokenDense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
 
 
@@ -149,6 +155,10 @@ def _rms_norm(t: Translation, spec: LayerSpec, x: Any) -> Any:
 def _attention(t: Translation, spec: LayerSpec, x: Any) -> Any:
     from amp_suite_plugins.keras.token_layers import TokenAttention
 
+    if spec.name in t.fp8:
+        from amp_suite_plugins.keras.fp8 import Fp8TokenAttention
+
+        return Fp8TokenAttention(spec.heads, spec.causal, t.attention, name=spec.name)(x)
     return TokenAttention(spec.heads, spec.causal, t.attention, name=spec.name)(x)
 
 
@@ -235,17 +245,20 @@ def input_array(images: np.ndarray, stored_dtype: str) -> np.ndarray:
 
 def build_keras_model(keras: Any, workload: Workload, variables: dict[str, np.ndarray],
                        synchronized: bool = False, stored_dtype: str = "float32", attention: str = "fused",
-                       kept: tuple[str, ...] = ()) -> Any:
+                       kept: tuple[str, ...] = (), fp8: bool = False) -> Any:
     """The functional model: inputs ``images`` alone, or ``[images, *masks]`` with dropout (see :func:`model_inputs`).
 
     ``stored_dtype`` is the dtype of image inputs and of the logits (float64
     under fp64); a token workload takes int32 ids.  ``attention`` picks the
     implementation of ``multi_head_attention`` (the framework option);
-    ``kept`` the layers and kinds option ``keep_fp32`` keeps in float32.
+    ``kept`` the layers and kinds option ``keep_fp32`` keeps in float32;
+    ``fp8`` puts the FP8 layers of the workload (all dense and attention
+    layers but the head) in FP8 (:mod:`amp_suite_plugins.keras.fp8`).
     """
     inputs = keras.Input(shape=workload.input_shape, dtype=input_dtype(workload, stored_dtype))
     masks = {item.layer.name: _mask_input(keras, item, stored_dtype) for item in dropouts(workload)}
-    translation = Translation(keras, synchronized, masks, attention, kept)
+    translation = Translation(keras, synchronized, masks, attention, kept,
+                              frozenset(fp8_layer_names(workload.layers)) if fp8 else frozenset())
     # Logits leave the mixed-precision region in float32 (float64 under fp64).
     outputs = keras.layers.Activation("linear", dtype=stored_dtype, name="logits_float32")(
         apply_layers(translation, workload.layers, inputs))

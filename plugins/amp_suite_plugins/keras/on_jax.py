@@ -48,7 +48,7 @@ from amp_suite.errors import UnsupportedError
 from amp_suite.machine.environment import package_version
 from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
-    STANDARD_PRECISIONS_AND_FP64,
+    BUILT_IN_PRECISIONS,
     read_cuda_versions,
     standard_precision,
     timed_window,
@@ -101,7 +101,7 @@ def framework_info() -> FrameworkInfo:
         display_name="Keras (JAX)",
         modules=("keras", "jax", "jaxlib"),
         extra="keras-jax",
-        precisions=STANDARD_PRECISIONS_AND_FP64,
+        precisions=BUILT_IN_PRECISIONS,
         env={"KERAS_BACKEND": "jax", PROBE_BACKEND_ENV: "jax", "XLA_PYTHON_CLIENT_PREALLOCATE": "false"},
         distributions=("keras", "jax"),
         launcher="process",  # one worker drives every device of the machine
@@ -211,7 +211,8 @@ def build_model(
     target = _device(jax, device)
     with jax.default_device(target):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
-                                  attention=_attention(run, device, applied), kept=applied.keep_fp32)
+                                  attention=_attention(run, device, applied), kept=applied.keep_fp32,
+                                  fp8=bool(applied.fp8_matmul))
         optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
     loss_scaled = scales_loss(applied)

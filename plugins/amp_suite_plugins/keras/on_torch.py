@@ -41,7 +41,7 @@ from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
 from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
-    STANDARD_PRECISIONS_AND_FP64,
+    BUILT_IN_PRECISIONS,
     cpu_device,
     require_device_kind,
     standard_precision,
@@ -95,7 +95,7 @@ def framework_info() -> FrameworkInfo:
         display_name="Keras (PyTorch)",
         modules=("keras", "torch"),
         extra="keras-torch",
-        precisions=STANDARD_PRECISIONS_AND_FP64,
+        precisions=BUILT_IN_PRECISIONS,
         env={"KERAS_BACKEND": "torch", PROBE_BACKEND_ENV: "torch"},
         distributions=("keras", "torch"),
         options=OPTIONS,
@@ -172,7 +172,7 @@ def build_model(
     device_name = "cuda:0" if device.kind == "gpu" else "cpu"
     with keras.device(device_name):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
-                                  attention=attention_of(run), kept=applied.keep_fp32)
+                                  attention=attention_of(run), kept=applied.keep_fp32, fp8=bool(applied.fp8_matmul))
         optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
     loss_scaled = scales_loss(applied)

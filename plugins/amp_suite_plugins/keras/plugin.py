@@ -45,7 +45,7 @@ from amp_suite.errors import UnsupportedError
 from amp_suite.machine.environment import package_version
 from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
-    STANDARD_PRECISIONS_AND_FP64,
+    BUILT_IN_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
@@ -94,7 +94,7 @@ def framework_info() -> FrameworkInfo:
         display_name="Keras (TF)",
         modules=("tensorflow", "keras"),
         extra="tf",
-        precisions=STANDARD_PRECISIONS_AND_FP64,
+        precisions=BUILT_IN_PRECISIONS,
         env={"KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "2"},
         distributions=("tensorflow", "tensorflow-cpu", "keras"),
         launcher="process",  # one worker per node drives every device of the node
@@ -205,7 +205,7 @@ def build_model(
     stored = applied.output_dtype
     with tf.device(device_name):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
-                                  attention=attention_of(run), kept=applied.keep_fp32)
+                                  attention=attention_of(run), kept=applied.keep_fp32, fp8=bool(applied.fp8_matmul))
         optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
         loss_scaled = scales_loss(applied)
         optimizer = loss_scale_optimizer(keras, optimizer, applied, loss_scale_growth_interval(run))
@@ -268,7 +268,7 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     stored = applied.output_dtype
     with strategy.scope():
         model = build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored,
-                                  attention=attention_of(run), kept=applied.keep_fp32)
+                                  attention=attention_of(run), kept=applied.keep_fp32, fp8=bool(applied.fp8_matmul))
         inner = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
         inner.gradients_reduced = True  # the step all-reduces the gradients itself
         optimizer = loss_scale_optimizer(keras, inner, applied, loss_scale_growth_interval(run))

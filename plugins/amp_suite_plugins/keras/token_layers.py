@@ -183,7 +183,7 @@ class TokenAttention(keras.layers.Layer):
     def call(self, inputs: Any) -> Any:
         tokens, f = inputs.shape[1], inputs.shape[2]
         width = f // self.heads
-        qkv = project(inputs, self.qkv_w, self.qkv_b)
+        qkv = self.project(inputs, self.qkv_w, self.qkv_b)
         q, k, v = (ops.reshape(qkv[..., i * f:(i + 1) * f], (-1, tokens, self.heads, width)) for i in range(3))
         scale = 1.0 / math.sqrt(width)
         if self.implementation == "fused":
@@ -195,7 +195,11 @@ class TokenAttention(keras.layers.Layer):
             joined = ops.dot_product_attention(q, k, v, scale=fused_scale, is_causal=self.causal)
         else:
             joined = self._reference(q, k, v, scale)
-        return project(ops.reshape(joined, (-1, tokens, f)), self.out_w, self.out_b)
+        return self.project(ops.reshape(joined, (-1, tokens, f)), self.out_w, self.out_b)
+
+    def project(self, x: Any, w: Any, b: Any) -> Any:
+        """A q/k/v or output projection (:func:`project`; the fp8 precision's subclass puts it in FP8)."""
+        return project(x, w, b)
 
     def _reference(self, q: Any, k: Any, v: Any, scale: float) -> Any:
         """softmax(q kᵀ · scale) v per head: matmuls in the compute dtype, the softmax in float32 (or float64)."""

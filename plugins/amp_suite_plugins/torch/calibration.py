@@ -4,6 +4,9 @@ Peak matmul and convolution TFLOP/s per dtype (the protocol and the timing:
 :mod:`amp_suite.calibration.kit`).  On a GPU a timed call dispatches
 ``GPU_CALLS_PER_SYNC`` operations before one ``torch.cuda.synchronize``, and
 convolutions run with ``cudnn.benchmark`` on, as the suite's GPU cells do.
+On a GPU of compute capability 8.9 or newer it also times the FP8 matmul
+(``fp8``: ``torch._scaled_mm`` of e4m3 operands), the ceiling of the ``fp8``
+precision's native cells.
 PyTorch picks different convolution kernels per memory format, so the conv
 figure is the faster of NCHW and ``channels_last``.
 """
@@ -16,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from amp_suite.calibration import kit
+from amp_suite.plugins.kit import FP8_COMPUTE_CAPABILITY
 
 
 def probe(device: str, budget_s: float) -> dict[str, Any]:
@@ -73,7 +77,18 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
 
         kit.measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
         kit.measure_both(out, dtype_name, kind, None, conv_channels_last, budget_s, repeats)
+    if gpu and torch.cuda.get_device_capability() >= FP8_COMPUTE_CAPABILITY:
+        kit.measure_both(out, "fp8", kind, lambda n: _fp8_matmul(torch, n, dev, batched), None, budget_s, repeats)
     return out
+
+
+def _fp8_matmul(torch: Any, n: int, dev: str, batched: Callable[[Callable[[], Any]], kit.Call]) -> kit.Call:
+    """``torch._scaled_mm`` of two ``n x n`` e4m3 operands, bfloat16 out: the matmul the fp8 precision's layers
+    run on FP8 tensor cores (a GPU of compute capability 8.9 or newer only; untested without one)."""
+    a = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=dev).to(torch.float8_e4m3fn).t()  # column-major, as _scaled_mm wants it
+    one = torch.ones((), device=dev, dtype=torch.float32)
+    return batched(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16))
 
 
 if __name__ == "__main__":

@@ -193,9 +193,31 @@ def memory_section(dev: torch.device) -> dict[str, Any]:
     return {"api": "torch.cuda.max_memory_allocated", "peak_bytes": peak, "allocated_bytes": kit.MEMORY_PROBE_BYTES}
 
 
+def fp8_section(dev: torch.device) -> dict[str, Any]:
+    """On a GPU: whether the fp8 precision's native matmul reaches ``torch._scaled_mm`` (FP8 tensor cores) in the
+    forward and both backward products, and how far it lands from the emulated recipe (untested without one)."""
+    from amp_suite_plugins.torch.fp8 import fp8_linear
+
+    major, minor = torch.cuda.get_device_capability(dev)
+    found: dict[str, Any] = {"compute_capability": f"{major}.{minor}", "native": (major, minor) >= (8, 9)}
+    if not found["native"]:
+        return found
+    torch.manual_seed(0)
+    x = torch.randn(64, 64, device=dev).to(torch.bfloat16).requires_grad_(True)  # dims multiples of 16
+    w = torch.randn(32, 64, device=dev, requires_grad=True)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as trace:
+        out = fp8_linear(torch, x, w, None, native=True)
+        out.float().square().sum().backward()
+        torch.cuda.synchronize()
+    found["scaled_mm_calls"] = sum(event.count for event in trace.key_averages() if event.key == "aten::_scaled_mm")
+    emulated = fp8_linear(torch, x.detach(), w.detach(), None, native=False).float()
+    found["relative_difference"] = float((out.detach().float() - emulated).abs().max() / emulated.abs().max())
+    return found
+
+
 def main(argv: list[str]) -> None:
     dev = _device(argv[0] if argv else "auto")
-    kit.run_sections([
+    sections = [
         ("device", lambda: device_section(dev)),
         ("precision", lambda: precision_section(dev)),
         ("amp_fp16", lambda: amp_section(dev, torch.float16)),
@@ -203,7 +225,10 @@ def main(argv: list[str]) -> None:
         ("loss_scale", lambda: loss_scale_section(dev)),
         ("timing", lambda: timing_section(dev)),
         ("memory", lambda: memory_section(dev)),
-    ])
+    ]
+    if dev.type == "cuda":  # a CPU has no FP8 matmul to check: no row
+        sections.append(("fp8", lambda: fp8_section(dev)))
+    kit.run_sections(sections)
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ from amp_suite.errors import UnsupportedError
 from amp_suite.machine.devices import version_text
 from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
-    STANDARD_PRECISIONS_AND_FP64,
+    BUILT_IN_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
     require_device_kind,
@@ -89,8 +89,10 @@ from amp_suite.records import (
     Workload,
 )
 from amp_suite.schema import Field
+from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.layers import dense_after_flatten
 from amp_suite.workloads.workload import learning_rate_at, variable_specs
+from amp_suite_plugins.torch.fp8 import fp8_note, use_fp8
 from amp_suite_plugins.torch.layers import (
     ATTENTION_IMPLEMENTATIONS,
     TORCH_KINDS,
@@ -138,7 +140,7 @@ def framework_info() -> FrameworkInfo:
         display_name="PyTorch",
         modules=("torch",),
         extra="torch",
-        precisions=STANDARD_PRECISIONS_AND_FP64,
+        precisions=BUILT_IN_PRECISIONS,
         distributions=("torch",),
         launcher="torchrun",
         launcher_program="torch.distributed.run",  # PyTorch's torchrun, run by amp_suite.launchers.torchrun
@@ -212,7 +214,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     import torch
 
     tf32 = run.precision == "tf32"
-    applied = standard_precision(run, device)
+    applied = standard_precision(run, device, fp8_native_path=True)  # torch._scaled_mm on FP8 tensor cores
     # TF32 is a process-global switch: set it explicitly both ways and record it.
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
@@ -258,6 +260,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
             f"{applied.compute_dtype} for the weighted sum"))
         notes.append(f"token tables=cast to {applied.compute_dtype} where used (class token, positions, looked-up "
                      "rows); logits cast to float32 before the loss")
+    if applied.fp8_matmul:
+        notes.append(fp8_note(applied.fp8_matmul))
     if run.distributed:
         notes += _data_parallel_notes(run, device)
     return dataclasses.replace(applied, notes=tuple(notes))
@@ -378,6 +382,8 @@ def build_model(
     net = spec_net(torch, workload, flatten_channels_last=channels_last, compute_dtype=autocast_dtype,
                    attention=str(option(run, "attention")), kept=applied.keep_fp32)
     load_variables(torch, net, {**initial_weights, **initial_state}, flattened)
+    if applied.fp8_matmul:
+        use_fp8(torch, net, fp8_layer_names(workload.layers), native=applied.fp8_matmul == "native")
     stored = getattr(torch, applied.param_dtype)  # float64 only under fp64: every float32 value casts exactly
     net = net.to(dev, stored, memory_format=memory_format)
     net.train()

@@ -1,0 +1,144 @@
+"""The ``fp8`` precision in JAX: the recipe of :mod:`amp_suite.numerics.fp8` as a ``jax.custom_vjp`` matmul.
+
+JAX's maintained facility is Flax's ``flax.linen.fp8_ops`` (``Fp8DotGeneralOp``,
+``in_qdq`` / ``out_qdq``): a quantize-dequantize written in plain ``jnp`` —
+scale, clip, cast to ``float8_e4m3fn`` (``float8_e5m2`` for the gradient),
+cast back, unscale — around an ordinary ``dot_general``, which XLA's GPU
+compiler rewrites into a cuBLASLt FP8 GEMM on FP8 tensor cores (compute
+capability 8.9 or newer).  Flax keeps a *delayed* amax history in its own
+variable collection; the suite's recipe scales from the *current* amax and
+this plugin is written in haiku, so the same quantize-dequantize is written
+here (:func:`fp8_matmul`), with the gradient cast in a ``custom_vjp``.
+
+On a CPU nothing rewrites it: the FP8 casts are real (XLA's rounding to the
+FP8 types), the product runs in float32 (float64 for float64 operands, the
+tests' reference) and is rounded to bfloat16 — emulated.  On a GPU with FP8
+tensor cores the same program is what XLA turns into an FP8 GEMM
+(``native``; untested here: this module's tests run on CPUs only, and
+:func:`fp8_gemm_in_hlo` is how a check on such a GPU tells from the
+compiled program whether the rewrite happened).
+
+The FP8 layers are haiku modules of their own class (:func:`projection_class`)
+with a jmp policy of float32 parameters and compute and a bfloat16 output:
+the weight is cast to FP8 from the float32 master weight, as in every
+framework, while the rest of the model keeps the bfloat16 policy of
+``amp_bf16``.  JAX is imported inside the functions.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from amp_suite.numerics.fp8 import RECIPE
+
+# What XLA's GPU compiler names the cuBLASLt FP8 GEMM it rewrites a quantize-dequantize matmul into.
+FP8_GEMM_TARGET = "__cublas$lt$matmul$f8"
+
+
+def quantize(values: Any, format_name: str, max_finite: float) -> tuple[Any, Any]:
+    """``(q, scale)``: ``values`` scaled by ``max_finite / amax`` (1 when the amax is 0, non-finite values left
+    out of it), saturated and cast to the FP8 dtype ``format_name``; ``scale`` in ``values``' dtype."""
+    import jax.numpy as jnp
+
+    magnitude = jnp.abs(values)
+    amax = jnp.max(jnp.where(jnp.isfinite(magnitude), magnitude, jnp.zeros_like(magnitude)))
+    scale = jnp.where(amax > 0, max_finite / amax, jnp.ones_like(amax)).astype(values.dtype)
+    q = jnp.clip(values * scale, -max_finite, max_finite).astype(getattr(jnp, format_name))
+    return q, scale
+
+
+def fake_quantize(values: Any, format_name: str, max_finite: float) -> Any:
+    """``values`` through the scaled FP8 cast and back, in ``values``' dtype."""
+    q, scale = quantize(values, format_name, max_finite)
+    return q.astype(values.dtype) / scale
+
+
+@cache
+def _matmul() -> Any:
+    import jax
+    import jax.numpy as jnp
+
+    e4m3, e5m2 = RECIPE.forward_format, RECIPE.gradient_format
+    output_dtype = getattr(jnp, RECIPE.output_format.name)
+
+    def wide(x: Any) -> Any:
+        return jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+
+    def operands(x: Any, w: Any) -> tuple[Any, Any]:
+        dtype = wide(x)
+        return (fake_quantize(x.astype(dtype), e4m3.name, e4m3.max_finite),
+                fake_quantize(w.astype(dtype), e4m3.name, e4m3.max_finite))
+
+    @jax.custom_vjp
+    def matmul(x: Any, w: Any) -> Any:
+        x_q, w_q = operands(x, w)
+        return (x_q @ w_q).astype(output_dtype)
+
+    def forward(x: Any, w: Any) -> tuple[Any, Any]:
+        x_q, w_q = operands(x, w)
+        # zero-size arrays carry the primal dtypes, which the cotangents must have
+        return (x_q @ w_q).astype(output_dtype), (x_q, w_q, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+
+    def backward(residuals: Any, grad: Any) -> tuple[Any, Any]:
+        x_q, w_q, x_like, w_like = residuals
+        g = fake_quantize(grad.astype(x_q.dtype), e5m2.name, e5m2.max_finite)
+        grad_x = (g @ w_q.T).astype(output_dtype).astype(x_like.dtype)
+        flat_x, flat_g = x_q.reshape(-1, x_q.shape[-1]), g.reshape(-1, g.shape[-1])
+        grad_w = (flat_x.T @ flat_g).astype(output_dtype).astype(w_like.dtype)
+        return grad_x, grad_w
+
+    matmul.defvjp(forward, backward)
+    return matmul
+
+
+def fp8_matmul(x: Any, w: Any) -> Any:
+    """``x @ w`` (``w`` canonical ``(in, out)``) under the recipe, bfloat16 out; its gradient casts to e5m2."""
+    return _matmul()(x, w)
+
+
+def fp8_dense(x: Any, w: Any, b: Any = None) -> Any:
+    """:func:`fp8_matmul`, then the bias added in bfloat16 (outside the FP8 matmul)."""
+    out = fp8_matmul(x, w)
+    return out if b is None else out + b.astype(out.dtype)
+
+
+@cache
+def projection_class() -> type:
+    """The haiku module of an FP8 layer, with its jmp policy: float32 parameters and compute, bfloat16 output.
+
+    ``Fp8Projection(name=LAYER)(x, w_leaf, b_leaf, features)`` makes (or reads)
+    the parameters ``LAYER/w_leaf`` ``(in, features)`` and ``LAYER/b_leaf``
+    (none when ``b_leaf`` is empty) and applies :func:`fp8_dense`; one module
+    called twice keeps one name scope (an attention layer's ``qkv`` and ``out``).
+    """
+    import haiku as hk
+    import jax.numpy as jnp
+    import jmp
+
+    class Fp8Projection(hk.Module):
+        def __call__(self, x: Any, w_leaf: str, b_leaf: str, features: int) -> Any:
+            w = hk.get_parameter(w_leaf, (x.shape[-1], features), jnp.float32, init=jnp.zeros)
+            b = hk.get_parameter(b_leaf, (features,), jnp.float32, init=jnp.zeros) if b_leaf else None
+            return fp8_dense(x, w, b)
+
+    output = getattr(jnp, RECIPE.output_format.name)
+    hk.mixed_precision.set_policy(Fp8Projection, jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.float32,
+                                                            output_dtype=output))
+    return Fp8Projection
+
+
+def fp8_gemm_in_hlo(compiled_text: str) -> bool:
+    """Whether a compiled XLA program's text calls the FP8 GEMM (``jax.jit(f).lower(...).compile().as_text()``):
+    on a GPU with FP8 tensor cores, the sign that the quantize-dequantize became a native FP8 matmul."""
+    return FP8_GEMM_TARGET in compiled_text
+
+
+def fp8_note(matmul: str) -> str:
+    """The ``PrecisionApplied`` note of the fp8 layers' matmuls (``matmul``: native or emulated)."""
+    if matmul == "native":
+        return ("fp8 matmuls=native (the quantize-dequantize around jnp matmuls, as flax.linen.fp8_ops writes it, "
+                "which XLA rewrites into cuBLASLt FP8 GEMMs on FP8 tensor cores; the head and everything else as "
+                "under amp_bf16)")
+    return ("fp8 matmuls=emulated (no FP8 matmul on this device: operands cast to float8_e4m3fn / float8_e5m2 with "
+            "their scales and back, float32 matmul, bfloat16 result; the head and everything else as under amp_bf16)")

@@ -1,0 +1,125 @@
+"""The ``fp8`` precision in Keras: the recipe of :mod:`amp_suite.numerics.fp8` in ``keras.ops``, every backend.
+
+Keras's maintained facility is ``Model.quantize("float8")`` (and the
+``float8`` dtype policies): it turns ``Dense`` and ``EinsumDense`` layers
+into FP8 training layers with a *delayed* amax history (``amax_history_length``,
+1024 by default) kept in extra variables that the gradient pass overwrites.  The
+suite's recipe scales from the *current* amax, and ``quantize`` would also
+turn the head and leave the suite's own attention layer alone, so the same
+quantize-dequantize is written here with ``keras.ops`` and
+``keras.ops.custom_gradient`` (implemented on TensorFlow, JAX and PyTorch):
+each operand scaled by ``max_finite / amax``, saturated, cast to
+``float8_e4m3fn`` (the output gradient to ``float8_e5m2``) and back, the
+product in float32 (float64 for float64 operands) rounded to bfloat16, the
+bias added in bfloat16.
+
+No Keras backend gets an FP8 matmul from this on a CPU: it is emulated (real
+FP8 numerics, no FP8 speed).  On a GPU with FP8 tensor cores XLA (the JAX
+backend, and TensorFlow under ``jit_compile``) may rewrite the pattern into an
+FP8 GEMM, but nothing here checks that it does, so the Keras plugins always
+record ``emulated``.
+
+The FP8 layers turn Keras's autocast off (``autocast = False``, as its own
+``LayerNormalization`` does): the weight is cast to FP8 from the float32
+variable, as in every framework, and the activation arrives in bfloat16 from
+the layer before it.  This module imports Keras: the plugins import it inside
+their hooks.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import keras
+from keras import ops
+
+from amp_suite.numerics.fp8 import RECIPE
+from amp_suite_plugins.keras.token_layers import TokenAttention, TokenDense
+
+
+def _dtype(x: Any) -> str:
+    return str(keras.backend.standardize_dtype(x.dtype))
+
+
+def quantize(values: Any, format_name: str, max_finite: float) -> tuple[Any, Any]:
+    """``(q, scale)``: ``values`` scaled by ``max_finite / amax`` (1 when the amax is 0, non-finite values left out
+    of it), saturated and cast to the FP8 dtype ``format_name``."""
+    magnitude = ops.abs(values)
+    amax = ops.max(ops.where(ops.isfinite(magnitude), magnitude, ops.zeros_like(magnitude)))
+    safe = ops.where(amax > 0, amax, ops.ones_like(amax))
+    scale = ops.where(amax > 0, ops.cast(max_finite, _dtype(values)) / safe, ops.ones_like(amax))
+    q = ops.cast(ops.clip(values * scale, -max_finite, max_finite), format_name)
+    return q, scale
+
+
+def fake_quantize(values: Any, format_name: str, max_finite: float) -> Any:
+    """``values`` through the scaled FP8 cast and back, in ``values``' dtype."""
+    q, scale = quantize(values, format_name, max_finite)
+    return ops.cast(q, _dtype(values)) / scale
+
+
+def _product(a: Any, b: Any) -> Any:
+    """``a @ b`` over ``a``'s last axis; float64 through ``einsum`` (see token_layers.project)."""
+    return ops.einsum("...i,io->...o", a, b) if _dtype(a) == "float64" else ops.matmul(a, b)
+
+
+@cache
+def _matmul() -> Any:
+    e4m3, e5m2 = RECIPE.forward_format, RECIPE.gradient_format
+    output = RECIPE.output_format.name
+
+    @ops.custom_gradient
+    def matmul(x: Any, w: Any) -> Any:
+        x_dtype, w_dtype = _dtype(x), _dtype(w)
+        wide = "float64" if x_dtype == "float64" else "float32"
+        x_q = fake_quantize(ops.cast(x, wide), e4m3.name, e4m3.max_finite)
+        w_q = fake_quantize(ops.cast(w, wide), e4m3.name, e4m3.max_finite)
+
+        def grad(*args: Any, upstream: Any = None) -> Any:
+            if upstream is None:  # TensorFlow and JAX pass the upstream gradient alone, PyTorch as a keyword
+                (upstream,) = args
+            g = fake_quantize(ops.cast(upstream, wide), e5m2.name, e5m2.max_finite)
+            grad_x = ops.cast(ops.cast(_product(g, ops.transpose(w_q)), output), x_dtype)
+            flat_x = ops.reshape(x_q, (-1, x_q.shape[-1]))
+            flat_g = ops.reshape(g, (-1, g.shape[-1]))
+            grad_w = ops.cast(ops.cast(_product(ops.transpose(flat_x), flat_g), output), w_dtype)
+            return grad_x, grad_w
+
+        return ops.cast(_product(x_q, w_q), output), grad
+
+    return matmul
+
+
+def fp8_dense(x: Any, w: Any, b: Any = None) -> Any:
+    """``x @ w + b`` under the recipe (``w`` canonical ``(in, out)``), bfloat16 out; the bias added in bfloat16."""
+    out = _matmul()(x, w)
+    return out if b is None else out + ops.cast(b, _dtype(out))
+
+
+def _value(variable: Any) -> Any:
+    """A variable's backend tensor (autocast off in the FP8 layers: its own dtype)."""
+    return variable.value if isinstance(variable, keras.Variable) else variable
+
+
+class Fp8Dense(TokenDense):
+    """``dense`` under the fp8 precision: Keras's ``Dense`` (same variables) whose matmul is :func:`fp8_dense`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.autocast = False
+
+    def call(self, inputs: Any, training: Any = None) -> Any:
+        return self.activation(fp8_dense(inputs, _value(self.kernel),
+                                         None if self.bias is None else _value(self.bias)))
+
+
+class Fp8TokenAttention(TokenAttention):
+    """``multi_head_attention`` under the fp8 precision: the q/k/v and output projections are :func:`fp8_dense`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.autocast = False
+
+    def project(self, x: Any, w: Any, b: Any) -> Any:
+        return fp8_dense(x, _value(w), _value(b))

@@ -8,9 +8,10 @@ module, ``tests/test_new_layer_kinds.py``, on the full networks (3.2 and 4.0
 million parameters) by setting ``AMP_SUITE_FULL_SIZE=1`` for it: fp32
 logits, losses and the change of every variable over three Adam steps with
 dropout and stochastic depth, and the float64 steps checked to 1e-4, with the
-tolerances measured on the full networks.  On a 2-core CPU it takes about
-half an hour (Keras's and XLA's compiles of a 4-million-parameter step, and
-XLA's float64 depthwise convolutions); it is not part of ``python -m pytest``.
+tolerances measured on the full networks.  It used 542 s of CPU on a 2-core
+Intel Xeon (37 minutes there beside other jobs): Keras's and XLA's compiles
+of a 4-million-parameter step, and float64 depthwise convolutions.  It is
+not part of ``python -m pytest``.
 
     python benchmarks/full_size_comparisons.py [PYTEST ARGUMENTS ...]
 

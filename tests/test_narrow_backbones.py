@@ -24,16 +24,13 @@ from amp_suite.workloads.workload import init_variables, workload_from_config
 from narrow_backbones import NARROW
 from suite_cli import REPO
 
-# The fields that say how wide a layer is: the only ones a narrow network may change.
-WIDTH_FIELDS = ("features",)
-
 
 def _shape_of(layers: tuple[LayerSpec, ...]) -> list:
-    """Each layer with its width fields blanked and its nested sequences walked: kinds, names, strides, paddings,
-    rates and nesting."""
+    """Each layer with its width (``features``, the only field a narrow network may change) blanked and its nested
+    sequences walked: kinds, names, kernels, strides, paddings, rates and nesting."""
     shape = []
     for spec in layers:
-        blank = dataclasses.replace(spec, **{field: None for field in WIDTH_FIELDS}, body=(), shortcut=())
+        blank = dataclasses.replace(spec, features=0, body=(), shortcut=())
         shape.append((blank, _shape_of(spec.body), _shape_of(spec.shortcut)))
     return shape
 

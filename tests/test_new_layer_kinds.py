@@ -3,8 +3,10 @@
 ``mobilenet`` (zero_pad, depthwise_conv2d, relu6, dropout) and
 ``efficientnet_b0`` (depthwise_conv2d, zero_pad, swish, squeeze-and-excitation
 ``multiply`` with ``sigmoid``, per-sample dropout for stochastic depth, head
-dropout) at 32x32x3, from the same canonical weights and the same host-drawn
-masks: fp32 logits in evaluation and training mode, the losses of 3 Adam steps
+dropout) at 32x32x3, every layer and block of each but at about a quarter of
+its width (``tests/helpers/narrow_backbones.py``; ``AMP_SUITE_FULL_SIZE=1``, set
+by ``benchmarks/full_size_comparisons.py`` before a release, runs the full
+networks), from the same canonical weights and the same host-drawn masks: fp32 logits in evaluation and training mode, the losses of 3 Adam steps
 with dropout and stochastic depth active, and the change of every parameter
 and BatchNorm statistic over those steps agree with PyTorch's.  Under amp_fp16
 and amp_bf16 the new layers compute in the reduced dtype, BatchNorm keeps
@@ -13,7 +15,8 @@ float32, and the SE sigmoid computes where ``applied.notes`` and
 blocks, top and head, which hold every new kind and nesting of it.
 
 The float32 test's tolerances are the float32 arithmetic's own, measured: PyTorch in float32
-against PyTorch in float64 on the same batches, masks and steps (first).
+against PyTorch in float64 on the same batches, masks and steps (first), on the full networks; the narrow ones
+measure about the same round-off (figures beside ``TOLERANCES``), so one set of tolerances serves both.
 Training-mode BatchNorm at init makes these networks ill-conditioned where
 the suite's small models are not: MobileNet is a plain stack of 27 BatchNorm
 layers (the gradient of an early BatchNorm parameter carries 2.6e-2 of
@@ -50,6 +53,7 @@ Each probe runs one framework in a process of its own (the kit's
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,19 +71,28 @@ from amp_suite.testing import (
     relative_l2_floored,
     run_probe,
 )
+from narrow_backbones import NARROW  # registers the narrow architectures in this process too
 
 # Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
 pytestmark = pytest.mark.slow
 
-# Keras and XLA compile a 4-million-parameter training step: up to about a minute a probe
 slow = pytest.mark.slow
 FRAMEWORKS = ("torch", "keras", "jax")
+# Which networks the comparisons train.  By default every layer and block of MobileNet and EfficientNet-B0 at about
+# a quarter of their width (tests/helpers/narrow_backbones.py: same builders, names, kinds and nesting), whose steps
+# compile and run in seconds; with AMP_SUITE_FULL_SIZE=1 the full networks, whose 3 to 4 million parameters take
+# Keras and XLA up to a minute a probe to compile: benchmarks/full_size_comparisons.py runs this module so before a
+# release.
+FULL_SIZE = os.environ.get("AMP_SUITE_FULL_SIZE", "") == "1"
+ARCHITECTURE = {name: name if FULL_SIZE else narrow for name, narrow in NARROW.items()}
+# The module the probes load to know the narrow architectures (a module without hooks is a harmless plugin).
+ARCHITECTURE_MODULES = () if FULL_SIZE else ("narrow_backbones",)
 # The article's backbones at a size that runs in seconds on a CPU (both reach 1x1 before their heads),
 # Adam at the article's rate with a large epsilon (see the module's docstring).
 TABLES: dict[str, dict[str, Any]] = {
-    "mobilenet": {"model": "mobilenet", "input_size": 32, "channels": 3, "num_classes": 10, "batch_size": 8,
-                  "optimizer": "adam", "learning_rate": 1e-4, "epsilon": 1e-3},
-    "efficientnet_b0": {"model": "efficientnet_b0", "input_size": 32, "channels": 3, "num_classes": 10,
+    "mobilenet": {"model": ARCHITECTURE["mobilenet"], "input_size": 32, "channels": 3, "num_classes": 10,
+                  "batch_size": 8, "optimizer": "adam", "learning_rate": 1e-4, "epsilon": 1e-3},
+    "efficientnet_b0": {"model": ARCHITECTURE["efficientnet_b0"], "input_size": 32, "channels": 3, "num_classes": 10,
                         "batch_size": 8, "optimizer": "adam", "learning_rate": 1e-4, "epsilon": 1e-3,
                         "input_normalization": "imagenet"},
 }
@@ -108,6 +121,9 @@ TOLERANCES = {
     # PyTorch float32 vs float64: eval logits 1.6e-6, training logits 2.2e-5, losses 2.4e-6, parameter changes
     # 1.1e-2 (block1a_project_bn/offset), running means 4.2e-4 (top_bn), variances 1.5e-5.  Keras / JAX vs
     # PyTorch: 2.3e-6 / 2.4e-6, 1.4e-5 / 1.5e-5, 8.1e-6 / 4.0e-6, 1.3e-2 / 1.2e-2, 6.2e-4 / 6.2e-4, 2.0e-5 / 1.7e-5.
+    # The narrow network (width 0.3), same figures: PyTorch float32 vs float64 7.9e-7, 1.3e-5, 8.9e-6, 1.4e-2
+    # (block2a_project_bn/offset), 3.1e-4 (top_bn), 1.2e-5; Keras / JAX vs PyTorch: 1.4e-6 / 1.0e-6, 9.6e-6 / 1.4e-5,
+    # 2.9e-6 / 6.2e-6, 2.0e-2 / 1.5e-2, 4.3e-4 / 4.2e-4, 1.2e-5 / 1.1e-5.
     "efficientnet_b0": Tolerance(losses=3e-5, parameters=5e-2, statistics=2e-3),
 }
 # Where each framework computes the squeeze-and-excitation sigmoid under AMP (docs/workloads.md): all three
@@ -131,6 +147,7 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Any:
     def get(framework: str, model: str, precision: str = "fp32", table: dict[str, Any] | None = None,
             **fields: Any) -> ProbeResult:
         table = TABLES[model] if table is None else table
+        fields.setdefault("plugin_modules", ARCHITECTURE_MODULES)
         request = ProbeRequest(framework=framework, precision=precision, workload=model, table=table,
                                batch_size=table["batch_size"], **fields)
         key = request.to_json()

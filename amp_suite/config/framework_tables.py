@@ -1,4 +1,4 @@
-"""The ``[frameworks.NAME]`` tables: the options each may set (a plugin's own and the common ones) and their docs table."""
+"""The ``[frameworks.NAME]`` tables: the options each may set (the plugin's and the common ones), their docs table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One row of ``amp-suite doctor``: :class:`CheckResult` and its outcomes, and the row of a probe section that failed."""
+"""One row of ``amp-suite doctor`` (:class:`CheckResult`), its outcomes, and the row of a failed probe section."""
 
 from __future__ import annotations
 

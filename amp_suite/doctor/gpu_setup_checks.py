@@ -1,4 +1,4 @@
-"""What the doctor concludes about a framework's GPU set-up: the device it sees, the NVIDIA driver and cuDNN it loaded, and the log lines that explain a failure."""
+"""The doctor's judges of a GPU set-up: the device a framework sees, its NVIDIA driver, cuDNN, and telling log lines."""
 
 from __future__ import annotations
 

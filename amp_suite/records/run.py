@@ -1,4 +1,4 @@
-"""One run inside a worker: its settings (:class:`RunSpec`), the precision a plugin applied, a batch, and one epoch's window."""
+"""One run inside a worker: its settings (:class:`RunSpec`), the precision applied, a batch, an epoch's window."""
 
 from __future__ import annotations
 

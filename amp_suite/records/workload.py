@@ -1,4 +1,4 @@
-"""What a cell trains, framework-neutral: a workload, its layers, variables and optimizer, and reading them back from plain data."""
+"""What a cell trains, framework-neutral: a workload, its layers, variables and optimizer, read back from plain data."""
 
 from __future__ import annotations
 

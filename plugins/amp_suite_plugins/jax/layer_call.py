@@ -1,4 +1,4 @@
-"""What every JAX layer translation is handed: the model's module classes and one forward pass's :class:`Call`, and which attention implementation runs."""
+"""What every JAX layer translation is handed (module classes, one pass's :class:`Call`), and which attention runs."""
 
 from __future__ import annotations
 

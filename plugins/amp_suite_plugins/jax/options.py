@@ -1,4 +1,4 @@
-"""The JAX plugin's options (the keys of ``[frameworks.jax]``), how a run reads them, and what the token kinds run as."""
+"""The JAX plugin's options (``[frameworks.jax]``), how a run reads them, and what the token kinds run as."""
 
 from __future__ import annotations
 

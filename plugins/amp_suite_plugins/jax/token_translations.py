@@ -1,4 +1,4 @@
-"""The JAX translations of the token kinds (docs/layers.md): token tables, layer and RMS norms, pooling and multi-head attention."""
+"""The JAX translations of the token kinds: token tables, layer and RMS norms, pooling, multi-head attention."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What the ``keras@jax`` plugin keeps of one run (:class:`KerasJaxModel`: the step's state beside the Keras model), and how that state returns to the Keras variables."""
+"""What ``keras@jax`` keeps of a run (:class:`KerasJaxModel`), and how its state returns to the Keras variables."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Data-parallel Keras on TensorFlow: the MirroredStrategy, the model and step built under it, and batches across replicas.
+"""Data-parallel Keras on TensorFlow: the MirroredStrategy, the model and step built under it, batches per replica.
 
 Data parallel (``--devices N``): ``tf.distribute.MirroredStrategy`` over N
 GPUs, or over N logical CPU devices made with

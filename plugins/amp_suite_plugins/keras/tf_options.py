@@ -1,4 +1,4 @@
-"""The Keras-on-TensorFlow plugin's options (the keys of ``[frameworks.keras]``) and whether a run's steps go through XLA."""
+"""The Keras-on-TensorFlow plugin's options (``[frameworks.keras]``) and whether a run's steps go through XLA."""
 
 from __future__ import annotations
 

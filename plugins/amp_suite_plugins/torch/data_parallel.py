@@ -1,4 +1,4 @@
-"""Data-parallel cells in PyTorch: the process group and DistributedDataParallel, and the window and memory figures gathered over the ranks."""
+"""Data-parallel PyTorch: the process group and DistributedDataParallel, and the figures gathered over the ranks."""
 
 from __future__ import annotations
 

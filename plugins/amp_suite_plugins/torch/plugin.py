@@ -101,7 +101,7 @@ from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.model import TorchModel
 from amp_suite_plugins.torch.optimizer import _make_optimizer, optimizer_implementation
 from amp_suite_plugins.torch.options import ATTENTION_NOTES, COMPILE_MODES, MODES, OPTIONS, mode_of, option
-from amp_suite_plugins.torch.step import FoundInf, _autocast, _clip, _fetch, _step_marks, _whole_step, make_step  # noqa: F401 - FoundInf and _clip re-exported (trace.py, tests)
+from amp_suite_plugins.torch.step import FoundInf, _autocast, _clip, _fetch, _step_marks, _whole_step, make_step  # noqa: F401 - re-exported (trace.py, tests)
 from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
 
 NAME = "torch"

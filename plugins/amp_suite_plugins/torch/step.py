@@ -1,4 +1,4 @@
-"""One PyTorch training step (eager or through torch.compile), the window's fetch of its losses and flags, and its CUDA timing marks."""
+"""One PyTorch training step (eager or through torch.compile), the window's fetch of its outcomes, its CUDA marks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Where PyTorch keeps each canonical variable: one :class:`Leaf` per variable of a layer (its attribute and its layout both ways)."""
+"""Where PyTorch keeps each canonical variable: a :class:`Leaf` per variable (its attribute, its layout both ways)."""
 
 from __future__ import annotations
 

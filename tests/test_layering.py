@@ -223,8 +223,8 @@ def test_the_architecture_page_describes_every_package_lowest_first() -> None:
     for position, (name, paragraph) in enumerate(layers):
         if name.startswith("`"):
             rank[name.strip("`/")] = position
-        else:  # a group of the root's modules, each named in its paragraph
-            for module in re.findall(r"`([a-z_]+)\.py`", paragraph):
+        else:  # a group of the root's modules (or small packages, `name/`), each named in its paragraph
+            for module in re.findall(r"`([a-z_]+)(?:\.py|/)`", paragraph):
                 rank.setdefault(module, position)
     assert set(rank) >= packages | roots - {"__init__"}, "packages or root modules the page does not describe"
     assert {"config", "sweep", "records", "cli"} <= set(rank) and rank["records"] < rank["config"] < rank["sweep"]

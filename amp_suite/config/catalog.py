@@ -21,26 +21,37 @@ from __future__ import annotations
 
 import os
 import stat
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from amp_suite.config.catalog_entries import (  # noqa: F401 - re-exported
+    FIGURE_FIELDS,
+    PRESET_FIELDS,
+    PRESET_SETTINGS,
+    PUBLISHED_FIELDS,
+    PUBLISHED_METRICS,
+    Preset,
+    _preset,
+    _published,
+    _workload,
+)
 from amp_suite.config.cost import COST_FIELDS
 from amp_suite.config.environments import EnvironmentSpec, environment_from_table
 from amp_suite.config.executors import ExecutorSettings, PoolSpec, executor_from_table, pool_from_table
+from amp_suite.config.framework_tables import (  # noqa: F401 - re-exported
+    BUILT_IN_FRAMEWORKS,
+    COMMON_FRAMEWORK_OPTIONS,
+    framework_option_fields,
+    framework_options_table,
+)
 from amp_suite.config.settings import SETTINGS_FIELDS, SweepSettings, check_names
+from amp_suite.config.toml_files import MAX_TOML_DEPTH, _read_toml, check_toml_depth  # noqa: F401 - re-exported
 from amp_suite.errors import UsageError
-from amp_suite.precision import LOSS_SCALINGS, PRECISIONS
+from amp_suite.precision import PRECISIONS
 from amp_suite.records import FrameworkInfo, Workload
-from amp_suite.schema import Field, check_name, check_table, closest, shown
-from amp_suite.workloads.workload import workload_from_config
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the same parser, published as tomli
-    import tomli as tomllib
+from amp_suite.schema import check_name, check_table, closest, shown
 
 CONFIG_NAME = "benchmarks.toml"
 # The catalog shipped inside the package: every *.toml here, these first, then the others by name.
@@ -61,96 +72,7 @@ def check_batch_split(workload: str, batch_size: int, devices: int) -> None:
                          f"{devices} devices; choose a --batch-size divisible by {devices}")
 
 
-# Options every framework plugin reads (amp_suite.plugins.kit: loss scaling of amp_fp16, layers kept in float32;
-# amp_suite.config.precision_options checks them against the sweep's precisions and workloads).
-COMMON_FRAMEWORK_OPTIONS: dict[str, Field] = {
-    "initial_loss_scale": Field(float, above=0, maximum=2.0**64),
-    "loss_scale_growth_interval": Field(int, minimum=1, maximum=1_000_000_000),
-    "loss_scaling": Field(str, choices=tuple(LOSS_SCALINGS)),
-    "keep_fp32": Field(tuple, names=True),
-}
-# The frameworks of the packaged plugins: their tables (the catalog has some) are accepted on a
-# machine where the plugin is not loaded, so one config serves every machine.
-BUILT_IN_FRAMEWORKS = ("torch", "keras", "keras@jax", "keras@torch", "jax")
-
-
-def framework_option_fields(framework: FrameworkInfo) -> dict[str, Field]:
-    """The options ``[frameworks.NAME]`` may set: those the plugin declares, then the common ones."""
-    return {**{name: option.schema for name, option in framework.options.items()}, **COMMON_FRAMEWORK_OPTIONS}
-
-
-def framework_options_table(frameworks: dict[str, FrameworkInfo]) -> str:
-    """The markdown table of every framework option (``docs/usage.md`` holds it for the built-in plugins)."""
-    from amp_suite.config.settings import describe
-
-    rows = ["| framework | option | values | default | what it sets |", "|---|---|---|---|---|"]
-    for name, info in frameworks.items():
-        for option, spec in info.options.items():
-            rows.append(f"| `{name}` | `{option}` | {describe(spec.schema)} | `{_toml_text(spec.default)}` | "
-                        f"{' '.join(spec.help.split())} |")
-    return "\n".join(rows)
-
-
-def _toml_text(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
 # --- presets and published figures --------------------------------------------
-
-# Keys of a [presets.NAME] table besides the sweep settings it fills.
-PRESET_FIELDS: dict[str, Field] = {
-    "description": Field(str),  # one line, shown by `amp-suite list`
-    "published": Field(str, names=True),  # the [published.NAME] table of the article's figures
-    "notes": Field(tuple),  # how the preset differs from the article on every machine
-    "fit_devices": Field(bool),  # device counts above what the machine offers become the most it offers
-}
-# Settings a preset may fill: every [defaults] key except those that name one machine among several.
-PRESET_SETTINGS = tuple(name for name in SETTINGS_FIELDS if name not in ("nnodes", "node_rank", "coordinator"))
-
-# What a published figure measures, as a report names it.
-PUBLISHED_METRICS = {
-    "epoch_time": "time per epoch",
-    "total_time": "training time",
-    "peak_memory": "peak memory",
-    "val_accuracy": "validation accuracy",
-}
-# Keys of a [published.NAME] table (its figures apart).
-PUBLISHED_FIELDS: dict[str, Field] = {
-    "article": Field(str),
-    "framework": Field(str),
-    "hardware": Field(str),
-    "setup": Field(str),
-    "context": Field(str),
-    "precision": Field(str, names=True),  # the precision here that stands for the article's AMP
-}
-# Keys of one [[published.NAME.figures]] entry.
-FIGURE_FIELDS: dict[str, Field] = {
-    "workload": Field(str, names=True),
-    "metric": Field(str, choices=tuple(PUBLISHED_METRICS)),
-    "unit": Field(str),
-    "baseline": Field(float, minimum=0),
-    "compared": Field(float, minimum=0),
-    "ratio_min": Field(float, above=0),
-    "ratio_max": Field(float, above=0),
-    "compare": Field(str, choices=("precision", "devices")),
-    "devices": Field(int, minimum=2, maximum=4096),
-    "precision": Field(str, names=True),
-    "where": Field(str),
-    "hardware": Field(str),
-    "note": Field(str),
-}
-
-
-@dataclass(frozen=True)
-class Preset:
-    """A ``[presets.NAME]`` table: the sweep settings it fills and what it reproduces."""
-
-    name: str
-    description: str
-    settings: dict[str, Any]  # checked SweepSettings fields
-    published: str | None = None  # the [published.NAME] table of its article's figures
-    notes: tuple[str, ...] = ()
-    fit_devices: bool = False
 
 
 @dataclass(frozen=True)
@@ -221,10 +143,6 @@ def check_framework_tables(config: SuiteConfig, frameworks: Mapping[str, Framewo
         checked[name] = (table if info is None else
                          check_table(table, framework_option_fields(info), f"{where}: [frameworks.{name}]"))
     return replace(config, framework_options=checked)
-
-
-# Deepest nesting of arrays and inline tables a config file may have.
-MAX_TOML_DEPTH = 32
 
 
 def find_config(explicit: str | Path | None) -> Path | None:
@@ -300,78 +218,6 @@ def _settings_from_table(table: Any, path: Path) -> SweepSettings:
     return SweepSettings(**check_table(spelled, SETTINGS_FIELDS, where))
 
 
-def _skip_string(text: str, start: int) -> int:
-    """The index just past the TOML string starting at ``text[start]`` (a quote)."""
-    quote = text[start]
-    if text.startswith(quote * 3, start):
-        end = text.find(quote * 3, start + 3)
-        while end != -1 and quote == '"' and _escaped(text, end):
-            end = text.find(quote * 3, end + 1)
-        return len(text) if end == -1 else end + 3
-    index = start + 1
-    while index < len(text) and text[index] not in (quote, "\n"):
-        index += 2 if quote == '"' and text[index] == "\\" else 1
-    return index + 1
-
-
-def _escaped(text: str, index: int) -> bool:
-    backslashes = 0
-    while index - backslashes - 1 >= 0 and text[index - backslashes - 1] == "\\":
-        backslashes += 1
-    return backslashes % 2 == 1
-
-
-def check_toml_depth(text: str, path: Path) -> None:
-    """A one-line :class:`UsageError` naming the line where arrays and inline tables nest past :data:`MAX_TOML_DEPTH`.
-
-    A linear scan (strings and comments skipped), so a file nested thousands
-    of levels deep is refused before the parser recurses into it.
-    """
-    depth = 0
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char in "\"'":
-            index = _skip_string(text, index)
-            continue
-        if char == "#":
-            newline = text.find("\n", index)
-            index = len(text) if newline == -1 else newline
-            continue
-        if char in "[{":
-            depth += 1
-            if depth > MAX_TOML_DEPTH:
-                line = text.count("\n", 0, index) + 1
-                raise UsageError(f"{path}: line {line}: arrays and tables nest more than {MAX_TOML_DEPTH} "
-                                 "levels deep")
-        elif char in "]}":
-            depth = max(0, depth - 1)
-        index += 1
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"{path}: not a UTF-8 text file (byte {exc.start}); is it really a TOML file?") from None
-    check_toml_depth(text, path)
-    try:
-        return tomllib.loads(text)
-    except RecursionError:
-        raise UsageError(f"{path}: nested too deeply to read") from None
-    except tomllib.TOMLDecodeError as exc:
-        message = " ".join(str(exc).split())
-        if "(at end of document)" in message:  # tomllib gives no line number here
-            message = message.replace("(at end of document)", f"(at end of document, line {len(text.splitlines())})")
-        hint = ("; the file starts with a UTF-8 byte-order mark (BOM), which TOML does not allow: save it as "
-                "UTF-8 without BOM" if text.startswith("\ufeff") else "")
-        raise UsageError(f"{path}: malformed TOML: {message}{hint}") from None
-
-
 def _tables_of(path: Path) -> dict[str, Any]:
     """The tables of one file by key (``"defaults"``, ``"workloads.NAME"``), in file order."""
     data = _read_toml(path)
@@ -410,76 +256,6 @@ def _catalog_tables() -> tuple[dict[str, Any], dict[str, Path]]:
                                  "catalog defines each name once")
             tables[key], sources[key] = table, path
     return tables, sources
-
-
-def _workload(name: Any, table: Any, path: Path) -> Workload:
-    check_name("workload", name)
-    if not isinstance(table, dict):
-        raise UsageError(f"{path}: workloads.{name} must be a table ([workloads.{name}]), got {shown(table)}")
-    try:
-        return workload_from_config(name, table)
-    except UsageError as exc:
-        raise UsageError(f"{path}: {exc}") from None
-
-
-def _preset(name: str, table: Any, path: Path) -> Preset:
-    """A checked ``[presets.NAME]`` table."""
-    check_name("preset", name)
-    where = f"{path}: [presets.{name}]"
-    if not isinstance(table, dict):
-        raise UsageError(f"{where} must be a table, got {shown(table)}")
-    spelled: dict[str, Any] = {}
-    for key, value in table.items():
-        if key.replace("-", "_") in spelled:
-            raise UsageError(f"{where}: {key.replace('-', '_')} is given twice")
-        spelled[key.replace("-", "_")] = value
-    values = check_table(spelled, {**PRESET_FIELDS, **{k: SETTINGS_FIELDS[k] for k in PRESET_SETTINGS}}, where)
-    if "description" not in values:
-        raise UsageError(f"{where}: description is missing (the one line `amp-suite list` shows)")
-    try:
-        check_names("precision", values.get("precisions", ("fp32",)), PRECISIONS)
-        if values.get("device", "auto") not in ("auto", "cpu", "gpu"):
-            raise UsageError(f"unknown device {shown(values['device'])}; allowed: auto, cpu, gpu")
-    except UsageError as exc:
-        raise UsageError(f"{where}: {exc}") from None
-    settings = {key: value for key, value in values.items() if key in PRESET_SETTINGS}
-    return Preset(name, " ".join(values["description"].split()), settings, values.get("published"),
-                  tuple(values.get("notes", ())), values.get("fit_devices", False))
-
-
-def _published(name: str, table: Any, path: Path) -> dict[str, Any]:
-    """A checked ``[published.NAME]`` table: the article, its hardware and its figures."""
-    check_name("published figures", name)
-    where = f"{path}: [published.{name}]"
-    if not isinstance(table, dict):
-        raise UsageError(f"{where} must be a table, got {shown(table)}")
-    figures = table.get("figures")
-    values = check_table({k: v for k, v in table.items() if k != "figures"}, PUBLISHED_FIELDS, where)
-    for required in ("article", "hardware"):
-        if required not in values:
-            raise UsageError(f"{where}: {required} is missing")
-    if not isinstance(figures, list) or not figures:
-        raise UsageError(f"{where}: figures must be a list of tables ([[published.{name}.figures]]), "
-                         f"got {shown(figures)}")
-    values["figures"] = [_figure(figure, f"{where} figure {index + 1}") for index, figure in enumerate(figures)]
-    return values
-
-
-def _figure(table: Any, where: str) -> dict[str, Any]:
-    figure = check_table(table, FIGURE_FIELDS, where)
-    for required in ("workload", "metric", "where"):
-        if required not in figure:
-            raise UsageError(f"{where}: {required} is missing")
-    ranged = "ratio_min" in figure or "ratio_max" in figure
-    if ranged and not ("ratio_min" in figure and "ratio_max" in figure):
-        raise UsageError(f"{where}: ratio_min and ratio_max come together")
-    if ranged and figure["ratio_min"] > figure["ratio_max"]:
-        raise UsageError(f"{where}: ratio_min ({figure['ratio_min']}) is above ratio_max ({figure['ratio_max']})")
-    if not ranged and "compared" not in figure:
-        raise UsageError(f"{where}: give compared (and baseline), or ratio_min and ratio_max")
-    if figure.get("compare") == "devices" and not ("devices" in figure and "baseline" in figure):
-        raise UsageError(f"{where}: compare = \"devices\" needs devices (the count published) and baseline")
-    return figure
 
 
 def load_config(path: Path | None) -> SuiteConfig:

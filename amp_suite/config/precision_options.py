@@ -1,7 +1,7 @@
 """Checks the precision options of ``[frameworks.NAME]`` against the sweep before any cell runs.
 
 ``loss_scaling`` and ``keep_fp32`` are framework options every plugin reads
-(:data:`~amp_suite.config.catalog.COMMON_FRAMEWORK_OPTIONS`), but they only
+(:data:`~amp_suite.config.framework_tables.COMMON_FRAMEWORK_OPTIONS`), but they only
 mean something for some precisions: ``loss_scaling`` for the precisions with
 a loss scale (``amp_fp16``), ``keep_fp32`` for AMP (``amp_fp16``,
 ``amp_bf16``).  A sweep that sets one for a framework and runs it in none of

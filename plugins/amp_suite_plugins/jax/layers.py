@@ -24,78 +24,31 @@ float32 and always takes the softmax in float32).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.records import LayerSpec
 from amp_suite.workloads.kept import keeps
+from amp_suite_plugins.jax.layer_call import (  # noqa: F401 - re-exported
+    ATTENTION_IMPLEMENTATIONS,
+    Call,
+    ModuleClasses,
+    Translation,
+    attention_implementation,
+)
+from amp_suite_plugins.jax.token_translations import (
+    _class_token,
+    _class_token_pool,
+    _layer_norm,
+    _multi_head_attention,
+    _position_embedding,
+    _rms_norm,
+    _token_embedding,
+    _token_mean_pool,
+)
 
 # The model's haiku module name: the first part of every module path.
 MODULE_NAME = "sequential_cnn"
-# The framework option ``attention``: jax.nn.dot_product_attention, or matmul, softmax, matmul written out.
-ATTENTION_IMPLEMENTATIONS = ("fused", "reference")
-
-
-def attention_implementation(asked: str, device_kind: str, compute_dtype: str) -> tuple[str, str]:
-    """The attention implementation that runs, and why it is not the one asked for ("" when it is).
-
-    ``jax.nn.dot_product_attention`` asks XLA for a float16 x float16 -> float32
-    dot (``DotAlgorithmPreset.F16_F16_F32``) for float16 inputs, which XLA's CPU
-    backend refuses when it compiles ("not supported by dot_general on CPU",
-    JAX 0.10.2); amp_fp16 on a CPU therefore runs the reference attention.
-    """
-    if asked == "fused" and device_kind == "cpu" and compute_dtype == "float16":
-        return "reference", ("jax.nn.dot_product_attention cannot compile float16 inputs on a CPU (XLA refuses "
-                             "its F16_F16_F32 dot), so the reference attention runs")
-    return asked, ""
-
-
-@dataclass(frozen=True)
-class ModuleClasses:
-    """The haiku module classes of one model, made fresh so the jmp policies set on them stay its own.
-
-    ``net`` is the whole model (the compute-dtype policy); ``batch_norm``,
-    ``layer_norm`` and ``rms_norm`` are the float32 islands, and so is
-    ``float32_layer``, the module wrapped around each layer option
-    ``keep_fp32`` keeps (:mod:`amp_suite.workloads.kept`).
-    """
-
-    net: type
-    batch_norm: type
-    layer_norm: type
-    rms_norm: type
-    float32_layer: type | None = None
-
-    @property
-    def float32_islands(self) -> tuple[type, ...]:
-        kept = (self.float32_layer,) if self.float32_layer is not None else ()
-        return (self.batch_norm, self.layer_norm, self.rms_norm, *kept)
-
-
-@dataclass(frozen=True)
-class Call:
-    """What one forward pass hands every translation besides the layer and its input.
-
-    ``masks`` (dropout layer name -> host mask) only in a training step, else
-    ``None`` (no dropout); ``sync``: BatchNorm averages its batch moments over
-    the mesh; ``attention``: one of :data:`ATTENTION_IMPLEMENTATIONS`;
-    ``fp8``: the layers whose matmuls run the FP8 recipe (precision ``fp8``,
-    :mod:`amp_suite_plugins.jax.fp8`).
-    """
-
-    is_training: bool
-    sync: bool
-    masks: dict[str, Any] | None
-    classes: ModuleClasses
-    attention: str = "fused"
-    kept: tuple[str, ...] = ()  # option keep_fp32: layer names and kinds computed in float32
-    fp8: frozenset[str] = frozenset()
-
-
-Translation = Callable[[LayerSpec, Any, Call], Any]
 
 
 def run_layers(specs: tuple[LayerSpec, ...], x: Any, call: Call) -> Any:
@@ -309,109 +262,6 @@ def _patch_embed(spec: LayerSpec, x: Any, call: Call) -> Any:
     patch = spec.kernel_size
     y = hk.Conv2D(spec.features, patch, stride=patch, padding="VALID", with_bias=spec.use_bias, name=spec.name)(x)
     return y.reshape(y.shape[0], y.shape[1] * y.shape[2], y.shape[3])
-
-
-def _variables(name: str, shapes: dict[str, tuple[int, ...]]) -> list[Any]:
-    """The haiku parameters of layer ``name`` (canonical names ``name/leaf``), in the compute dtype.
-
-    One name scope per layer (a second scope of the same name would be
-    ``name_1``).  The jmp policy in force decides both dtypes: each parameter
-    is made in its ``param_dtype`` and read in its compute dtype.
-    """
-    import haiku as hk
-    import jax.numpy as jnp
-
-    with hk.name_scope(name):
-        return [hk.get_parameter(leaf, shape, jnp.float32, init=jnp.zeros) for leaf, shape in shapes.items()]
-
-
-def _class_token(spec: LayerSpec, x: Any, call: Call) -> Any:
-    import jax.numpy as jnp
-
-    (token,) = _variables(spec.name, {"token": (x.shape[-1],)})
-    return jnp.concatenate([jnp.broadcast_to(token, (x.shape[0], 1, x.shape[-1])), x], axis=1)
-
-
-def _position_embedding(spec: LayerSpec, x: Any, call: Call) -> Any:
-    (table,) = _variables(spec.name, {"table": tuple(x.shape[1:])})
-    return x + table
-
-
-def _token_embedding(spec: LayerSpec, x: Any, call: Call) -> Any:
-    """Row ``id`` of the table for each int32 token id: ``(n, context)`` -> ``(n, context, features)``.
-
-    The ids are integers, which no jmp policy casts; the looked-up rows come
-    in the compute dtype (the policy casts the table as it is read).
-    """
-    import jax.numpy as jnp
-
-    (table,) = _variables(spec.name, {"table": (spec.vocab_size, spec.features)})
-    return jnp.take(table, x, axis=0)
-
-
-def _layer_norm(spec: LayerSpec, x: Any, call: Call) -> Any:
-    return call.classes.layer_norm(axis=-1, create_scale=True, create_offset=True, eps=spec.epsilon,
-                                   name=spec.name)(x)
-
-
-def _rms_norm(spec: LayerSpec, x: Any, call: Call) -> Any:
-    return call.classes.rms_norm(axis=-1, eps=spec.epsilon, name=spec.name)(x)
-
-
-def _token_mean_pool(spec: LayerSpec, x: Any, call: Call) -> Any:
-    import jax.numpy as jnp
-
-    return jnp.mean(x, axis=1)
-
-
-def _class_token_pool(spec: LayerSpec, x: Any, call: Call) -> Any:
-    return x[:, 0]
-
-
-def _multi_head_attention(spec: LayerSpec, x: Any, call: Call) -> Any:
-    """``[q | k | v] = x @ qkv_w + qkv_b``, heads contiguous, scaled dot product per head, output projection."""
-    n, t, f = x.shape
-    heads = spec.heads
-    if spec.name in call.fp8:  # both projections through the FP8 recipe, one module (one name scope)
-        from amp_suite_plugins.jax.fp8 import projection_class
-
-        projection = projection_class()(name=spec.name)
-        qkv = projection(x, "qkv_w", "qkv_b", 3 * f)
-    else:
-        qkv_w, qkv_b, out_w, out_b = _variables(spec.name, {"qkv_w": (f, 3 * f), "qkv_b": (3 * f,),
-                                                            "out_w": (f, f), "out_b": (f,)})
-        qkv = x @ qkv_w + qkv_b
-    q, k, v = (qkv[..., i * f:(i + 1) * f].reshape(n, t, heads, f // heads) for i in range(3))
-    attend = _fused_attention if call.attention == "fused" else _reference_attention
-    mixed = attend(q, k, v, spec.causal).reshape(n, t, f)
-    return projection(mixed, "out_w", "out_b", f) if spec.name in call.fp8 else mixed @ out_w + out_b
-
-
-def _fused_attention(q: Any, k: Any, v: Any, causal: bool) -> Any:
-    """``jax.nn.dot_product_attention`` on ``(n, t, heads, d)``: logits and softmax in float32 (at least).
-
-    Its XLA implementation (the one a CPU runs) computes ``q kᵀ`` with a
-    float32 result, takes the softmax in float32 and casts the probabilities
-    to ``v``'s dtype for the weighted sum; under fp64 that float32 softmax
-    makes it agree with the float64 reference to float32 round-off only.
-    """
-    import jax
-
-    return jax.nn.dot_product_attention(q, k, v, is_causal=causal)
-
-
-def _reference_attention(q: Any, k: Any, v: Any, causal: bool) -> Any:
-    """Matmul, softmax, matmul written out: both matmuls in the compute dtype, the softmax in float32 (or float64)."""
-    import jax
-    import jax.numpy as jnp
-
-    t, d = q.shape[1], q.shape[-1]
-    scores = jnp.einsum("bqhd,bkhd->bhqk", q, k)
-    scores = scores.astype(jnp.promote_types(scores.dtype, jnp.float32)) / math.sqrt(d)
-    if causal:
-        scores = jnp.where(jnp.tril(jnp.ones((t, t), dtype=bool)), scores, -jnp.inf)
-    probabilities = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bhqk,bkhd->bqhd", probabilities, v)
 
 
 TRANSLATIONS: dict[str, Translation] = {

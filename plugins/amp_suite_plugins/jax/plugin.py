@@ -34,26 +34,12 @@ already unscaled.
 A staged batch is the pytree ``(images, labels, masks)``: the host's dropout
 masks enter the jitted step beside the images (sharded like them on a mesh)
 and the model multiplies them in; evaluation and ``predict`` pass none.
-
-Data parallel (``--devices N``): ``jax.sharding`` with a 1-D ``Mesh`` over N
-devices (axis ``"data"``; on a CPU, N host devices made with
-``--xla_force_host_platform_device_count`` before JAX starts).  Parameters,
-state, optimizer state and loss scale are replicated
-(``NamedSharding(mesh, P())``), each global batch is sharded
-(``NamedSharding(mesh, P("data"))``: device i holds the contiguous slice i),
-and the same step runs under one ``jax.jit`` of a ``jax.shard_map``: each
-device computes the gradient of its shard's mean loss, ``lax.pmean`` averages
-gradients and loss over the mesh, and every device applies the identical
-update.  BatchNorm statistics are per replica (the running statistics are the
-replicas' mean) unless ``sync_batch_norm`` makes BatchNorm average its batch
-moments over the mesh.  Several nodes: ``jax.distributed.initialize`` at the
-coordinator, one process per node driving that node's devices.
+Data parallel (``--devices N``): see :mod:`amp_suite_plugins.jax.data_parallel`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,7 +49,6 @@ from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
     BUILT_IN_PRECISIONS,
     loss_scale_growth_interval,
-    read_cuda_versions,
     standard_precision,
     take_slowest_window,
     timed_window,
@@ -73,33 +58,36 @@ from amp_suite.records import (
     DeviceInfo,
     EpochResult,
     FrameworkInfo,
-    FrameworkOption,
     PrecisionApplied,
     RunSpec,
     Workload,
 )
-from amp_suite.schema import Field
 from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.layers import iter_layers
-from amp_suite.workloads.workload import variable_specs
+from amp_suite_plugins.jax.cuda_versions import cuda_versions
+from amp_suite_plugins.jax.data_parallel import AXIS, _join_nodes, _local, _replicate, _shard_batch
 from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
 from amp_suite_plugins.jax.fp8 import fp8_note
 from amp_suite_plugins.jax.layers import (
-    ATTENTION_IMPLEMENTATIONS,
     LAYER_KINDS,
     attention_implementation,
     module_classes,
     translation,
 )
+from amp_suite_plugins.jax.memory import _compiled_step_memory, _per_device_bytes
+from amp_suite_plugins.jax.model import JaxModel, _scale_value
 from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
+from amp_suite_plugins.jax.options import OPTIONS, _option, _token_notes
 from amp_suite_plugins.jax.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
+from amp_suite_plugins.jax.variables import (
+    _canonical_key,
+    _decay_mask,
+    _depthwise_kernels,
+    _from_haiku_layout,
+    _load_canonical,
+)
 
 NAME = "jax"
-OPTIONS = {
-    "attention": FrameworkOption(Field(str, choices=ATTENTION_IMPLEMENTATIONS), "fused",
-                                 "multi_head_attention as jax.nn.dot_product_attention ('fused') or as matmul, "
-                                 "float32 softmax, matmul written out ('reference')"),
-}
 
 
 @hookimpl
@@ -121,47 +109,6 @@ def framework_info() -> FrameworkInfo:
         options=OPTIONS,
         layer_kinds=LAYER_KINDS,
     )
-
-
-def _option(run: RunSpec, name: str) -> Any:
-    """``run.options[name]``, else the default :data:`OPTIONS` declares."""
-    return run.options.get(name, OPTIONS[name].default)
-
-
-@dataclass
-class JaxModel:
-    """The run's state: parameters, optimizer state and loss scale live here between steps."""
-
-    params: Any
-    state: Any
-    opt_state: Any
-    loss_scale: Any  # (scale, counter) arrays under dynamic loss scaling, () otherwise
-    train_step: Any
-    forward: Any
-    device: Any
-    trace_count: list[int] = field(default_factory=lambda: [0])
-    net_class: Any = None  # the haiku module class (introspection by tests)
-    mesh: Any = None  # the data-parallel Mesh, else None
-    process: Any = None  # the DistributedSpec of a data-parallel cell, else None
-    batch_shapes: Any = None  # a staged batch's shapes, dtypes and shardings (for the compiled step's memory)
-    depthwise: set[str] = field(default_factory=set)  # canonical names of depthwise kernels (layout differs)
-    stored_dtype: str = "float32"  # variables, images, masks, logits and loss: "float64" under fp64
-    # What amp_suite_plugins.jax.trace builds its traced step from: the haiku transform, the optax optimizer,
-    # whether BatchNorm syncs, and the dynamic loss scale's growth period (0: no loss scaling).
-    net: Any = None
-    optimizer: Any = None
-    sync: bool = False
-    loss_scale_period: int = 0
-    traced: Any = None  # the traced step of amp_suite_plugins.jax.trace, made at its first call
-
-
-def _join_nodes(jax: Any, run: RunSpec) -> None:
-    """One process per node meets the others at the coordinator (gloo collectives on CPUs)."""
-    if jax.distributed.is_initialized():  # a second cell of the same process (the conformance kit's server)
-        return
-    jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    jax.distributed.initialize(coordinator_address=run.coordinator, num_processes=run.nnodes,
-                               process_id=run.node_rank, initialization_timeout=int(max(60, run.timeout_s)))
 
 
 @hookimpl
@@ -213,74 +160,6 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   "batch_norm_statistics=synchronized (batch moments averaged over the mesh)" if run.sync_batch_norm
                   else "batch_norm_statistics=per replica; running statistics averaged over the replicas")
     return dataclasses.replace(applied, notes=notes)
-
-
-def _decay_mask(workload: Workload) -> Any:
-    """``params -> tree of bools``: AdamW decays the variables the workload declares ``decay``, nothing else."""
-    decayed = {spec.name for spec in variable_specs(workload) if spec.decay}
-
-    def mask(params: Any) -> Any:
-        return {module: {leaf: _canonical_key(module, leaf) in decayed for leaf in leaves}
-                for module, leaves in params.items()}
-
-    return mask
-
-
-def _token_notes(run: RunSpec, device: DeviceInfo, applied: PrecisionApplied) -> tuple[str, ...]:
-    """What the token kinds run as: the attention implementation, and the float32 islands under AMP."""
-    compute = applied.compute_dtype
-    implementation, reason = attention_implementation(_option(run, "attention"), device.kind, compute)
-    if implementation == "fused":
-        attention = ("multi_head_attention=fused: jax.nn.dot_product_attention (XLA implementation: q k^T with a "
-                     "float32 result, softmax in float32 always, probabilities cast to the input dtype for the "
-                     "weighted sum; under fp64 that float32 softmax limits it to float32 round-off)")
-    else:
-        attention = ("multi_head_attention=reference: einsum q k^T in the compute dtype, logits upcast to float32 "
-                     "(float64 under fp64) for the softmax, probabilities cast back for the einsum with v"
-                     + (f"; attention=fused was asked, but {reason}" if reason else ""))
-    notes: tuple[str, ...] = (attention,)
-    if compute in ("float16", "bfloat16"):
-        notes += (f"layer_norm, rms_norm=hk.LayerNorm/hk.RMSNorm subclasses under a jmp policy params=float32,"
-                  f"compute=float32,output={compute} (forced: a jmp policy on the model would compute them in "
-                  f"{compute}); gelu, dense, patch_embed, embeddings and the attention projections in {compute}; "
-                  "logits cast to float32 before the loss",)
-    return notes
-
-
-def _canonical_key(module_path: str, leaf: str) -> str:
-    return f"{module_path.split('/')[-1]}/{leaf}"
-
-
-def _depthwise_kernels(workload: Workload) -> set[str]:
-    """Canonical names of the depthwise kernels, the one variable whose layout differs from haiku's."""
-    return {f"{spec.name}/w" for spec in iter_layers(workload.layers) if spec.kind == "depthwise_conv2d"}
-
-
-def _to_haiku_layout(key: str, value: np.ndarray, depthwise: set[str]) -> np.ndarray:
-    """Canonical depthwise kernel (k, k, c, 1) -> haiku's (k, k, 1, c) (the same memory order); else as is."""
-    return value.reshape(*value.shape[:2], 1, value.shape[2]) if key in depthwise else value
-
-
-def _from_haiku_layout(key: str, value: np.ndarray, depthwise: set[str]) -> np.ndarray:
-    return value.reshape(*value.shape[:2], value.shape[3], 1) if key in depthwise else value
-
-
-def _load_canonical(tree: Any, variables: dict[str, np.ndarray],
-                    depthwise: set[str]) -> dict[str, dict[str, np.ndarray]]:
-    """Replace haiku's initial values by the canonical ones (same layouts, HWIO, (in, out), NHWC, but depthwise).
-
-    Each value takes the dtype haiku made it in (float64 under fp64: the float32 canonical values cast exactly).
-    """
-    loaded: dict[str, dict[str, np.ndarray]] = {}
-    for module_path, leaves in tree.items():
-        loaded[module_path] = {}
-        for leaf, value in leaves.items():
-            key = _canonical_key(module_path, leaf)
-            canonical = _to_haiku_layout(key, variables[key], depthwise)
-            if canonical.shape != value.shape:
-                raise ValueError(f"{module_path}/{leaf}: canonical shape {canonical.shape} != haiku {value.shape}")
-            loaded[module_path][leaf] = np.asarray(canonical, value.dtype)
-    return loaded
 
 
 @hookimpl
@@ -400,24 +279,6 @@ def build_model(
                     loss_scale_period=period if dynamic else 0)
 
 
-AXIS = "data"
-
-
-def _replicate(jax: Any, mesh: Any, tree: Any) -> Any:
-    """``tree`` (host values, the same in every process) replicated on every device of ``mesh``."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    sharding = NamedSharding(mesh, P())
-    return jax.tree_util.tree_map(
-        lambda x: jax.make_array_from_process_local_data(sharding, np.asarray(x)), tree)
-
-
-def _local(jax: Any, tree: Any) -> Any:
-    """One device's copy of a replicated tree (the tree itself off a mesh)."""
-    return jax.tree_util.tree_map(lambda x: x.addressable_data(0), tree)
-
-
 @hookimpl
 def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
     """Each batch as the step's pytree ``(images, labels, masks)`` on the device (masks: maybe ``{}``).
@@ -436,27 +297,6 @@ def stage_batches(run: RunSpec, model: JaxModel, batches: list[Batch]) -> list[t
         model.batch_shapes = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
     return staged
-
-
-def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple[Any, Any, Any]:
-    """A global batch sharded over the mesh (masks along axis 0 too); this process supplies its devices' rows."""
-    from jax.sharding import NamedSharding
-    from jax.sharding import PartitionSpec as P
-
-    sharding = NamedSharding(model.mesh, P(AXIS))
-    first = model.process.first_replica * run.shard_size
-    rows = slice(first, first + model.process.local_devices * run.shard_size)
-    return jax.tree_util.tree_map(lambda array: jax.make_array_from_process_local_data(
-        sharding, array[rows], array.shape), (batch.images, batch.labels, dict(batch.masks)))
-
-
-def _scale_value(model: JaxModel) -> float | None:
-    if not model.loss_scale:  # no loss scaling: ()
-        return None
-    value = model.loss_scale[0]
-    if hasattr(value, "addressable_data") and model.mesh is not None:
-        value = value.addressable_data(0)
-    return float(value)
 
 
 @hookimpl
@@ -518,31 +358,6 @@ def get_variables(run: RunSpec, model: JaxModel) -> dict[str, np.ndarray]:
     return out
 
 
-def _compiled_step_memory(jax: Any, model: JaxModel) -> dict[str, int]:
-    """XLA's memory analysis of the compiled train step, per device: what the step itself needs.
-
-    Unlike the allocator peak (JAX cannot reset it, so it counts from the
-    worker's start) this is the step's own footprint: arguments (parameters,
-    state, optimizer state, the batch) + outputs - donated buffers reused for
-    outputs + temporaries (activations, gradients).  Lowering again traces the
-    step once more, after training; ``train_step_traces`` was read before.
-    """
-    if model.batch_shapes is None:
-        return {}
-    try:
-        stats = model.train_step.lower(model.params, model.state, model.opt_state, model.loss_scale,
-                                       *model.batch_shapes).compile().memory_analysis()
-    except Exception:  # noqa: BLE001 - an analysis a backend does not give is no failure of the run
-        return {}
-    if stats is None:
-        return {}
-    argument, output = int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes)
-    alias, temp = int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes)
-    return {"compiled_step_argument_bytes": argument, "compiled_step_output_bytes": output,
-            "compiled_step_alias_bytes": alias, "compiled_step_temp_bytes": temp,
-            "compiled_step_memory_bytes": argument + output - alias + temp}
-
-
 @hookimpl
 def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]:
     import jax
@@ -576,35 +391,12 @@ def measure(run: RunSpec, model: JaxModel, device: DeviceInfo) -> dict[str, Any]
     return figures
 
 
-def _per_device_bytes(leaf: Any) -> int:
-    """Bytes one device holds of an array described by ``leaf`` (a ShapeDtypeStruct, maybe sharded)."""
-    shape = tuple(leaf.shape)
-    sharding = getattr(leaf, "sharding", None)
-    if sharding is not None and hasattr(sharding, "shard_shape"):
-        shape = tuple(sharding.shard_shape(shape))
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
-
-
 @hookimpl
 def runtime_versions(run: RunSpec) -> dict[str, str]:
     """The CUDA runtime and cuDNN versions of JAX's CUDA plugin (none without one)."""
     found = cuda_versions()
     names = {"cuda_runtime": "cuda_runtime_version", "cudnn": "cudnn_version"}
     return {names[key]: value for key, value in found.items() if key in names}
-
-
-def cuda_versions() -> dict[str, str]:
-    """``cuda_runtime``, ``cudnn`` and ``cudnn_compiled`` as JAX's CUDA plugin reports them; imports JAX.
-
-    JAX has no public API for these: the private ``jax._src.lib.cuda_versions``
-    (None without a CUDA plugin) is read here, the one place the suite touches
-    it.  A version that cannot be read is left out.
-    """
-    try:
-        from jax._src.lib import cuda_versions as versions
-    except Exception:  # a JAX that moved its private module: no versions
-        return {}
-    return read_cuda_versions(versions)
 
 
 if TYPE_CHECKING:  # mypy checks every hook above against the specs' names and types (amp_suite.plugins.framework_plugin)

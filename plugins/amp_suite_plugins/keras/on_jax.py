@@ -38,7 +38,6 @@ No module here imports TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -59,7 +58,6 @@ from amp_suite.records import (
     EpochResult,
     FrameworkInfo,
     FrameworkOption,
-    LayerSpec,
     PrecisionApplied,
     RunSpec,
     Workload,
@@ -76,6 +74,9 @@ from amp_suite_plugins.keras.backends import (
     mean_cross_entropy,
     set_policy,
 )
+from amp_suite_plugins.keras.jax_data_parallel import AXIS, _replica_step
+from amp_suite_plugins.keras.jax_memory import _compiled_step_memory
+from amp_suite_plugins.keras.jax_model import KerasJaxModel, _local, _write_back
 from amp_suite_plugins.keras.loss_scaling import scales_loss
 from amp_suite_plugins.keras.model import (
     LAYER_KINDS,
@@ -129,26 +130,6 @@ def _attention(run: RunSpec, device: DeviceInfo, applied: PrecisionApplied) -> s
     if attention == "fused" and device.kind == "cpu" and applied.compute_dtype == "float16":
         return "reference"
     return attention
-
-
-@dataclass
-class KerasJaxModel:
-    """The Keras model and the values of its variables between steps (``state``: trainable, non-trainable,
-    optimizer)."""
-
-    model: Any
-    optimizer: Any
-    train_step: Any
-    state: Any
-    device: Any
-    loss_scaled: bool
-    named: dict[str, LayerSpec]
-    mask_names: tuple[str, ...] = ()
-    stored_dtype: str = "float32"
-    scale_index: int = -1  # the loss scale's place among the optimizer's variables (-1: no loss scaling)
-    batch_shapes: Any = None  # the first staged batch's shapes, for XLA's memory analysis
-    traces: list[int] = field(default_factory=lambda: [0])
-    mesh: Any = None  # the data-parallel Mesh of a cell on several devices, else None
 
 
 @hookimpl
@@ -262,26 +243,6 @@ def build_model(
                          mask_names, stored, scale_index, traces=traces, mesh=mesh)
 
 
-AXIS = "data"
-
-
-def _replica_step(jax: Any, step: Any) -> Any:
-    """``step`` on one replica's shard, made the global batch's step.
-
-    Inside ``shard_map`` the gradient of the replicated variables comes out of
-    autodiff already summed over the mesh (JAX's rule for a replicated input's
-    cotangent); ``step`` divides it by N before the loss-scale optimizer's
-    finite check and update, which then run as on one device, the same on
-    every replica.  Loss and BatchNorm statistics are averaged with ``lax.pmean``.
-    """
-    def replica(state: Any, images: Any, labels: Any, masks: Any) -> tuple[Any, Any, Any]:
-        (trainable, non_trainable, optimizer_values), loss, finite = step(state, images, labels, masks)
-        loss, non_trainable = jax.lax.pmean((loss, non_trainable), AXIS)
-        return (trainable, non_trainable, optimizer_values), loss, finite
-
-    return replica
-
-
 @hookimpl
 def stage_batches(run: RunSpec, model: KerasJaxModel, batches: list[Batch]) -> list[tuple[Any, Any, Any]]:
     import jax
@@ -298,26 +259,6 @@ def stage_batches(run: RunSpec, model: KerasJaxModel, batches: list[Batch]) -> l
         model.batch_shapes = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
     return staged
-
-
-def _write_back(jax: Any, model: KerasJaxModel) -> None:
-    """Copies of the state's values into the Keras variables (for get_variables); the next step donates the
-    state's own buffers."""
-    trainable, non_trainable, optimizer_values = _local(model, model.state)
-    for variables, values in ((model.model.trainable_variables, trainable),
-                              (model.model.non_trainable_variables, non_trainable),
-                              (model.optimizer.variables, optimizer_values)):
-        for variable, value in zip(variables, values, strict=True):
-            variable.assign(jax.numpy.copy(value))
-
-
-def _local(model: KerasJaxModel, tree: Any) -> Any:
-    """One device's copy of a replicated tree (the tree itself on one device)."""
-    if model.mesh is None:
-        return tree
-    import jax
-
-    return jax.tree_util.tree_map(lambda x: x.addressable_data(0), tree)
 
 
 @hookimpl
@@ -362,21 +303,6 @@ def predict(run: RunSpec, model: KerasJaxModel, images: np.ndarray, training: bo
 @hookimpl
 def get_variables(run: RunSpec, model: KerasJaxModel) -> dict[str, np.ndarray]:
     return read_variables(model.model, model.named, model.stored_dtype)
-
-
-def _compiled_step_memory(model: KerasJaxModel) -> dict[str, int]:
-    """XLA's memory analysis of the compiled train step: arguments + outputs - donated + temporaries."""
-    if model.batch_shapes is None or not hasattr(model.train_step, "lower"):
-        return {}
-    try:
-        stats = model.train_step.lower(model.state, *model.batch_shapes).compile().memory_analysis()
-    except Exception:  # noqa: BLE001 - an analysis a backend does not give is no failure of the run
-        return {}
-    if stats is None:
-        return {}
-    argument, output = int(stats.argument_size_in_bytes), int(stats.output_size_in_bytes)
-    alias, temp = int(stats.alias_size_in_bytes), int(stats.temp_size_in_bytes)
-    return {"compiled_step_memory_bytes": argument + output - alias + temp}
 
 
 @hookimpl

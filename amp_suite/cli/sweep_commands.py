@@ -1,0 +1,156 @@
+"""The commands that run or read sweeps: ``run``, ``report``, ``compare``, ``calibrate`` and ``numerics``."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from amp_suite.cli.shared import (
+    _cost_overrides,
+    _csv,
+    _host,
+    _print_reporter_failures,
+    out_text,
+)
+from amp_suite.config.catalog import find_config, load_config
+from amp_suite.config.settings import overrides_from_flags
+from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from amp_suite.progress import SweepProgress
+    from amp_suite.sweep.engine import SweepRequest, execute, resolve
+
+    overrides = overrides_from_flags(args)
+    auto = 0
+    if overrides["repeats"] == "auto":
+        from amp_suite.sweep.engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
+
+        overrides["repeats"], auto = AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
+    request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
+                           resume=args.resume, inline=args.inline, quiet=args.quiet,
+                           cost=_cost_overrides(args), preset=args.preset, auto_repeats=auto,
+                           executor=args.executor, ray_address=args.ray_address)
+    plan = resolve(request)
+    if args.dry_run:  # the plan alone: no output directory, no data, no worker
+        print("\n".join(plan.lines()))
+        return EXIT_OK
+    return execute(plan, progress=SweepProgress()).exit_code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from amp_suite.config.cost import cost_settings
+    from amp_suite.sweep.output_dir import report_lock
+    from amp_suite.sweep.stored import load_results
+
+    host = _host(args.plugin)
+    with report_lock(args.directory):  # a running sweep's store never changes under the report
+        results, environment = load_results(Path(args.directory))
+        _check_report_replaceable(Path(args.directory), results, args.force)
+        cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
+        if cost:
+            environment["cost"] = cost
+        outcome = host.write_report(results, Path(args.directory), environment)
+    if outcome.written:
+        print("\n".join(str(p) for p in outcome.written))
+    _print_reporter_failures(outcome)
+    if args.open and not _open_html_report(outcome.written):
+        return EXIT_USAGE
+    return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def _open_html_report(written: list[Path]) -> bool:
+    """Open the report.html among ``written`` in a browser; ``False`` (and why, on stderr) when none was written."""
+    import webbrowser
+
+    page = next((Path(p) for p in written if Path(p).name == "report.html"), None)
+    if page is None:
+        print("amp-suite: error: --open: no report.html was written (is the html reporter turned off in "
+              "AMP_SUITE_DISABLE_PLUGINS, or did it fail?)", file=sys.stderr)
+        return False
+    if not webbrowser.open(page.resolve().as_uri()):
+        print(f"amp-suite: no web browser could be started; open {out_text(page.resolve())} yourself",
+              file=sys.stderr)
+    return True
+
+
+def _check_report_replaceable(directory: Path, results: list, force: bool) -> None:
+    """Refuse to replace a report.md amp-suite did not write, or a report with one of no result, unless
+    ``force``."""
+    from amp_suite.owned_paths import FORCE_FLAG, check_replaceable
+    from amp_suite.report.text import REPORT_FIRST_LINE
+
+    report = directory / "report.md"
+    check_replaceable(report, command="amp-suite report", first_line=REPORT_FIRST_LINE, force=force)
+    if not results and os.path.lexists(report) and not force:
+        raise UsageError(f"{out_text(directory / 'results.jsonl')} holds no valid result: the existing "
+                         f"{out_text(report)} is kept (pass {FORCE_FLAG} to replace it with a report of no result)")
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from amp_suite.comparison import compare, regressions, unjudged
+
+    if args.fail_above is not None and not 0 <= args.fail_above <= 100:
+        raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
+    if args.out:
+        _check_compare_out(Path(args.out), args.force)
+    frame = compare(args.base, args.new)
+    print(frame.attrs["markdown"])
+    if args.out:
+        from amp_suite.safe_files import write_file_atomically
+
+        try:
+            write_file_atomically(Path(args.out), frame.attrs["markdown"] + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write {out_text(args.out)}: {exc.strerror or exc}") from None
+    if args.fail_above is None:
+        return EXIT_OK
+    if frame.empty:  # a guard that compared nothing must not pass as one that found nothing worse
+        print(f"amp-suite: error: --fail-above has nothing to judge: {out_text(args.base)} and "
+              f"{out_text(args.new)} share no cell (same workload, framework, precision, devices and device kind)",
+              file=sys.stderr)
+        return EXIT_FAILED
+    worse = regressions(frame, args.fail_above)
+    for row in worse.itertuples():
+        print(f"amp-suite: regression: {row.workload} / {row.framework} / {row.precision}: {row.metric} "
+              f"{row.ratio:.3f}x of BASE ({row.low:.3f}–{row.high:.3f}), beyond -{args.fail_above:g}%",
+              file=sys.stderr)
+    blind = unjudged(frame)
+    if len(blind):
+        print(f"amp-suite: --fail-above could not judge {len(blind)} throughput and speed-up "
+              f"row{'s' if len(blind) != 1 else ''} (no spread on one side or both: a single repeat of a single "
+              "timed window); run both sweeps with --repeats 2 or more", file=sys.stderr)
+    return EXIT_FAILED if len(worse) else EXIT_OK
+
+
+def _check_compare_out(out: Path, force: bool) -> None:
+    """Refuse ``compare --out`` over a sweep's stored results, and over a file compare did not write unless
+    ``force``; before anything is printed."""
+    from amp_suite.comparison import FIRST_LINE
+    from amp_suite.owned_paths import check_replaceable
+    from amp_suite.sweep.output_dir import STORED_FILES, is_suite_output
+
+    shown = out_text(out)
+    if not out.parent.is_dir():
+        raise UsageError(f"cannot write {shown}: the folder {out_text(out.parent)} does not exist")
+    if out.name in STORED_FILES and is_suite_output(out.parent):
+        raise UsageError(f"refusing --out {shown}: it is a sweep's stored {out.name}, which amp-suite never "
+                         "replaces; choose another file")
+    check_replaceable(out, command="amp-suite compare", first_line=FIRST_LINE, force=force)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    from amp_suite.calibration.ceiling import calibrate
+
+    config_path = find_config(args.config)
+    return calibrate(frameworks=_csv(args.frameworks), device=args.device, force=args.force,
+                     host=_host(args.plugin), budget_s=args.budget, config_path=config_path,
+                     environments=load_config(config_path).environments)
+
+
+def cmd_numerics(args: argparse.Namespace) -> int:
+    from amp_suite.shadow.flags import cmd_numerics as run_numerics
+
+    return run_numerics(args)

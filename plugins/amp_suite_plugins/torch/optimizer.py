@@ -1,0 +1,88 @@
+"""The PyTorch plugin's optimizers: ``torch.optim`` with the suite's arithmetic, and which implementation ran."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from amp_suite.errors import UnsupportedError
+from amp_suite.records import (
+    OptimizerSpec,
+)
+from amp_suite.workloads.workload import learning_rate_at
+
+
+def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool = False,
+                    device_type: str = "cpu", tensor_lr: bool = False,
+                    decayed: dict[str, Any] | None = None) -> tuple[Any, Any]:
+    """``torch.optim`` with the suite's arithmetic (weight decay added to the gradient; AdamW's decoupled).
+
+    ``fused`` asks for the single-kernel implementation; an optimizer or device
+    without one raises :class:`UnsupportedError`.  ``tensor_lr`` holds the
+    learning rate in a 0-d tensor on the parameters' device (the compiled
+    modes): a schedule then fills it in place, where a changing Python float
+    would make torch.compile recompile the optimizer step at every step.
+    ``adamw`` is ``torch.optim.AdamW`` with two parameter groups: ``decayed``
+    (the parameters whose ``VariableSpec.decay`` is set, by name) at the
+    workload's weight decay and every other parameter at 0.
+    """
+    params = list(params)
+    groups: list[Any] = params
+    kwargs: dict[str, Any]
+    if spec.name == "sgd":
+        cls, kwargs = torch.optim.SGD, dict(lr=spec.learning_rate, momentum=spec.momentum,
+                                            weight_decay=spec.weight_decay)
+    elif spec.name == "rmsprop":
+        cls, kwargs = torch.optim.RMSprop, dict(lr=spec.learning_rate, alpha=spec.rho, eps=spec.epsilon,
+                                                weight_decay=spec.weight_decay, momentum=0.0, centered=False)
+    elif spec.name == "adam":
+        cls, kwargs = torch.optim.Adam, dict(lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
+                                             eps=spec.epsilon, weight_decay=spec.weight_decay)
+    elif spec.name == "adamw":
+        cls, kwargs = torch.optim.AdamW, dict(lr=spec.learning_rate, betas=(spec.beta1, spec.beta2),
+                                              eps=spec.epsilon, weight_decay=0.0)
+        chosen = {id(p) for p in (decayed or {}).values()}
+        groups = [group for group in (
+            {"params": [p for p in params if id(p) in chosen], "weight_decay": spec.weight_decay},
+            {"params": [p for p in params if id(p) not in chosen], "weight_decay": 0.0}) if group["params"]]
+    else:
+        raise ValueError(f"torch plugin has no optimizer {spec.name!r}")
+    if tensor_lr and spec.schedule != "constant":
+        kwargs["lr"] = torch.tensor(spec.learning_rate, dtype=torch.float32, device=params[0].device)
+        if groups is not params:  # one tensor per group: the schedule fills each in place
+            groups = [{**group, "lr": kwargs["lr"].clone()} for group in groups]
+    if fused:
+        import inspect
+
+        if "fused" not in inspect.signature(cls).parameters:
+            raise UnsupportedError(f"option fused: torch {torch.__version__} has no fused {cls.__name__} "
+                                   f"(optimizer {spec.name!r}); run without fused")
+        try:
+            optimizer = cls(groups, fused=True, **kwargs)
+        except (RuntimeError, ValueError, TypeError) as exc:  # e.g. no fused kernel for this device
+            raise UnsupportedError(f"option fused: torch {torch.__version__} cannot run a fused "
+                                   f"{cls.__name__} on {device_type}: {' '.join(str(exc).split())[:300]}") from None
+    else:
+        optimizer = cls(groups, **kwargs)
+    scheduler = None
+    if spec.schedule != "constant":
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: learning_rate_at(spec, step) / spec.learning_rate)
+    return optimizer, scheduler
+
+
+def optimizer_implementation(torch: Any, optimizer: Any) -> str:
+    """Which of torch's implementations ``optimizer.step()`` runs: ``fused``, ``foreach`` or ``for-loop``."""
+    defaults = optimizer.defaults
+    if defaults.get("fused"):
+        return "fused"
+    if defaults.get("foreach") is not None:
+        return "foreach" if defaults["foreach"] else "for-loop"
+    # None: torch decides at each step, as below (torch.optim.optimizer._default_to_fused_or_foreach)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+
+        _, foreach = _default_to_fused_or_foreach(params, differentiable=False, use_fused=False)
+    except Exception:  # a private helper: fall back to its documented rule (all parameters on CUDA)
+        foreach = bool(params) and all(p.is_cuda for p in params)
+    return "foreach" if foreach else "for-loop"

@@ -20,7 +20,8 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from amp_suite.config.catalog import find_config, load_config
+from amp_suite.config.catalog import check_framework_tables, find_config, load_config
+from amp_suite.config.precision_options import check_precision_options
 from amp_suite.errors import UsageError, one_line
 from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers.single import worker_import_path
@@ -31,7 +32,7 @@ from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_re
 from amp_suite.shadow.report import LAYERS_FILE, write_report
 from amp_suite.shadow.traces import load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
-from amp_suite.sweep.resolve import make_host, worker_env, worker_plugin_modules
+from amp_suite.sweep.resolve import absent_plugins, make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
 LOGS_DIR = "logs"
@@ -164,6 +165,10 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
     host = make_host(request.plugins)
     frameworks = host.frameworks()
     check_request(request, config, frameworks)
+    # The [frameworks.NAME] tables (loss_scaling, keep_fp32 ...) checked as amp-suite run checks them.
+    config = check_framework_tables(config, frameworks, absent=absent_plugins(host))
+    check_precision_options(config.framework_options, request.frameworks, request.precisions,
+                            {name: config.workloads[name] for name in request.workloads})
     out_dir = prepare_out(request.out)
     planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
     env = worker_env(host)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite.numerics.records import LayerNumerics, NumericsRun
+from amp_suite.precision import LOSS_SCALED_PRECISIONS
 from amp_suite.records import to_plain
 
 LAYERS_FILE = "numerics.jsonl"
@@ -136,8 +137,11 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
             found = top(items, key, SHARE_WORTH_NAMING)
             if found is not None:
                 fmt = found.activation_format if label == "activations" else found.gradient_format
-                sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt} "
-                                 f"{where}.")
+                unscaled = (" with no loss scale (loss_scaling = \"none\": the loss scale is what keeps them)"
+                            if label == "weight gradients" and found.precision in LOSS_SCALED_PRECISIONS
+                            and found.loss_scale is None else "")
+                sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt}"
+                                 f"{unscaled} {where}.")
         found = top(items, lambda s: s.activation_overflow, SHARE_WORTH_NAMING)
         if found is not None:
             sentences.append(f"layer {found.layer}: {_percent(found.activation_overflow)} of its activations "

@@ -170,6 +170,43 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
     return sentences
 
 
+def fp8_tables(layers: list[LayerNumerics]) -> list[str]:
+    """The lines of one table per run whose layers carry FP8 figures (:mod:`amp_suite.numerics.fp8_scales`): per
+    layer, matmul and operand its amax, scale, and the shares its cast saturated and flushed, at the first traced
+    step (every step's figures are in numerics.jsonl)."""
+    from amp_suite.numerics.fp8 import RECIPE
+    from amp_suite.numerics.fp8_scales import OPERANDS
+
+    formats = {"input": RECIPE.forward_format.name, "weight": RECIPE.forward_format.name,
+               "gradient": RECIPE.gradient_format.name}
+    runs: dict[tuple[str, str, str], list[LayerNumerics]] = {}
+    for row in layers:
+        if row.extra and row.tensor == "activation" and row.shadow == SUMMARY_SHADOW and row.step == 0:
+            runs.setdefault((row.framework, row.workload, row.precision), []).append(row)
+    lines: list[str] = []
+    for (framework, workload, precision), rows in runs.items():
+        lines += [f"## FP8 scales: {framework} / {workload} / {precision}", "",
+                  "Per FP8 matmul and operand, at the first traced step: the amax of the values cast, the scale "
+                  "(format max / amax), and the shares the cast saturated at the format's largest value and "
+                  "flushed to zero.", "",
+                  "| layer | operand | format | amax | scale | saturated | flushed to zero |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for row in rows:
+            projections = dict.fromkeys(name.rsplit(".", 1)[0] if "." in name else "" for name in row.extra)
+            for projection in projections:
+                prefix = f"{projection}." if projection else ""
+                for operand in OPERANDS:
+                    if f"{prefix}{operand}_amax" not in row.extra:
+                        continue
+                    figure = {key: row.extra.get(f"{prefix}{operand}_{key}")
+                              for key in ("amax", "scale", "saturated", "flushed")}
+                    lines.append(f"| {row.layer}{'/' + projection if projection else ''} | {operand} | "
+                                 f"{formats[operand]} | {_number(figure['amax'])} | {_number(figure['scale'])} | "
+                                 f"{_percent(figure['saturated'])} | {_percent(figure['flushed'])} |")
+        lines.append("")
+    return lines
+
+
 def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
     """``numerics.md``: the runs, the worst layers in sentences, and a table per AMP run against float32."""
     lines = ["# Numerics: AMP steps beside their float32 and float64 shadows", "",
@@ -204,6 +241,7 @@ def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
                          f"{_percent(max(s.activation_overflow, s.gradient_overflow))} | {_percent(s.nonfinite)} | "
                          f"{_number(s.headroom)} |")
         lines.append("")
+    lines += fp8_tables(layers)
     return "\n".join(lines)
 
 

@@ -76,7 +76,7 @@ def test_the_report_tables_every_fp8_layers_figures() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("framework", ["torch"])
+@pytest.mark.parametrize("framework", ["torch", "jax"])
 def test_every_fp8_layer_of_a_tiny_vit_has_its_scales_and_its_input_amax_is_the_traced_input(framework: str) -> None:
     if not framework_installed(framework):
         pytest.skip(f"{framework} is not installed")

@@ -26,8 +26,9 @@ from amp_suite.errors import UsageError, one_line
 from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers.single import worker_import_path
 from amp_suite.numerics.compare import compare_steps
-from amp_suite.numerics.records import LayerNumerics, NumericsRun, StepTrace
+from amp_suite.numerics.records import BisectOutcome, LayerNumerics, NumericsRun, StepTrace
 from amp_suite.processes import tree as process_tree
+from amp_suite.shadow.bisect import bisect, check_bisect
 from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_request, has_fp64, plan_runs
 from amp_suite.shadow.report import LAYERS_FILE, write_report
 from amp_suite.shadow.traces import load_traces
@@ -49,6 +50,7 @@ class NumericsOutcome:
     runs: list[NumericsRun]
     layers: list[LayerNumerics]
     written: list[Path]
+    search: BisectOutcome | None = None
 
     @property
     def exit_code(self) -> int:
@@ -165,6 +167,7 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
     host = make_host(request.plugins)
     frameworks = host.frameworks()
     check_request(request, config, frameworks)
+    check_bisect(request)
     # The [frameworks.NAME] tables (loss_scaling, keep_fp32 ...) checked as amp-suite run checks them.
     config = check_framework_tables(config, frameworks, absent=absent_plugins(host))
     check_precision_options(config.framework_options, request.frameworks, request.precisions,
@@ -188,5 +191,10 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
         write_report(out_dir, runs, compare_runs(planned, runs, out_dir))
         raise
     layers = compare_runs(planned, runs, out_dir)
-    written = write_report(out_dir, runs, layers)
-    return NumericsOutcome(out_dir, runs, layers, written)
+    search = None
+    if request.bisect:
+        write_report(out_dir, runs, layers)  # what is traced so far stays written while the search runs
+        search = bisect(request, planned, runs, out_dir,
+                        lambda plan: run_inline(plan, out_dir) if request.inline else run_in_process(plan, out_dir, env))
+    written = write_report(out_dir, runs, layers, search)
+    return NumericsOutcome(out_dir, runs, layers, written, search)

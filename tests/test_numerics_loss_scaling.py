@@ -98,3 +98,25 @@ def test_torch_amp_fp16_without_loss_scaling_underflows_more_gradients_than_with
     # the gradients float16 keeps only as subnormals (precision lost) are many more without the scale
     assert sum(_gradient_share(tmp_path / "none", "subnormal").values()) \
         > 10 * sum(_gradient_share(tmp_path / "dynamic", "subnormal").values())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="PyTorch is not installed")
+def test_torch_traces_the_layers_keep_fp32_keeps_in_float32(tmp_path: Path) -> None:
+    # a kept layer's output is cast back to bfloat16 (docs/layers.md), so its dtype cannot tell; its arithmetic
+    # can: keeping the convolutions in float32 moves the amp_bf16 loss and the convolutions' error
+    losses, errors = {}, {}
+    for name, table in (("all", ""), ("kept", 'keep_fp32 = ["conv2d"]')):
+        folder = tmp_path / name
+        folder.mkdir()
+        config = tiny_config_file(folder, f"\n[frameworks.torch]\n{table}\n" if table else "")
+        frame = amp_suite.run_numerics("tiny", "torch", "amp_bf16", steps=1, out=folder / "numerics",
+                                       dataset="synthetic", config=config, device="cpu", batch_size=4, inline=True)
+        runs = {run["precision"]: run for run in frame.attrs["runs"]}
+        assert {run["status"] for run in runs.values()} == {"ok"}, runs
+        losses[name] = runs["amp_bf16"]["losses"][0]
+        _, layers = read_numerics(folder / "numerics")
+        errors[name] = next(r.relative_error for r in layers if r.precision == "amp_bf16" and r.shadow == "fp64"
+                            and r.layer == "conv1" and r.tensor == "activation")
+    assert losses["kept"] != losses["all"], losses
+    # conv1 reads the float32 input: kept, its output is off only by the cast back to bfloat16
+    assert errors["kept"] < errors["all"], errors

@@ -41,11 +41,14 @@ def canonical_activation(torch: Any, tensor: Any) -> np.ndarray:
 
 @contextmanager
 def recording(torch: Any, net: Any, outputs: dict[str, Any]) -> Iterator[None]:
-    """While inside, ``net``'s forward keeps each named layer's output in ``outputs`` (name -> tensor)."""
+    """While inside, ``net``'s forward keeps each named layer's output in ``outputs`` (name -> tensor); each layer
+    still runs through the model's own ``run``, so a layer ``keep_fp32`` keeps computes in float32 here too."""
+
+    layer_by_layer = type(net).run.__get__(net)  # the model's own run (keep_fp32 included), one layer at a time
 
     def run(specs: Any, x: Any, masks: Any) -> Any:
         for spec in specs:
-            x = TORCH_KINDS[spec.kind].apply(torch, net, spec, x, masks)
+            x = layer_by_layer((spec,), x, masks)
             if spec.name:
                 outputs[spec.name] = x.detach()
         return x

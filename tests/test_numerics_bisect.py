@@ -97,3 +97,14 @@ def test_the_command_line_searches_in_processes_and_prints_the_set(tmp_path: Pat
 def test_bad_bisect_input_is_refused_in_one_line_before_anything_runs(tmp_path: Path, keywords, expected) -> None:
     assert expected in one_line_error(lambda: _bisect(tmp_path, **keywords))
     assert not (tmp_path / "numerics").exists()
+
+
+def test_a_failing_amp_run_ends_the_search_with_its_error_and_the_report_is_still_written(tmp_path: Path,
+                                                                                         monkeypatch) -> None:
+    monkeypatch.setenv("SHADOWFW_FAIL", "amp_bf16")
+    frame = _bisect(tmp_path)
+    search = frame.attrs["bisect"]
+    assert search["found"] is None and len(search["trials"]) == 1
+    trial = search["trials"][0]
+    assert trial["status"] == "failed" and "told to fail amp_bf16" in trial["error"] and math.isnan(trial["loss_gap"])
+    assert "| 1 | – | failed: " in (tmp_path / "numerics" / "numerics.md").read_text()

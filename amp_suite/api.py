@@ -210,12 +210,15 @@ def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str]
              out: str | Path = "amp-suite-numerics", batch_size: int | None = None, seed: int = 0,
              device: str = "auto", timeout: float = 600.0, dataset: str | None = None,
              config: str | Path | None = None, plugins: str | Iterable[str] | None = None,
-             inline: bool = False) -> pd.DataFrame:
+             inline: bool = False, bisect: bool = False, tolerance: float = 0.01,
+             max_runs: int = 6) -> pd.DataFrame:
     """``amp-suite numerics`` from Python: trace, compare, write the files, and return :func:`numerics_report`.
 
     The same checks as the command line: an unknown name or a bad number is a
     one-line :class:`UsageError` before anything runs.  A run that fails is a
     row of ``frame.attrs["runs"]`` with its status, never an exception.
+    ``bisect=True`` also searches for layers to keep in float32 (``--bisect``):
+    its result is ``frame.attrs["bisect"]``.
     """
     from amp_suite.shadow.command import numerics
     from amp_suite.shadow.plan import NumericsRequest
@@ -230,7 +233,7 @@ def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str]
         workloads=names("workloads", workloads), frameworks=names("frameworks", frameworks),
         precisions=names("precisions", precisions), steps=steps, out=out, batch_size=batch_size, seed=seed,
         device=device, timeout=timeout, config=config, plugins=names("plugins", plugins or ()),
-        inline=inline, dataset=dataset)
+        inline=inline, dataset=dataset, bisect=bisect, tolerance=tolerance, max_runs=max_runs)
     outcome = numerics(request)
     return numerics_report(outcome.out_dir)
 
@@ -238,13 +241,14 @@ def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str]
 def numerics_report(directory: str | Path) -> pd.DataFrame:
     """The layer rows of ``amp-suite numerics``'s ``DIRECTORY/numerics.jsonl``, one per run, shadow, step, layer
     and tensor (the fields of :class:`amp_suite.numerics.records.LayerNumerics`); ``frame.attrs["runs"]`` holds
-    each run's record (:class:`amp_suite.numerics.records.NumericsRun`) as a dict."""
+    each run's record (:class:`amp_suite.numerics.records.NumericsRun`) as a dict, ``frame.attrs["bisect"]`` the
+    search of ``--bisect`` (:class:`amp_suite.numerics.records.BisectOutcome`) as a dict, or ``None``."""
     import dataclasses
 
     import pandas as pd
 
     from amp_suite.numerics.records import LayerNumerics
-    from amp_suite.shadow.report import LAYERS_FILE, read_numerics
+    from amp_suite.shadow.report import LAYERS_FILE, read_bisect, read_numerics
     from amp_suite.sweep import request_checks
 
     directory = request_checks.directory_path("directory", directory)
@@ -254,5 +258,7 @@ def numerics_report(directory: str | Path) -> pd.DataFrame:
     frame = pd.DataFrame([dataclasses.asdict(row) for row in layers],
                          columns=[f.name for f in dataclasses.fields(LayerNumerics)])
     frame.attrs["runs"] = [dataclasses.asdict(run) for run in runs]
+    search = read_bisect(directory)
+    frame.attrs["bisect"] = None if search is None else dataclasses.asdict(search)
     frame.attrs["out_dir"] = str(directory)
     return frame

@@ -119,3 +119,42 @@ class NumericsRun:
     layers: tuple[str, ...] = ()
     note: str = ""
     log: str = ""
+
+
+@dataclass(frozen=True)
+class BisectTrial:
+    """One run of ``amp-suite numerics --bisect``: the layers it kept in float32 and how far its losses were.
+
+    ``kept`` is the ``keep_fp32`` of the run (the configuration's own, then
+    the layers the search added); ``loss_gap`` the largest relative gap
+    ``|loss - fp32 loss| / |fp32 loss|`` over the traced steps (``nan`` when
+    the run failed: ``status`` and ``error`` say why); ``worst`` the layer the
+    run's numerics named worst among those not yet kept ("" when none is left).
+    """
+
+    kept: tuple[str, ...]
+    status: str
+    loss_gap: float
+    losses: tuple[float, ...] = ()
+    worst: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class BisectOutcome:
+    """What ``--bisect`` found for one framework, workload and AMP precision.
+
+    ``found`` holds the layers the search added to ``keep_fp32`` (empty:
+    the run was within ``tolerance`` as it was) or is ``None`` when no set was
+    found within ``max_runs`` runs; ``reference_losses`` are the float32
+    shadow's losses; ``trials`` every run, in order.
+    """
+
+    framework: str
+    workload: str
+    precision: str
+    tolerance: float
+    max_runs: int
+    reference_losses: tuple[float, ...]
+    trials: tuple[BisectTrial, ...]
+    found: tuple[str, ...] | None

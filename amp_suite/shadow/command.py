@@ -20,18 +20,20 @@ import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
-from amp_suite.config.catalog import find_config, load_config
+from amp_suite.config.catalog import check_framework_tables, find_config, load_config
+from amp_suite.config.precision_options import check_precision_options
 from amp_suite.errors import UsageError, one_line
 from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers.single import worker_import_path
 from amp_suite.numerics.compare import compare_steps
-from amp_suite.numerics.records import LayerNumerics, NumericsRun, StepTrace
+from amp_suite.numerics.records import BisectOutcome, LayerNumerics, NumericsRun, StepTrace
 from amp_suite.processes import tree as process_tree
+from amp_suite.shadow.bisect import bisect, check_bisect
 from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_request, has_fp64, plan_runs
 from amp_suite.shadow.report import LAYERS_FILE, write_report
 from amp_suite.shadow.traces import load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
-from amp_suite.sweep.resolve import make_host, worker_env, worker_plugin_modules
+from amp_suite.sweep.resolve import absent_plugins, make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
 LOGS_DIR = "logs"
@@ -48,6 +50,7 @@ class NumericsOutcome:
     runs: list[NumericsRun]
     layers: list[LayerNumerics]
     written: list[Path]
+    search: BisectOutcome | None = None
 
     @property
     def exit_code(self) -> int:
@@ -164,6 +167,11 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
     host = make_host(request.plugins)
     frameworks = host.frameworks()
     check_request(request, config, frameworks)
+    check_bisect(request)
+    # The [frameworks.NAME] tables (loss_scaling, keep_fp32 ...) checked as amp-suite run checks them.
+    config = check_framework_tables(config, frameworks, absent=absent_plugins(host))
+    check_precision_options(config.framework_options, request.frameworks, request.precisions,
+                            {name: config.workloads[name] for name in request.workloads})
     out_dir = prepare_out(request.out)
     planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
     env = worker_env(host)
@@ -183,5 +191,10 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
         write_report(out_dir, runs, compare_runs(planned, runs, out_dir))
         raise
     layers = compare_runs(planned, runs, out_dir)
-    written = write_report(out_dir, runs, layers)
-    return NumericsOutcome(out_dir, runs, layers, written)
+    search = None
+    if request.bisect:
+        write_report(out_dir, runs, layers)  # what is traced so far stays written while the search runs
+        search = bisect(request, planned, runs, out_dir,
+                        lambda plan: run_inline(plan, out_dir) if request.inline else run_in_process(plan, out_dir, env))
+    written = write_report(out_dir, runs, layers, search)
+    return NumericsOutcome(out_dir, runs, layers, written, search)

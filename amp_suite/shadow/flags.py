@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from amp_suite.config.settings import parse_list
-from amp_suite.shadow.plan import DEFAULT_OUT, DEFAULT_STEPS, NumericsRequest
+from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_OUT, DEFAULT_STEPS, DEFAULT_TOLERANCE, NumericsRequest
 
 
 def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
@@ -36,6 +36,13 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
                                          "./benchmarks.toml when there is one)")
     parser.add_argument("--inline", action="store_true",
                         help="trace every run in this process (debugging; frameworks then share a process)")
+    parser.add_argument("--bisect", action="store_true",
+                        help="search for layers to keep in float32 (keep_fp32) that bring the AMP run's losses within "
+                             "--tolerance of float32's: one framework, workload and AMP precision (docs/numerics.md)")
+    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+                        help=f"--bisect: the largest relative loss gap accepted (default {DEFAULT_TOLERANCE:g})")
+    parser.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS,
+                        help=f"--bisect: the most AMP runs the search makes (default {DEFAULT_MAX_RUNS})")
     parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
 
@@ -49,8 +56,13 @@ def cmd_numerics(args: argparse.Namespace) -> int:
         workloads=parse_list(args.workloads), frameworks=parse_list(args.frameworks),
         precisions=parse_list(args.precisions), steps=args.steps, out=args.out, batch_size=args.batch_size,
         seed=args.seed, device=args.device, timeout=args.timeout, config=args.config,
-        plugins=tuple(args.plugin), inline=args.inline, dataset=args.dataset)
+        plugins=tuple(args.plugin), inline=args.inline, dataset=args.dataset, bisect=args.bisect,
+        tolerance=args.tolerance, max_runs=args.max_runs)
     outcome = numerics(request)
+    if outcome.search is not None:
+        from amp_suite.shadow.bisect import bisect_sentence
+
+        print(bisect_sentence(outcome.search))
     for sentence in worst_layer_sentences(summarise(outcome.layers)):
         print(sentence)
     for path in outcome.written:

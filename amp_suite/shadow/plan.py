@@ -30,6 +30,9 @@ SHADOWS = ("fp32", "fp64")
 DEFAULT_STEPS = 3
 MAX_STEPS = 1000
 DEFAULT_OUT = "amp-suite-numerics"
+# --bisect: the relative loss gap accepted, and the AMP runs a search makes, unless the request says otherwise.
+DEFAULT_TOLERANCE = 0.01
+DEFAULT_MAX_RUNS = 6
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,9 @@ class NumericsRequest:
     ``batch_size`` ``None``: each workload's own; ``dataset`` ``None``: each
     workload's own (else the catalog's default).  ``inline`` traces every run
     in this process (tests and debugging: frameworks then share a process).
+    ``bisect`` searches layers to keep in float32 until the AMP losses are
+    within ``tolerance`` (relative) of float32's, in at most ``max_runs`` AMP
+    runs (:mod:`amp_suite.shadow.bisect`).
     """
 
     workloads: tuple[str, ...]
@@ -54,6 +60,9 @@ class NumericsRequest:
     plugins: tuple[str, ...] = ()
     inline: bool = False
     dataset: str | None = None
+    bisect: bool = False
+    tolerance: float = DEFAULT_TOLERANCE
+    max_runs: int = DEFAULT_MAX_RUNS
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from amp_suite.numerics.records import LayerNumerics, NumericsRun
+from amp_suite.numerics.records import BisectOutcome, BisectTrial, LayerNumerics, NumericsRun
+from amp_suite.precision import LOSS_SCALED_PRECISIONS
 from amp_suite.records import to_plain
 
 LAYERS_FILE = "numerics.jsonl"
@@ -136,8 +137,11 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
             found = top(items, key, SHARE_WORTH_NAMING)
             if found is not None:
                 fmt = found.activation_format if label == "activations" else found.gradient_format
-                sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt} "
-                                 f"{where}.")
+                unscaled = (" with no loss scale (loss_scaling = \"none\": the loss scale is what keeps them)"
+                            if label == "weight gradients" and found.precision in LOSS_SCALED_PRECISIONS
+                            and found.loss_scale is None else "")
+                sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt}"
+                                 f"{unscaled} {where}.")
         found = top(items, lambda s: s.activation_overflow, SHARE_WORTH_NAMING)
         if found is not None:
             sentences.append(f"layer {found.layer}: {_percent(found.activation_overflow)} of its activations "
@@ -166,8 +170,48 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
     return sentences
 
 
-def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
-    """``numerics.md``: the runs, the worst layers in sentences, and a table per AMP run against float32."""
+def fp8_tables(layers: list[LayerNumerics]) -> list[str]:
+    """The lines of one table per run whose layers carry FP8 figures (:mod:`amp_suite.numerics.fp8_scales`): per
+    layer, matmul and operand its amax, scale, and the shares its cast saturated and flushed, at the first traced
+    step (every step's figures are in numerics.jsonl)."""
+    from amp_suite.numerics.fp8 import RECIPE
+    from amp_suite.numerics.fp8_scales import OPERANDS
+
+    formats = {"input": RECIPE.forward_format.name, "weight": RECIPE.forward_format.name,
+               "gradient": RECIPE.gradient_format.name}
+    runs: dict[tuple[str, str, str], list[LayerNumerics]] = {}
+    for row in layers:
+        if row.extra and row.tensor == "activation" and row.shadow == SUMMARY_SHADOW and row.step == 0:
+            runs.setdefault((row.framework, row.workload, row.precision), []).append(row)
+    lines: list[str] = []
+    for (framework, workload, precision), rows in runs.items():
+        lines += [f"## FP8 scales: {framework} / {workload} / {precision}", "",
+                  "Per FP8 matmul and operand, at the first traced step: the amax of the values cast, the scale "
+                  "(format max / amax), and the shares the cast saturated at the format's largest value and "
+                  "flushed to zero.", "",
+                  "| layer | operand | format | amax | scale | saturated | flushed to zero |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for row in rows:
+            projections = dict.fromkeys(name.rsplit(".", 1)[0] if "." in name else "" for name in row.extra)
+            for projection in projections:
+                prefix = f"{projection}." if projection else ""
+                for operand in OPERANDS:
+                    if f"{prefix}{operand}_amax" not in row.extra:
+                        continue
+                    figure = {key: row.extra.get(f"{prefix}{operand}_{key}")
+                              for key in ("amax", "scale", "saturated", "flushed")}
+                    lines.append(f"| {row.layer}{'/' + projection if projection else ''} | {operand} | "
+                                 f"{formats[operand]} | {_number(figure['amax'])} | {_number(figure['scale'])} | "
+                                 f"{_percent(figure['saturated'])} | {_percent(figure['flushed'])} |")
+        lines.append("")
+    return lines
+
+
+def markdown(runs: list[NumericsRun], layers: list[LayerNumerics], search: BisectOutcome | None = None) -> str:
+    """``numerics.md``: the runs, the search's result (``--bisect``), the worst layers in sentences, a table per
+    AMP run against float32, and the FP8 layers' scales."""
+    from amp_suite.shadow.bisect import bisect_lines
+
     lines = ["# Numerics: AMP steps beside their float32 and float64 shadows", "",
              "Each figure is the layer's worst traced step against the float32 shadow (docs/numerics.md "
              "explains the columns); every step and the float64 shadow are in numerics.jsonl.", "",
@@ -179,6 +223,8 @@ def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
                      f"{', '.join(f'{v:.4g}' for v in run.losses)} | "
                      f"{', '.join('–' if v is None else f'{v:g}' for v in run.loss_scales)} | "
                      f"{note.replace('|', '/')} |")
+    if search is not None:
+        lines += ["", *bisect_lines(search)]
     summaries = summarise(layers)
     sentences = worst_layer_sentences(summaries)
     lines += ["", "## Worst layers", ""]
@@ -200,6 +246,7 @@ def markdown(runs: list[NumericsRun], layers: list[LayerNumerics]) -> str:
                          f"{_percent(max(s.activation_overflow, s.gradient_overflow))} | {_percent(s.nonfinite)} | "
                          f"{_number(s.headroom)} |")
         lines.append("")
+    lines += fp8_tables(layers)
     return "\n".join(lines)
 
 
@@ -255,13 +302,17 @@ def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
     return buffer.getvalue()
 
 
-def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumerics]) -> list[Path]:
-    """Write the three files into ``out_dir`` (the heatmap only with matplotlib and rows); their paths."""
+def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumerics],
+                 search: BisectOutcome | None = None) -> list[Path]:
+    """Write the three files into ``out_dir`` (the heatmap only with matplotlib and rows); their paths.  A search
+    (``--bisect``) is one ``"record": "bisect"`` line of numerics.jsonl and a section of numerics.md."""
     lines = [json.dumps({"record": "run", **to_plain(asdict(run))}) for run in runs]
+    if search is not None:
+        lines.append(json.dumps({"record": "bisect", **to_plain(asdict(search))}))
     lines += [json.dumps({"record": "layer", **to_plain(asdict(row))}) for row in layers]
     written = [out_dir / LAYERS_FILE, out_dir / MARKDOWN_FILE]
     written[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    written[1].write_text(markdown(runs, layers), encoding="utf-8")
+    written[1].write_text(markdown(runs, layers, search), encoding="utf-8")
     png = heatmap_png(layers)
     if png is not None:
         (out_dir / HEATMAP_FILE).write_bytes(png)
@@ -272,6 +323,23 @@ def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumer
 def _number_back(value: Any) -> Any:
     """A float :func:`to_plain` wrote as text (``"nan"``, ``"inf"``) read back as a float."""
     return float(value) if value in ("nan", "inf", "-inf") else value
+
+
+def read_bisect(directory: str | Path) -> BisectOutcome | None:
+    """The search ``--bisect`` wrote into ``DIRECTORY/numerics.jsonl``; ``None`` when it holds none."""
+    for line in (Path(directory) / LAYERS_FILE).read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if record.pop("record", "") != "bisect":
+            continue
+        trials = tuple(BisectTrial(**{**trial, "kept": tuple(trial["kept"]), "losses": tuple(trial["losses"]),
+                                      "loss_gap": float(_number_back(trial["loss_gap"]))})
+                       for trial in record.pop("trials"))
+        found = record.pop("found")
+        return BisectOutcome(**{**record, "reference_losses": tuple(record["reference_losses"]), "trials": trials,
+                                "found": None if found is None else tuple(found)})
+    return None
 
 
 def read_numerics(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics]]:

@@ -27,10 +27,59 @@ framework, while the rest of the model keeps the bfloat16 policy of
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache, partial
 from typing import Any
 
+import numpy as np
+
 from amp_suite.numerics.fp8 import RECIPE
+from amp_suite.numerics.fp8_scales import Fp8Recorder
+
+# The recorder of the step being traced (trace.py's trace_step), else None: the FP8 matmuls hand it their casts.
+_RECORDER: list[Fp8Recorder] = []
+
+
+@contextmanager
+def recording(recorder: Fp8Recorder) -> Iterator[None]:
+    """While inside, every FP8 matmul hands ``recorder`` its operands, scales and amax.
+
+    A program traced inside carries a ``jax.debug.callback`` per cast (one
+    traced outside carries none, so the plugin's own training step pays
+    nothing); running it inside hands the values over.
+    """
+    _RECORDER.append(recorder)
+    try:
+        yield
+    finally:
+        _RECORDER.remove(recorder)
+
+
+def _hand_over(label: tuple[str, str], operand: str, format_name: str, values: Any, amax: Any, scale: Any) -> None:
+    if _RECORDER:
+        _RECORDER[-1].record(label[0], label[1], operand, np.asarray(values, dtype=np.float64), float(scale),
+                             float(amax), format_name)
+
+
+def _observe(label: tuple[str, str] | None, operand: str, values: Any, format_name: str, max_finite: float) -> None:
+    """When a recorder is on while this is traced: hand it ``values`` and the amax and scale :func:`quantize` gives
+    them, as the program runs."""
+    if not _RECORDER or label is None:
+        return
+    import jax
+
+    amax, scale = amax_and_scale(values, max_finite)
+    jax.debug.callback(partial(_hand_over, label, operand, format_name), values, amax, scale)
+
+
+def amax_and_scale(values: Any, max_finite: float) -> tuple[Any, Any]:
+    """The amax of ``values`` (non-finite values left out) and the scale ``max_finite / amax`` (1 for amax 0)."""
+    import jax.numpy as jnp
+
+    magnitude = jnp.abs(values)
+    amax = jnp.max(jnp.where(jnp.isfinite(magnitude), magnitude, jnp.zeros_like(magnitude)))
+    return amax, jnp.where(amax > 0, max_finite / amax, jnp.ones_like(amax)).astype(values.dtype)
 
 # What XLA's GPU compiler names the cuBLASLt FP8 GEMM it rewrites a quantize-dequantize matmul into.
 FP8_GEMM_TARGET = "__cublas$lt$matmul$f8"
@@ -41,9 +90,7 @@ def quantize(values: Any, format_name: str, max_finite: float) -> tuple[Any, Any
     out of it), saturated and cast to the FP8 dtype ``format_name``; ``scale`` in ``values``' dtype."""
     import jax.numpy as jnp
 
-    magnitude = jnp.abs(values)
-    amax = jnp.max(jnp.where(jnp.isfinite(magnitude), magnitude, jnp.zeros_like(magnitude)))
-    scale = jnp.where(amax > 0, max_finite / amax, jnp.ones_like(amax)).astype(values.dtype)
+    _, scale = amax_and_scale(values, max_finite)
     q = jnp.clip(values * scale, -max_finite, max_finite).astype(getattr(jnp, format_name))
     return q, scale
 
@@ -55,7 +102,8 @@ def fake_quantize(values: Any, format_name: str, max_finite: float) -> Any:
 
 
 @cache
-def _matmul() -> Any:
+def _matmul(label: tuple[str, str] | None = None) -> Any:
+    """The recipe's matmul; ``label`` (layer, projection) names its casts to a :func:`recording` recorder."""
     import jax
     import jax.numpy as jnp
 
@@ -67,6 +115,8 @@ def _matmul() -> Any:
 
     def operands(x: Any, w: Any) -> tuple[Any, Any]:
         dtype = wide(x)
+        _observe(label, "input", x.astype(dtype), e4m3.name, e4m3.max_finite)
+        _observe(label, "weight", w.astype(dtype), e4m3.name, e4m3.max_finite)
         return (fake_quantize(x.astype(dtype), e4m3.name, e4m3.max_finite),
                 fake_quantize(w.astype(dtype), e4m3.name, e4m3.max_finite))
 
@@ -82,6 +132,7 @@ def _matmul() -> Any:
 
     def backward(residuals: Any, grad: Any) -> tuple[Any, Any]:
         x_q, w_q, x_like, w_like = residuals
+        _observe(label, "gradient", grad.astype(x_q.dtype), e5m2.name, e5m2.max_finite)
         g = fake_quantize(grad.astype(x_q.dtype), e5m2.name, e5m2.max_finite)
         grad_x = (g @ w_q.T).astype(output_dtype).astype(x_like.dtype)
         flat_x, flat_g = x_q.reshape(-1, x_q.shape[-1]), g.reshape(-1, g.shape[-1])
@@ -92,14 +143,14 @@ def _matmul() -> Any:
     return matmul
 
 
-def fp8_matmul(x: Any, w: Any) -> Any:
+def fp8_matmul(x: Any, w: Any, label: tuple[str, str] | None = None) -> Any:
     """``x @ w`` (``w`` canonical ``(in, out)``) under the recipe, bfloat16 out; its gradient casts to e5m2."""
-    return _matmul()(x, w)
+    return _matmul(label)(x, w)
 
 
-def fp8_dense(x: Any, w: Any, b: Any = None) -> Any:
+def fp8_dense(x: Any, w: Any, b: Any = None, label: tuple[str, str] | None = None) -> Any:
     """:func:`fp8_matmul`, then the bias added in bfloat16 (outside the FP8 matmul)."""
-    out = fp8_matmul(x, w)
+    out = fp8_matmul(x, w, label)
     return out if b is None else out + b.astype(out.dtype)
 
 
@@ -117,10 +168,15 @@ def projection_class() -> type:
     import jmp
 
     class Fp8Projection(hk.Module):
+        def __init__(self, name: str) -> None:
+            super().__init__(name=name)
+            self.layer = name  # the neutral layer name, for the recorder
+
         def __call__(self, x: Any, w_leaf: str, b_leaf: str, features: int) -> Any:
             w = hk.get_parameter(w_leaf, (x.shape[-1], features), jnp.float32, init=jnp.zeros)
             b = hk.get_parameter(b_leaf, (features,), jnp.float32, init=jnp.zeros) if b_leaf else None
-            return fp8_dense(x, w, b)
+            projection = w_leaf.removesuffix("w").removesuffix("_")  # "w" -> "", "qkv_w" -> "qkv"
+            return fp8_dense(x, w, b, (self.layer, projection))
 
     output = getattr(jnp, RECIPE.output_format.name)
     hk.mixed_precision.set_policy(Fp8Projection, jmp.Policy(param_dtype=jnp.float32, compute_dtype=jnp.float32,

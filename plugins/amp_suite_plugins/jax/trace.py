@@ -24,6 +24,7 @@ import numpy as np
 
 from amp_suite import hookimpl
 from amp_suite.errors import UnsupportedError
+from amp_suite.numerics.fp8_scales import Fp8Recorder
 from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite.records import RunSpec
 from amp_suite_plugins.jax import layers as jax_layers
@@ -103,6 +104,7 @@ def traced_step(model: Any) -> TracedStep:
 def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
     import jax
 
+    from amp_suite_plugins.jax.fp8 import recording as fp8_recording
     from amp_suite_plugins.jax.plugin import _canonical_key, _from_haiku_layout
 
     if model.mesh is not None or model.net is None:
@@ -114,8 +116,11 @@ def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> 
     if getattr(model, "traced", None) is None:
         model.traced = traced_step(model)
     traced: TracedStep = model.traced
-    (model.params, model.state, model.opt_state, model.loss_scale, loss, grads, values) = traced.step(
-        model.params, model.state, model.opt_state, model.loss_scale, images, labels, masks)
+    fp8 = Fp8Recorder()  # the FP8 layers' scales and amax (fp8 precision), StepTrace.extra
+    with fp8_recording(fp8):
+        (model.params, model.state, model.opt_state, model.loss_scale, loss, grads, values) = traced.step(
+            model.params, model.state, model.opt_state, model.loss_scale, images, labels, masks)
+        jax.effects_barrier()  # every debug callback of the step has run
     recorded = dict(zip(traced.names, jax.device_get(values), strict=True))
     dtypes = {name: str(value.dtype) for name, value in recorded.items()}
     gradients: dict[str, TensorTrace] = {}
@@ -128,4 +133,4 @@ def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> 
     activations = {name: TensorTrace(np.array(value, dtype=np.float64), dtypes[name])
                    for name, value in recorded.items()}
     return StepTrace(loss=float(np.asarray(loss)), activations=activations, gradients=gradients,
-                     loss_scale=scale_used)
+                     loss_scale=scale_used, extra=fp8.figures)

@@ -28,14 +28,60 @@ their hooks.
 
 from __future__ import annotations
 
-from functools import cache
+from collections.abc import Iterator
+from contextlib import contextmanager
+from functools import cache, partial
 from typing import Any
 
 import keras
+import numpy as np
 from keras import ops
 
 from amp_suite.numerics.fp8 import RECIPE
+from amp_suite.numerics.fp8_scales import Fp8Recorder
 from amp_suite_plugins.keras.token_layers import TokenAttention, TokenDense
+
+# The recorder of the step being traced (trace.py's trace_step), else None: the FP8 matmuls hand it their casts.
+_RECORDER: list[Fp8Recorder] = []
+
+
+@contextmanager
+def recording(recorder: Fp8Recorder) -> Iterator[None]:
+    """While inside, every FP8 matmul of a layer hands ``recorder`` its operands, scales and amax (eagerly on
+    TensorFlow and PyTorch; through a ``jax.debug.callback`` on JAX, whose step traces its function)."""
+    _RECORDER.append(recorder)
+    try:
+        yield
+    finally:
+        _RECORDER.remove(recorder)
+
+
+def _hand_over(label: tuple[str, str], operand: str, format_name: str, values: Any, amax: Any, scale: Any) -> None:
+    if _RECORDER:
+        _RECORDER[-1].record(label[0], label[1], operand, np.asarray(values, dtype=np.float64), float(scale),
+                             float(amax), format_name)
+
+
+def _observe(label: tuple[str, str] | None, operand: str, values: Any, format_name: str, max_finite: float) -> None:
+    """When a recorder is on: hand it ``values`` and the amax and scale :func:`quantize` gives them."""
+    if not _RECORDER or label is None:
+        return
+    amax, scale = amax_and_scale(values, max_finite)
+    if keras.backend.backend() == "jax":
+        import jax
+
+        jax.debug.callback(partial(_hand_over, label, operand, format_name), values, amax, scale)
+    else:
+        _hand_over(label, operand, format_name, ops.convert_to_numpy(ops.stop_gradient(values)),
+                   ops.convert_to_numpy(ops.stop_gradient(amax)), ops.convert_to_numpy(ops.stop_gradient(scale)))
+
+
+def amax_and_scale(values: Any, max_finite: float) -> tuple[Any, Any]:
+    """The amax of ``values`` (non-finite values left out) and the scale ``max_finite / amax`` (1 for amax 0)."""
+    magnitude = ops.abs(values)
+    amax = ops.max(ops.where(ops.isfinite(magnitude), magnitude, ops.zeros_like(magnitude)))
+    safe = ops.where(amax > 0, amax, ops.ones_like(amax))
+    return amax, ops.where(amax > 0, ops.cast(max_finite, _dtype(values)) / safe, ops.ones_like(amax))
 
 
 def _dtype(x: Any) -> str:
@@ -45,10 +91,7 @@ def _dtype(x: Any) -> str:
 def quantize(values: Any, format_name: str, max_finite: float) -> tuple[Any, Any]:
     """``(q, scale)``: ``values`` scaled by ``max_finite / amax`` (1 when the amax is 0, non-finite values left out
     of it), saturated and cast to the FP8 dtype ``format_name``."""
-    magnitude = ops.abs(values)
-    amax = ops.max(ops.where(ops.isfinite(magnitude), magnitude, ops.zeros_like(magnitude)))
-    safe = ops.where(amax > 0, amax, ops.ones_like(amax))
-    scale = ops.where(amax > 0, ops.cast(max_finite, _dtype(values)) / safe, ops.ones_like(amax))
+    _, scale = amax_and_scale(values, max_finite)
     q = ops.cast(ops.clip(values * scale, -max_finite, max_finite), format_name)
     return q, scale
 
@@ -65,7 +108,8 @@ def _product(a: Any, b: Any) -> Any:
 
 
 @cache
-def _matmul() -> Any:
+def _matmul(label: tuple[str, str] | None = None) -> Any:
+    """The recipe's matmul; ``label`` (layer, projection) names its casts to a :func:`recording` recorder."""
     e4m3, e5m2 = RECIPE.forward_format, RECIPE.gradient_format
     output = RECIPE.output_format.name
 
@@ -73,12 +117,15 @@ def _matmul() -> Any:
     def matmul(x: Any, w: Any) -> Any:
         x_dtype, w_dtype = _dtype(x), _dtype(w)
         wide = "float64" if x_dtype == "float64" else "float32"
+        _observe(label, "input", ops.cast(x, wide), e4m3.name, e4m3.max_finite)
+        _observe(label, "weight", ops.cast(w, wide), e4m3.name, e4m3.max_finite)
         x_q = fake_quantize(ops.cast(x, wide), e4m3.name, e4m3.max_finite)
         w_q = fake_quantize(ops.cast(w, wide), e4m3.name, e4m3.max_finite)
 
         def grad(*args: Any, upstream: Any = None) -> Any:
             if upstream is None:  # TensorFlow and JAX pass the upstream gradient alone, PyTorch as a keyword
                 (upstream,) = args
+            _observe(label, "gradient", ops.cast(upstream, wide), e5m2.name, e5m2.max_finite)
             g = fake_quantize(ops.cast(upstream, wide), e5m2.name, e5m2.max_finite)
             grad_x = ops.cast(ops.cast(_product(g, ops.transpose(w_q)), output), x_dtype)
             flat_x = ops.reshape(x_q, (-1, x_q.shape[-1]))
@@ -91,15 +138,22 @@ def _matmul() -> Any:
     return matmul
 
 
-def fp8_dense(x: Any, w: Any, b: Any = None) -> Any:
-    """``x @ w + b`` under the recipe (``w`` canonical ``(in, out)``), bfloat16 out; the bias added in bfloat16."""
-    out = _matmul()(x, w)
+def fp8_dense(x: Any, w: Any, b: Any = None, label: tuple[str, str] | None = None) -> Any:
+    """``x @ w + b`` under the recipe (``w`` canonical ``(in, out)``), bfloat16 out; the bias added in bfloat16.
+    ``label`` (layer, projection) names the matmul to a :func:`recording` recorder."""
+    out = _matmul(label)(x, w)
     return out if b is None else out + ops.cast(b, _dtype(out))
 
 
 def _value(variable: Any) -> Any:
-    """A variable's backend tensor (autocast off in the FP8 layers: its own dtype)."""
-    return variable.value if isinstance(variable, keras.Variable) else variable
+    """A variable's backend tensor in its own dtype (float32): read under an autocast scope of no dtype, since an
+    enclosing model's scope (keras@jax's stateless call) would otherwise hand over a bfloat16 copy."""
+    if not isinstance(variable, keras.Variable):
+        return variable
+    from keras.src.backend.common.variables import AutocastScope  # Keras has no public name for it
+
+    with AutocastScope(None):
+        return variable.value
 
 
 class Fp8Dense(TokenDense):
@@ -111,7 +165,7 @@ class Fp8Dense(TokenDense):
 
     def call(self, inputs: Any, training: Any = None) -> Any:
         return self.activation(fp8_dense(inputs, _value(self.kernel),
-                                         None if self.bias is None else _value(self.bias)))
+                                         None if self.bias is None else _value(self.bias), (self.name, "")))
 
 
 class Fp8TokenAttention(TokenAttention):
@@ -122,4 +176,5 @@ class Fp8TokenAttention(TokenAttention):
         self.autocast = False
 
     def project(self, x: Any, w: Any, b: Any) -> Any:
-        return fp8_dense(x, _value(w), _value(b))
+        projection = "qkv" if w is self.qkv_w else "out"
+        return fp8_dense(x, _value(w), _value(b), (self.name, projection))

@@ -15,11 +15,15 @@ computed in it.  Data-parallel models are not traced.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
 from amp_suite.errors import UnsupportedError
+from amp_suite.numerics.fp8_scales import Fp8Recorder
 from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite_plugins.keras.model import keras_variables, model_inputs
 
@@ -56,8 +60,9 @@ def loss_scale_of(keras: Any, model: Any) -> float | None:
 
 
 def assemble(keras: Any, model: Any, names: list[str], outputs: list[Any], variables: dict[str, Any],
-             grads: list[Any], loss: Any, scale: float | None) -> StepTrace:
-    """The :class:`StepTrace` of a step's layer outputs (in ``names`` order) and gradients (scaled: divided here)."""
+             grads: list[Any], loss: Any, scale: float | None, fp8: Fp8Recorder | None = None) -> StepTrace:
+    """The :class:`StepTrace` of a step's layer outputs (in ``names`` order) and gradients (scaled: divided here),
+    with the FP8 layers' figures ``fp8`` recorded (``StepTrace.extra``)."""
     dtypes = {name: keras.backend.standardize_dtype(output.dtype) for name, output in zip(names, outputs, strict=True)}
     activations = {name: TensorTrace(canonical(keras, output), dtypes[name])
                    for name, output in zip(names, outputs, strict=True)}
@@ -65,7 +70,21 @@ def assemble(keras: Any, model: Any, names: list[str], outputs: list[Any], varia
                                   dtypes.get(key.rsplit("/", 1)[0], keras.backend.standardize_dtype(grad.dtype)))
                  for key, grad in zip(variables, grads, strict=True)}
     return StepTrace(loss=float(keras.ops.convert_to_numpy(loss)), activations=activations, gradients=gradients,
-                     loss_scale=scale)
+                     loss_scale=scale, extra=fp8.figures if fp8 is not None else {})
+
+
+@contextmanager
+def fp8_recording(recorder: Fp8Recorder) -> Iterator[None]:
+    """While inside, the FP8 layers (precision ``fp8``) hand ``recorder`` their casts' scales and amax; on JAX,
+    every debug callback has run at the end."""
+    from amp_suite_plugins.keras.fp8 import recording
+
+    with recording(recorder):
+        yield
+        if "jax" in sys.modules:
+            import jax
+
+            jax.effects_barrier()
 
 
 def _one_batch(staged: list[tuple[Any, Any, Any]]) -> tuple[Any, Any, Any]:
@@ -91,7 +110,8 @@ def trace_on_tensorflow(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepT
     tracer = tracing_model(keras, model.model, names)
     variables = _trainable(model)
     scale = loss_scale_of(keras, model)
-    with tf.device(model.device_name):
+    fp8 = Fp8Recorder()
+    with tf.device(model.device_name), fp8_recording(fp8):
         with tf.GradientTape() as tape:
             outputs = tracer(model_inputs(model.mask_names, images, masks), training=True)
             logits = tf.cast(outputs[LOGITS], model.stored_dtype)
@@ -99,7 +119,7 @@ def trace_on_tensorflow(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepT
             target = model.optimizer.scale_loss(loss) if model.loss_scaled else loss
         grads = tape.gradient(target, list(variables.values()))
         model.optimizer.apply(grads, list(variables.values()))
-    return assemble(keras, model, names, list(outputs[1:]), variables, grads, loss, scale)
+    return assemble(keras, model, names, list(outputs[1:]), variables, grads, loss, scale, fp8)
 
 
 def trace_on_torch(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
@@ -115,14 +135,17 @@ def trace_on_torch(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
     variables = _trainable(model)
     scale = loss_scale_of(keras, model)
     everything = list(model.model.trainable_variables)
-    outputs = tracer(model_inputs(model.mask_names, images, masks), training=True)
-    loss = mean_cross_entropy(keras, labels, keras.ops.cast(outputs[LOGITS], model.stored_dtype))
-    model.model.zero_grad()
-    (model.optimizer.scale_loss(loss) if model.loss_scaled else loss).backward()
+    fp8 = Fp8Recorder()
+    with fp8_recording(fp8):
+        outputs = tracer(model_inputs(model.mask_names, images, masks), training=True)
+        loss = mean_cross_entropy(keras, labels, keras.ops.cast(outputs[LOGITS], model.stored_dtype))
+        model.model.zero_grad()
+        (model.optimizer.scale_loss(loss) if model.loss_scaled else loss).backward()
     grads = [v.value.grad for v in variables.values()]
     with torch.no_grad():
         model.optimizer.apply([v.value.grad for v in everything], everything)
-    return assemble(keras, model, names, [o.detach() for o in outputs[1:]], variables, grads, loss.detach(), scale)
+    return assemble(keras, model, names, [o.detach() for o in outputs[1:]], variables, grads, loss.detach(), scale,
+                    fp8)
 
 
 def trace_on_jax(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
@@ -152,7 +175,9 @@ def trace_on_jax(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
         scaled = loss * keras.ops.cast(optimizer_values[model.scale_index], loss.dtype) if model.loss_scaled else loss
         return scaled, (loss, updated, outputs[1:])
 
-    (_, (loss, updated, outputs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(list(trainable))
+    fp8 = Fp8Recorder()
+    with fp8_recording(fp8):
+        (_, (loss, updated, outputs)), grads = jax.value_and_grad(loss_fn, has_aux=True)(list(trainable))
     new_fixed = list(non_trainable)
     for value, index in zip(updated, mine_fixed, strict=True):
         new_fixed[index] = value
@@ -160,4 +185,4 @@ def trace_on_jax(model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
     model.state = (new_trainable, new_fixed, optimizer_values)
     variables = _trainable(model)
     by_name = [grads[positions[id(v)]] for v in variables.values()]
-    return assemble(keras, model, names, list(outputs), variables, by_name, loss, scale)
+    return assemble(keras, model, names, list(outputs), variables, by_name, loss, scale, fp8)

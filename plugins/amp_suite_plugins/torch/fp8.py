@@ -26,10 +26,39 @@ to bfloat16 first); torch is passed in, never imported here at module level.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
 from amp_suite.numerics.fp8 import RECIPE
+from amp_suite.numerics.fp8_scales import Fp8Recorder
+
+# The recorder of the step being traced (trace.py's trace_step), else None: the FP8 matmuls hand it their casts.
+_RECORDER: list[Fp8Recorder] = []
+
+
+@contextmanager
+def recording(recorder: Fp8Recorder) -> Iterator[None]:
+    """While inside, every FP8 matmul of a labelled layer hands ``recorder`` its operands, scales and amax."""
+    _RECORDER.append(recorder)
+    try:
+        yield
+    finally:
+        _RECORDER.remove(recorder)
+
+
+def _observe(torch: Any, label: tuple[str, str] | None, operand: str, values: Any, format_name: str,
+             max_finite: float) -> None:
+    """Hand the recorder (when tracing) ``values``, and the scale and amax :func:`quantize` gives them."""
+    if not _RECORDER or label is None:
+        return
+    with torch.no_grad():
+        _, scale = quantize(torch, values, format_name, max_finite)
+        magnitude = values.abs()
+        amax = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude)).max()
+        _RECORDER[-1].record(label[0], label[1], operand, values.detach().double().cpu().numpy(),
+                             float(scale.item()), float(amax.item()), format_name)
 
 
 def _wide(torch: Any, x: Any) -> Any:
@@ -80,15 +109,17 @@ def fp8_matmul_function(torch: Any) -> Any:
 
     class Fp8Matmul(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, x: Any, weight: Any, native: bool) -> Any:
-            ctx.dtypes, ctx.native = (x.dtype, weight.dtype), native
+        def forward(ctx: Any, x: Any, weight: Any, native: bool, label: tuple[str, str] | None = None) -> Any:
+            ctx.dtypes, ctx.native, ctx.label = (x.dtype, weight.dtype), native, label
             with torch.autocast(x.device.type, enabled=False):
+                wide = _wide(torch, x)
+                _observe(torch, label, "input", x.to(wide), e4m3, max_e4m3)
+                _observe(torch, label, "weight", weight.to(wide), e4m3, max_e4m3)
                 if native:
                     ctx.save_for_backward(x, weight)
                     flat = x.reshape(-1, x.shape[-1])
                     out = _scaled_mm(torch, flat, e4m3, weight.t(), e4m3, max_e4m3, max_e4m3)
                     return out.reshape(*x.shape[:-1], weight.shape[0])
-                wide = _wide(torch, x)
                 x_q = fake_quantize(torch, x.to(wide), e4m3, max_e4m3)
                 w_q = fake_quantize(torch, weight.to(wide), e4m3, max_e4m3)
                 ctx.save_for_backward(x_q, w_q)
@@ -101,6 +132,7 @@ def fp8_matmul_function(torch: Any) -> Any:
             with torch.autocast(grad.device.type, enabled=False):
                 flat_grad = grad.reshape(-1, grad.shape[-1])
                 flat_x = saved_x.reshape(-1, saved_x.shape[-1])
+                _observe(torch, ctx.label, "gradient", flat_grad.to(saved_x.dtype), e5m2, max_e5m2)
                 if ctx.native:
                     grad_x = _scaled_mm(torch, flat_grad, e5m2, saved_w, e4m3, max_e5m2, max_e4m3)
                     grad_w = _scaled_mm(torch, flat_grad.t(), e5m2, flat_x, e4m3, max_e5m2, max_e4m3)
@@ -109,7 +141,7 @@ def fp8_matmul_function(torch: Any) -> Any:
                     grad_x = (g @ saved_w).to(output_dtype)
                     grad_w = (g.t() @ flat_x).to(output_dtype)
             grad_x = grad_x.reshape(*saved_x.shape).to(x_dtype)
-            return grad_x, grad_w.to(w_dtype), None
+            return grad_x, grad_w.to(w_dtype), None, None
 
     return Fp8Matmul
 
@@ -124,13 +156,15 @@ def scaled_mm_fits(x: Any, weight: Any) -> bool:
     return all(size % SCALED_MM_MULTIPLE == 0 for size in (rows, x.shape[-1], weight.shape[0]))
 
 
-def fp8_linear(torch: Any, x: Any, weight: Any, bias: Any, native: bool = False) -> Any:
+def fp8_linear(torch: Any, x: Any, weight: Any, bias: Any, native: bool = False,
+               label: tuple[str, str] | None = None) -> Any:
     """``x @ weight.T + bias`` under the recipe: the FP8 matmul, then the bias added in bfloat16.
 
     ``native`` sends the operands to ``torch._scaled_mm`` where their shapes fit it (:func:`scaled_mm_fits`);
     a layer whose shapes do not runs the emulated recipe, the same numbers at the emulation's speed.
+    ``label`` (layer, projection) names the matmul to a :func:`recording` recorder.
     """
-    out = fp8_matmul_function(torch).apply(x, weight, native and scaled_mm_fits(x, weight))
+    out = fp8_matmul_function(torch).apply(x, weight, native and scaled_mm_fits(x, weight), label)
     return out if bias is None else out + bias.to(out.dtype)
 
 
@@ -140,9 +174,10 @@ def fp8_linear_class(torch: Any) -> Any:
 
     class Fp8Linear(torch.nn.Linear):
         native = False
+        fp8_label: tuple[str, str] | None = None  # (layer, projection), set by use_fp8
 
         def forward(self, x: Any) -> Any:
-            return fp8_linear(torch, x, self.weight, self.bias, self.native)
+            return fp8_linear(torch, x, self.weight, self.bias, self.native, self.fp8_label)
 
     return Fp8Linear
 
@@ -158,10 +193,12 @@ def use_fp8(torch: Any, net: Any, names: tuple[str, ...], native: bool) -> int:
     turned = 0
     for name in names:
         module = net.named[name]
-        linears = [module] if isinstance(module, torch.nn.Linear) else [
-            child for child in module.children() if isinstance(child, torch.nn.Linear)]
-        for linear in linears:
+        linears = [("", module)] if isinstance(module, torch.nn.Linear) else [
+            (projection, child) for projection, child in module.named_children()
+            if isinstance(child, torch.nn.Linear)]
+        for projection, linear in linears:
             linear.__class__ = linear_class
+            linear.fp8_label = (name, projection)
             turned += 1
     return turned
 

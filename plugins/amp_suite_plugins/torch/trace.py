@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite import hookimpl
+from amp_suite.numerics.fp8_scales import Fp8Recorder
 from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite.records import RunSpec
 from amp_suite_plugins.torch.layers import TORCH_KINDS, _tensor
@@ -40,11 +41,14 @@ def canonical_activation(torch: Any, tensor: Any) -> np.ndarray:
 
 @contextmanager
 def recording(torch: Any, net: Any, outputs: dict[str, Any]) -> Iterator[None]:
-    """While inside, ``net``'s forward keeps each named layer's output in ``outputs`` (name -> tensor)."""
+    """While inside, ``net``'s forward keeps each named layer's output in ``outputs`` (name -> tensor); each layer
+    still runs through the model's own ``run``, so a layer ``keep_fp32`` keeps computes in float32 here too."""
+
+    layer_by_layer = type(net).run.__get__(net)  # the model's own run (keep_fp32 included), one layer at a time
 
     def run(specs: Any, x: Any, masks: Any) -> Any:
         for spec in specs:
-            x = TORCH_KINDS[spec.kind].apply(torch, net, spec, x, masks)
+            x = layer_by_layer((spec,), x, masks)
             if spec.name:
                 outputs[spec.name] = x.detach()
         return x
@@ -76,6 +80,7 @@ def canonical_gradients(torch: Any, net: Any, flattened: dict[str, tuple[int, in
 def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> StepTrace:
     import torch
 
+    from amp_suite_plugins.torch.fp8 import recording as fp8_recording
     from amp_suite_plugins.torch.plugin import _autocast, _clip
 
     if len(staged) != 1:
@@ -85,19 +90,22 @@ def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> 
     net.train()
     model.optimizer.zero_grad(set_to_none=True)
     outputs: dict[str, Any] = {}
-    with recording(torch, net, outputs), _autocast(torch, model):
+    fp8 = Fp8Recorder()  # the FP8 layers' scales and amax (fp8 precision), StepTrace.extra
+    with fp8_recording(fp8), recording(torch, net, outputs), _autocast(torch, model):
         logits = net(images, masks)
         loss = torch.nn.functional.cross_entropy(logits.to(model.stored_dtype).flatten(0, -2), labels.flatten())
     dtypes = {name: str(value.dtype).removeprefix("torch.") for name, value in outputs.items()}
     scale: float | None = None
     if model.scaler is None:
-        loss.backward()
+        with fp8_recording(fp8):
+            loss.backward()
         gradients = canonical_gradients(torch, net, model.flattened, 1.0, dtypes)
         _clip(torch, model)
         model.optimizer.step()
     else:
         scale = float(model.scaler.get_scale())
-        model.scaler.scale(loss).backward()
+        with fp8_recording(fp8):
+            model.scaler.scale(loss).backward()
         gradients = canonical_gradients(torch, net, model.flattened, scale, dtypes)
         if model.clip_norm > 0:
             model.scaler.unscale_(model.optimizer)
@@ -109,4 +117,4 @@ def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> 
     activations = {name: TensorTrace(canonical_activation(torch, value), dtypes[name])
                    for name, value in outputs.items()}
     return StepTrace(loss=float(loss.detach().double().item()), activations=activations, gradients=gradients,
-                     loss_scale=scale)
+                     loss_scale=scale, extra=fp8.figures)

@@ -17,7 +17,10 @@ figures carry the projection first (``qkv.input_amax``, ``out.weight_scale``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -62,3 +65,36 @@ class Fp8Recorder:
         slot = self.figures.setdefault(layer, {})
         for figure, value in zip(FIGURES, (amax, scale, saturated, flushed), strict=True):
             slot[figure_name(projection, operand, figure)] = float(value)
+
+
+class RecorderStack:
+    """The recorders a framework's FP8 module hands its casts to: empty outside ``trace_step``.
+
+    A plugin's FP8 module keeps one stack; ``trace_step`` enters
+    :meth:`recording` around the traced step, and each cast calls
+    :meth:`hand_over` (directly, or from a ``jax.debug.callback``) only while
+    :attr:`active`, so an ordinary training step records nothing.
+    """
+
+    def __init__(self) -> None:
+        self._recorders: list[Fp8Recorder] = []
+
+    @property
+    def active(self) -> bool:
+        return bool(self._recorders)
+
+    @contextmanager
+    def recording(self, recorder: Fp8Recorder) -> Iterator[None]:
+        """While inside, every FP8 cast of a labelled layer hands ``recorder`` its operands, scale and amax."""
+        self._recorders.append(recorder)
+        try:
+            yield
+        finally:
+            self._recorders.remove(recorder)
+
+    def hand_over(self, label: tuple[str, str], operand: str, format_name: str, values: Any, amax: Any,
+                  scale: Any) -> None:
+        """One cast of ``label`` = (layer, projection) to the innermost recorder, as float64 NumPy values."""
+        if self._recorders:
+            self._recorders[-1].record(label[0], label[1], operand, np.asarray(values, dtype=np.float64),
+                                       float(scale), float(amax), format_name)

@@ -27,45 +27,22 @@ framework, while the rest of the model keeps the bfloat16 policy of
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache, partial
 from typing import Any
 
-import numpy as np
-
 from amp_suite.numerics.fp8 import RECIPE
-from amp_suite.numerics.fp8_scales import Fp8Recorder
+from amp_suite.numerics.fp8_scales import RecorderStack
 
 # The recorder of the step being traced (trace.py's trace_step), else None: the FP8 matmuls hand it their casts.
-_RECORDER: list[Fp8Recorder] = []
-
-
-@contextmanager
-def recording(recorder: Fp8Recorder) -> Iterator[None]:
-    """While inside, every FP8 matmul hands ``recorder`` its operands, scales and amax.
-
-    A program traced inside carries a ``jax.debug.callback`` per cast (one
-    traced outside carries none, so the plugin's own training step pays
-    nothing); running it inside hands the values over.
-    """
-    _RECORDER.append(recorder)
-    try:
-        yield
-    finally:
-        _RECORDER.remove(recorder)
-
-
-def _hand_over(label: tuple[str, str], operand: str, format_name: str, values: Any, amax: Any, scale: Any) -> None:
-    if _RECORDER:
-        _RECORDER[-1].record(label[0], label[1], operand, np.asarray(values, dtype=np.float64), float(scale),
-                             float(amax), format_name)
+_RECORDERS = RecorderStack()
+recording = _RECORDERS.recording
+_hand_over = _RECORDERS.hand_over
 
 
 def _observe(label: tuple[str, str] | None, operand: str, values: Any, format_name: str, max_finite: float) -> None:
     """When a recorder is on while this is traced: hand it ``values`` and the amax and scale :func:`quantize` gives
     them, as the program runs."""
-    if not _RECORDER or label is None:
+    if not _RECORDERS.active or label is None:
         return
     import jax
 

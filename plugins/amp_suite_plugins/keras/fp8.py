@@ -28,43 +28,25 @@ their hooks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache, partial
 from typing import Any
 
 import keras
-import numpy as np
 from keras import ops
 
 from amp_suite.numerics.fp8 import RECIPE
-from amp_suite.numerics.fp8_scales import Fp8Recorder
+from amp_suite.numerics.fp8_scales import RecorderStack
 from amp_suite_plugins.keras.token_layers import TokenAttention, TokenDense
 
 # The recorder of the step being traced (trace.py's trace_step), else None: the FP8 matmuls hand it their casts.
-_RECORDER: list[Fp8Recorder] = []
-
-
-@contextmanager
-def recording(recorder: Fp8Recorder) -> Iterator[None]:
-    """While inside, every FP8 matmul of a layer hands ``recorder`` its operands, scales and amax (eagerly on
-    TensorFlow and PyTorch; through a ``jax.debug.callback`` on JAX, whose step traces its function)."""
-    _RECORDER.append(recorder)
-    try:
-        yield
-    finally:
-        _RECORDER.remove(recorder)
-
-
-def _hand_over(label: tuple[str, str], operand: str, format_name: str, values: Any, amax: Any, scale: Any) -> None:
-    if _RECORDER:
-        _RECORDER[-1].record(label[0], label[1], operand, np.asarray(values, dtype=np.float64), float(scale),
-                             float(amax), format_name)
+_RECORDERS = RecorderStack()
+recording = _RECORDERS.recording
+_hand_over = _RECORDERS.hand_over
 
 
 def _observe(label: tuple[str, str] | None, operand: str, values: Any, format_name: str, max_finite: float) -> None:
     """When a recorder is on: hand it ``values`` and the amax and scale :func:`quantize` gives them."""
-    if not _RECORDER or label is None:
+    if not _RECORDERS.active or label is None:
         return
     amax, scale = amax_and_scale(values, max_finite)
     if keras.backend.backend() == "jax":

@@ -26,39 +26,28 @@ to bfloat16 first); torch is passed in, never imported here at module level.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
 from amp_suite.numerics.fp8 import RECIPE
-from amp_suite.numerics.fp8_scales import Fp8Recorder
+from amp_suite.numerics.fp8_scales import RecorderStack
 
 # The recorder of the step being traced (trace.py's trace_step), else None: the FP8 matmuls hand it their casts.
-_RECORDER: list[Fp8Recorder] = []
-
-
-@contextmanager
-def recording(recorder: Fp8Recorder) -> Iterator[None]:
-    """While inside, every FP8 matmul of a labelled layer hands ``recorder`` its operands, scales and amax."""
-    _RECORDER.append(recorder)
-    try:
-        yield
-    finally:
-        _RECORDER.remove(recorder)
+_RECORDERS = RecorderStack()
+recording = _RECORDERS.recording
 
 
 def _observe(torch: Any, label: tuple[str, str] | None, operand: str, values: Any, format_name: str,
              max_finite: float) -> None:
     """Hand the recorder (when tracing) ``values``, and the scale and amax :func:`quantize` gives them."""
-    if not _RECORDER or label is None:
+    if not _RECORDERS.active or label is None:
         return
     with torch.no_grad():
         _, scale = quantize(torch, values, format_name, max_finite)
         magnitude = values.abs()
         amax = torch.where(torch.isfinite(magnitude), magnitude, torch.zeros_like(magnitude)).max()
-        _RECORDER[-1].record(label[0], label[1], operand, values.detach().double().cpu().numpy(),
-                             float(scale.item()), float(amax.item()), format_name)
+        _RECORDERS.hand_over(label, operand, format_name, values.detach().double().cpu().numpy(), amax.item(),
+                             scale.item())
 
 
 def _wide(torch: Any, x: Any) -> Any:

@@ -27,7 +27,7 @@ from amp_suite.numerics.records import BisectOutcome, BisectTrial, LayerNumerics
 from amp_suite.precision import AMP_PRECISIONS
 from amp_suite.schema import shown
 from amp_suite.shadow.plan import NumericsRequest, PlannedRun
-from amp_suite.shadow.traces import load_traces
+from amp_suite.shadow.traces import TRACES_DIR, load_traces
 from amp_suite.workloads.kept import layer_names
 
 # The most runs a search may ask for (--max-runs).
@@ -110,8 +110,6 @@ def bisect(request: NumericsRequest, planned: list[PlannedRun], runs: list[Numer
            trace: Any) -> BisectOutcome:
     """Search as the module says, from the command's own ``planned`` runs and their outcomes ``runs``;
     ``trace(planned) -> NumericsRun`` traces one more run (in a process of its own, or inline)."""
-    from amp_suite.shadow.command import TRACES_DIR
-
     by_precision = {plan.run.precision: (plan, run) for plan, run in zip(planned, runs, strict=False)}
     precision = request.precisions[0]
     amp_plan, amp_run = by_precision[precision]

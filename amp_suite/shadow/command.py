@@ -31,13 +31,12 @@ from amp_suite.processes import tree as process_tree
 from amp_suite.shadow.bisect import bisect, check_bisect
 from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_request, has_fp64, plan_runs
 from amp_suite.shadow.report import LAYERS_FILE, write_report
-from amp_suite.shadow.traces import load_traces
+from amp_suite.shadow.traces import TRACES_DIR, load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
 from amp_suite.sweep.resolve import absent_plugins, make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
 LOGS_DIR = "logs"
-TRACES_DIR = "traces"
 # Lines of a failed run's log kept in its record.
 LOG_TAIL_LINES = 8
 

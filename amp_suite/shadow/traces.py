@@ -16,6 +16,9 @@ import numpy as np
 
 from amp_suite.numerics.records import StepTrace, TensorTrace
 
+# The folder of a numerics output directory that holds each traced run's arrays, outcome and request.
+TRACES_DIR = "traces"
+
 
 def save_traces(path: Path, steps: list[StepTrace]) -> None:
     """Write ``steps`` to ``path`` (``.npz``), replacing it atomically."""

@@ -1,7 +1,7 @@
 """amp-suite doctor --acceptance: the plan per machine, the judges on faked GPU output, the report.
 
 Nothing here starts a framework: GPUs are faked by patching the detection,
-commands by an executor that returns what a GPU run would print or write.
+commands by a command runner that returns what a GPU run would print or write.
 """
 
 from __future__ import annotations
@@ -391,7 +391,7 @@ def test_fused_optimizer_and_cpu_sweep_verdicts():
         cpu, frameworks=("torch",)).observed
 
 
-# --- the runner with a fake executor -----------------------------------------------------
+# --- the runner with a fake command runner -----------------------------------------------------
 
 
 class FakeAmpSuite:
@@ -430,7 +430,7 @@ class FakeAmpSuite:
 def test_the_runner_prints_each_check_and_writes_the_report(tmp_path):
     plan = plan_for(ONE_GPU, tmp_path / "runs")
     fake, lines = FakeAmpSuite(), []
-    run = run_plan(plan, executor=fake, emit=lines.append)
+    run = run_plan(plan, run_command=fake, emit=lines.append)
     assert run.exit_code == 0
     assert [c[0] for c in fake.calls] == ["doctor", "run", "run", "run", "calibrate", "run"]  # the doctor ran once
     assert [line.split("]")[0] + "]" for line in lines] == ["[PASS]"] * 8 + ["[SKIP]"]
@@ -453,7 +453,7 @@ def test_a_failed_check_makes_exit_code_1_and_the_report_says_which(monkeypatch,
     lines: list[str] = []
     report = tmp_path / "acc.md"
     code = acceptance.run_acceptance(device="auto", frameworks=None, known=dict.fromkeys(FRAMEWORKS),
-                                     report=str(report), executor=FakeAmpSuite(break_fused=True),
+                                     report=str(report), run_command=FakeAmpSuite(break_fused=True),
                                      emit=lines.append, workdir=tmp_path / "runs")
     assert code == 1
     fused = next(line for line in lines if "fused-optimizer" in line)
@@ -485,7 +485,7 @@ def test_the_cli_takes_acceptance_and_report(monkeypatch, tmp_path, capsys):
     assert "--report goes with --acceptance" in capsys.readouterr().err
 
 
-def test_the_cli_hands_the_acceptance_an_executor_that_runs_this_amp_suite(monkeypatch):
+def test_the_cli_hands_the_acceptance_a_command_runner_that_runs_this_amp_suite(monkeypatch):
     """The doctor does not name the command line above it: the CLI hands its own command down."""
     from amp_suite import cli
     from amp_suite.markers import __version__
@@ -493,5 +493,5 @@ def test_the_cli_hands_the_acceptance_an_executor_that_runs_this_amp_suite(monke
     seen = {}
     monkeypatch.setattr(acceptance, "run_acceptance", lambda **kwargs: seen.update(kwargs) or 0)
     assert cli.main(["doctor", "--acceptance", "--frameworks", "torch", "--device", "cpu"]) == 0
-    result = seen["executor"](["--version"], 60)
+    result = seen["run_command"](["--version"], 60)
     assert result.returncode == 0 and result.stdout.strip() == f"amp-suite {__version__}"

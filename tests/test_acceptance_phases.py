@@ -86,9 +86,9 @@ def test_not_asked_checks_stay_pending_and_finished_ones_are_kept(tmp_path):
 def acceptance_run(tmp_path, monkeypatch, **kwargs):
     monkeypatch.setattr(acceptance, "detect_machine", lambda known, requested, device="auto": machine(ONE_GPU))
     lines: list[str] = []
-    fake = kwargs.pop("executor", None) or FakeAmpSuite()
+    fake = kwargs.pop("run_command", None) or FakeAmpSuite()
     code = acceptance.run_acceptance(device="auto", frameworks=None, known=dict.fromkeys(FRAMEWORKS),
-                                     report=str(tmp_path / "acc.md"), executor=fake, emit=lines.append,
+                                     report=str(tmp_path / "acc.md"), run_command=fake, emit=lines.append,
                                      workdir=kwargs.pop("workdir", tmp_path / "runs"), **kwargs)
     return code, lines, fake
 
@@ -122,7 +122,7 @@ def test_resume_refuses_another_plan_or_a_missing_state(tmp_path, monkeypatch):
     monkeypatch.setattr(acceptance, "detect_machine", lambda known, requested, device="auto": machine(ONE_GPU))
     with pytest.raises(UsageError, match="checked --frameworks torch,keras,jax, not torch; give the same or none"):
         acceptance.run_acceptance(device="auto", frameworks=("torch",), known=dict.fromkeys(FRAMEWORKS),
-                                  report=str(tmp_path / "acc.md"), executor=FakeAmpSuite(), emit=print,
+                                  report=str(tmp_path / "acc.md"), run_command=FakeAmpSuite(), emit=print,
                                   resume=True)
     state_path(tmp_path / "acc.md").write_text("{not json")
     with pytest.raises(UsageError, match="cannot read the acceptance state"):
@@ -144,7 +144,7 @@ def test_a_command_runs_under_what_is_left_and_one_stopped_by_the_budget_is_pend
     clock = SlowClock()
     limits: list[float] = []
 
-    def executor(args, timeout_s):
+    def run_command(args, timeout_s):
         limits.append(timeout_s)
         if args[0] == "doctor":
             clock.now += 100
@@ -152,7 +152,7 @@ def test_a_command_runs_under_what_is_left_and_one_stopped_by_the_budget_is_pend
         clock.now += timeout_s  # the sweep is still running when its limit (the budget's rest) comes
         return CommandResult(None, "", "", timeout_s)
 
-    run = run_plan(plan, executor=executor, emit=lambda line: None, budget_s=300,
+    run = run_plan(plan, run_command=run_command, emit=lambda line: None, budget_s=300,
                    asked=("devices", "sweep-torch"), clock=clock)
     assert limits[1] == pytest.approx(200)  # 300 s budget, 100 s spent by the doctor
     sweep = next(o for o in run.outcomes if o.check.key == "sweep-torch")
@@ -167,7 +167,7 @@ def test_a_resumed_sweep_keeps_the_cells_it_finished(tmp_path):
     out.mkdir(parents=True)
     (out / "results.jsonl").write_text("")
     fake = FakeAmpSuite()
-    run_plan(plan, executor=fake, emit=lambda line: None, asked=("sweep-torch",))
+    run_plan(plan, run_command=fake, emit=lambda line: None, asked=("sweep-torch",))
     assert fake.calls[0][-1] == "--resume"
 
 
@@ -179,7 +179,7 @@ def test_the_report_is_written_before_each_command_and_after_each_check(tmp_path
             seen.append((tmp_path / "acc.md").read_text())
             return super().__call__(args, timeout_s)
 
-    acceptance_run(tmp_path, monkeypatch, executor=Peeking(), checks=("devices", "sweep-jax"))
+    acceptance_run(tmp_path, monkeypatch, run_command=Peeking(), checks=("devices", "sweep-jax"))
     assert "**In progress**: `frameworks see the GPU` was running" in seen[0]
     assert "| 1 | devices | frameworks see the GPU | **PASS** |" in seen[1]
     assert "**In progress**: `four-precision ResNet-18 sweep (JAX)` was running" in seen[1]
@@ -195,7 +195,7 @@ def test_a_signal_leaves_a_report_saying_so(tmp_path, monkeypatch):
             return super().__call__(args, timeout_s)
 
     with pytest.raises(KeyboardInterrupt):
-        acceptance_run(tmp_path, monkeypatch, executor=Interrupting())
+        acceptance_run(tmp_path, monkeypatch, run_command=Interrupting())
     report = (tmp_path / "acc.md").read_text()
     assert "**Interrupted** (SIGTERM while four-precision ResNet-18 sweep (PyTorch))" in report
     assert "| 2 | doctor | doctor passes | **PASS** |" in report and "In progress" not in report
@@ -219,7 +219,7 @@ def test_a_phase_killed_with_sigkill_leaves_a_valid_report_of_what_it_finished(t
 
         acceptance.detect_machine = lambda known, requested, device="auto": machine(ONE_GPU)
         acceptance.run_acceptance(device="auto", frameworks=None, known=dict.fromkeys(FRAMEWORKS),
-                                  report={str(tmp_path / "acc.md")!r}, executor=Hanging(), emit=print,
+                                  report={str(tmp_path / "acc.md")!r}, run_command=Hanging(), emit=print,
                                   workdir={str(tmp_path / "runs")!r})
     """)
     process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,

@@ -149,7 +149,7 @@ def test_a_worker_host_keeps_only_its_framework_plugin():
 
 
 def test_no_framework_hook_asks_which_framework_it_is_called_for():
-    for path in (REPO / "plugins" / "amp_suite_plugins").glob("*.py"):
+    for path in (REPO / "builtin" / "amp_suite_plugins").glob("*.py"):
         assert "run.framework" not in path.read_text(), path.name
 
 

@@ -147,7 +147,7 @@ def test_an_installed_wheel_runs_in_an_empty_directory(tmp_path):
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(REPO / name, source / name)
-    for name in ("amp_suite", "plugins"):
+    for name in ("amp_suite", "builtin"):
         shutil.copytree(REPO / name, source / name, ignore=ignore)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     build = subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"),

@@ -122,7 +122,7 @@ import importlib  # noqa: E402
 HELPER_MODULES = ("amp_suite.plugins.kit", "amp_suite.workloads.layers", "amp_suite.workloads.workload", "amp_suite.machine.environment",
                   "amp_suite.doctor.probe_kit", "amp_suite.calibration.kit")
 # Code written as a backend author writes it: the built-in plugins and the example packages (not their tests).
-BACKEND_SOURCES = ("plugins/amp_suite_plugins", "examples")
+BACKEND_SOURCES = ("builtin/amp_suite_plugins", "examples")
 
 
 def imported_helpers() -> dict[str, set[str]]:

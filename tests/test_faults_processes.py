@@ -270,11 +270,11 @@ def test_a_hanging_nvidia_smi_costs_one_time_limit_and_leaves_no_orphan(tmp_path
     _wait(lambda: not alive(children[0]), 5, "the end of nvidia-smi's child")
 
 
-# An acceptance-like parent: runs a gated one-cell sweep through the acceptance's executor.
+# An acceptance-like parent: runs a gated one-cell sweep through the acceptance's command runner.
 ACCEPTANCE_PARENT = """
 import sys
-from amp_suite.doctor.acceptance_run import subprocess_executor
-subprocess_executor(sys.argv[1:], 120, program=[sys.executable, "-m", "amp_suite"])
+from amp_suite.doctor.acceptance_run import run_supervised_command
+run_supervised_command(sys.argv[1:], 120, program=[sys.executable, "-m", "amp_suite"])
 """
 
 

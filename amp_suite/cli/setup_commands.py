@@ -122,13 +122,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         names = tuple(n for n in names if not placements[n].environment)
     if args.acceptance:
         from amp_suite.doctor.acceptance import run_acceptance
-        from amp_suite.doctor.acceptance_run import subprocess_executor
+        from amp_suite.doctor.acceptance_run import run_supervised_command
         from amp_suite.doctor.phases import parse_checks
 
         if args.budget is not None and (not math.isfinite(args.budget) or args.budget <= 0):
             raise UsageError(f"--budget must be a finite number of seconds above 0, got {args.budget:g}")
         return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
-                              executor=partial(subprocess_executor, program=own_command()),
+                              run_command=partial(run_supervised_command, program=own_command()),
                               report=args.report, plugins=args.plugin, force=args.force,
                               emit=lambda line: print(line, flush=True),
                               progress=lambda text: print(f"amp-suite doctor: {text}", file=sys.stderr, flush=True),

@@ -39,7 +39,7 @@ from amp_suite.doctor.acceptance_run import (
     AcceptanceRun,
     CheckOutcome,
     CommandRecord,
-    Executor,
+    CommandRunner,
     now,
     run_plan,
 )
@@ -98,7 +98,7 @@ def default_frameworks(known: Sequence[str]) -> tuple[str, ...]:
 
 
 def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict[str, Any],
-                   executor: Executor, report: str | None = None, plugins: Sequence[str] = (),
+                   run_command: CommandRunner, report: str | None = None, plugins: Sequence[str] = (),
                    emit: Callable[[str], None] = print, progress: Callable[[str], None] | None = None,
                    workdir: Path | None = None, command_line: str | None = None,
                    checks: Sequence[str] = (), budget_s: float | None = None, resume: bool = False, force: bool = False) -> int:
@@ -179,7 +179,7 @@ def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict
         f"on this machine" + (f", {len(kept)} kept from earlier phases" if kept else "")
         + (f", budget {budget_s:g} s" if budget_s is not None else "") + f"; files under {plan.workdir}")
     try:
-        run_plan(plan, executor=executor, emit=emit, progress=progress, asked=tuple(asked), budget_s=budget_s,
+        run_plan(plan, run_command=run_command, emit=emit, progress=progress, asked=tuple(asked), budget_s=budget_s,
                  kept=kept, run=run, on_change=save)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)

@@ -31,10 +31,13 @@ from amp_suite.doctor.phases import BUDGET_SPENT, choose, is_pending
 TERM_GRACE_S = 30
 
 
-Executor = Callable[[Sequence[str], float], CommandResult]
+# What runs one ``amp-suite`` command line for the acceptance (its arguments, a time limit): this process's own
+# command in a supervised tree (:func:`run_supervised_command`), or a fake in the tests.  Not a sweep's executor
+# (docs/architecture.md's glossary): it runs a command, not a cell.
+CommandRunner = Callable[[Sequence[str], float], CommandResult]
 
 
-def subprocess_executor(args: Sequence[str], timeout_s: float, *, program: Sequence[str]) -> CommandResult:
+def run_supervised_command(args: Sequence[str], timeout_s: float, *, program: Sequence[str]) -> CommandResult:
     """``PROGRAM ARGS`` as a supervised process tree; at the time limit SIGTERM, then the whole tree.
 
     ``program`` is the command line of ``amp-suite`` itself, which the command
@@ -138,7 +141,7 @@ class AcceptanceRun:
         return [o for o in self.outcomes if o.pending]
 
 
-def run_plan(plan: AcceptancePlan, *, executor: Executor,
+def run_plan(plan: AcceptancePlan, *, run_command: CommandRunner,
              emit: Callable[[str], None] = print,
              progress: Callable[[str], None] | None = None,
              asked: Sequence[str] = (), budget_s: float | None = None,
@@ -161,7 +164,7 @@ def run_plan(plan: AcceptancePlan, *, executor: Executor,
     started = clock()
     done: dict[tuple[str, ...], CommandResult] = {}
     logs = plan.workdir / "logs"
-    def run_command(command: Command, name: str, left: float | None) -> CommandResult:
+    def run_logged(command: Command, name: str, left: float | None) -> CommandResult:
         """The command, under the smaller of its own limit and what is left of the budget; logged."""
         limit = command.timeout_s if left is None else min(command.timeout_s, max(left, 1.0))
         shown = Command(_resumable(command), limit)
@@ -172,7 +175,7 @@ def run_plan(plan: AcceptancePlan, *, executor: Executor,
             progress(f"running {shown.display()} (time limit {limit:.0f} s)")
         run.running = name
         _changed(on_change, run)
-        result = executor(list(shown.args), limit)
+        result = run_command(list(shown.args), limit)
         run.running = ""
         log = _save_log(logs, len(run.commands) + 1, shown, result)
         run.commands.append(CommandRecord(shown.display(), result.describe(), result.seconds,
@@ -195,7 +198,7 @@ def run_plan(plan: AcceptancePlan, *, executor: Executor,
                                                     f"{max(left, 0):.0f} s left; --resume runs it")
             else:
                 if result is None:
-                    result = done[command.args] = run_command(command, check.name, left)
+                    result = done[command.args] = run_logged(command, check.name, left)
                 outcome = _judged(check, result, stopped_by_budget=budget_s is not None)
         run.outcomes.append(outcome)
         emit(outcome.line())

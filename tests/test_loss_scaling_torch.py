@@ -7,15 +7,12 @@ GradScaler's inf/NaN count instead.  Both paths must report every skip.
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from amp_suite.records import RunSpec  # noqa: E402
-from amp_suite.workloads.workload import init_variables, workload_from_config  # noqa: E402
 from amp_suite_plugins.torch import plugin as torch_plugin  # noqa: E402
+from tiny_torch_step import tiny_torch_step  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a real framework on 2 cores
 
@@ -23,18 +20,7 @@ OVERFLOW = 2.0 ** 100  # float16 gradients overflow at once at this scale
 
 
 def _build(mode: str, **options):
-    workload = workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "batch_size": 4,
-                                             "optimizer": "sgd"})
-    workload = dataclasses.replace(workload, optimizer=dataclasses.replace(workload.optimizer, decay_steps=10))
-    run = RunSpec(framework="torch", workload="tiny", precision="amp_fp16", steps=3, warmup=1, batch_size=4,
-                  device="cpu", mode=mode, options=options)
-    device = torch_plugin.select_device(run)
-    applied = torch_plugin.set_precision(run, device)
-    weights, state = init_variables(workload, run.seed)
-    model = torch_plugin.build_model(run, workload, weights, state, applied, device)
-    generator = torch.Generator().manual_seed(0)
-    batches = [(torch.rand(4, 1, 8, 8, generator=generator).contiguous(memory_format=model.memory_format),
-                torch.randint(0, 10, (4,), generator=generator), {}) for _ in range(3)]
+    run, model, _, _, batches = tiny_torch_step(mode, "amp_fp16", steps=3, options=options)
     return run, model, batches
 
 

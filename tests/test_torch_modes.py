@@ -2,33 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from amp_suite.records import RunSpec  # noqa: E402
-from amp_suite.workloads.workload import init_variables, workload_from_config  # noqa: E402
 from amp_suite_plugins.torch import plugin as torch_plugin  # noqa: E402
+from tiny_torch_step import tiny_torch_step  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a real framework on 2 cores
 
 
 def _build(mode: str, precision: str = "fp32"):
-    workload = workload_from_config("tiny", {"model": "mnist_cnn", "input_size": 8, "batch_size": 4,
-                                             "optimizer": "sgd", "momentum": 0.9, "schedule": "cosine"})
-    workload = dataclasses.replace(workload, optimizer=dataclasses.replace(workload.optimizer, decay_steps=10))
-    run = RunSpec(framework="torch", workload="tiny", precision=precision, steps=4, warmup=1, batch_size=4,
-                  device="cpu", mode=mode)
-    device = torch_plugin.select_device(run)
-    applied = torch_plugin.set_precision(run, device)
-    weights, state = init_variables(workload, run.seed)
-    model = torch_plugin.build_model(run, workload, weights, state, applied, device)
-    generator = torch.Generator().manual_seed(0)
-    batches = [(torch.rand(4, 1, 8, 8, generator=generator).contiguous(memory_format=model.memory_format),
-                torch.randint(0, 10, (4,), generator=generator), {}) for _ in range(3)]
-    return run, model, device, applied, batches
+    return tiny_torch_step(mode, precision, optimizer={"momentum": 0.9, "schedule": "cosine"})
 
 
 def _losses(model, batches) -> list[float]:

@@ -69,7 +69,8 @@ from amp_suite.testing import (
     framework_installed,
     relative_error,
     relative_l2_floored,
-    run_probe,
+    session_probe_folder,
+    shared_probe,
 )
 from narrow_backbones import NARROW  # registers the narrow architectures in this process too
 
@@ -152,15 +153,19 @@ def probe(tmp_path_factory: pytest.TempPathFactory) -> Any:
                                batch_size=table["batch_size"], **fields)
         key = request.to_json()
         if key not in cache:
-            if framework not in servers:
-                servers[framework] = ProbeServer(tmp_path_factory.mktemp(f"server-{framework}"))
-            cache[key] = run_probe(request, tmp_path_factory.mktemp(f"{framework}-{model}-{precision}"),
-                                   server=servers[framework])
+            def server() -> ProbeServer:
+                if framework not in servers:
+                    servers[framework] = ProbeServer(tmp_path_factory.mktemp(f"server-{framework}"))
+                return servers[framework]
+
+            # The other xdist lane may need the same probe: it runs once, in the lane that asks first.
+            cache[key] = shared_probe(request, session=session_probe_folder(tmp_path_factory), server=server,
+                                      folder=lambda: tmp_path_factory.mktemp(f"{framework}-{model}-{precision}"))
         return cache[key]
 
     yield get
-    for server in servers.values():
-        server.close()
+    for started in servers.values():
+        started.close()
 
 
 def _group(name: str) -> str:

@@ -27,7 +27,8 @@ from amp_suite.testing import (
     framework_installed,
     relative_error,
     relative_l2,
-    run_probe,
+    session_probe_folder,
+    shared_probe,
 )
 from amp_suite.workloads import reference
 from amp_suite.workloads.workload import init_weights, param_count, workload_from_config
@@ -81,19 +82,26 @@ def test_the_flax_example_declares_the_kinds_it_builds_so_token_kinds_are_named_
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """``probe(workload, table, precision="fp64", **fields) -> ProbeResult`` in one JAX process, cached."""
-    server = ProbeServer(tmp_path_factory.mktemp("server-jax"))
+    servers: list[ProbeServer] = []
     cache: dict[str, ProbeResult] = {}
+
+    def server() -> ProbeServer:
+        if not servers:
+            servers.append(ProbeServer(tmp_path_factory.mktemp("server-jax")))
+        return servers[0]
 
     def get(workload: str, table: dict[str, Any], precision: str = "fp64", **fields: Any) -> ProbeResult:
         request = ProbeRequest(framework="jax", precision=precision, workload=workload, table=table,
                                batch_size=BATCH, plugin_modules=("token_kind_nets",), **fields)
         key = request.to_json()
-        if key not in cache:
-            cache[key] = run_probe(request, tmp_path_factory.mktemp(f"jax-{workload}-{precision}"), server=server)
+        if key not in cache:  # run once in the session, by the xdist lane that asks first
+            cache[key] = shared_probe(request, session=session_probe_folder(tmp_path_factory), server=server,
+                                      folder=lambda: tmp_path_factory.mktemp(f"jax-{workload}-{precision}"))
         return cache[key]
 
     yield get
-    server.close()
+    for started in servers:
+        started.close()
 
 
 def _kind_table(model: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ Importing this package imports no framework and no pytest.  The pieces:
 checks the signatures against this module.
 
 The kit lives in rooms of one job (:mod:`~amp_suite.testing.probes`: running
-a probe; :mod:`~amp_suite.testing.frameworks`: which frameworks are there;
+a probe; :mod:`~amp_suite.testing.shared_probes`: one probe's result shared by
+the xdist lanes of a session; :mod:`~amp_suite.testing.frameworks`: which frameworks are there;
 :mod:`~amp_suite.testing.checks`: the checks;
 :mod:`~amp_suite.testing.reporters`: testing a reporter); import every name
 from this package, where it stays.
@@ -71,10 +72,11 @@ from amp_suite.testing.reporters import (
     sample_results,
 )
 from amp_suite.testing.server import ProbeServer
+from amp_suite.testing.shared_probes import PROBE_CACHE_ENV, session_probe_folder, shared_probe
 from amp_suite.testing.traces import check_trace_step
 
 __all__ = [
-    "FRAMEWORK_VERSION_PATTERN", "GradientStep", "OPTIMIZERS", "OPTIMIZER_CHECKS", "PROBE_TIMEOUT_S",
+    "FRAMEWORK_VERSION_PATTERN", "GradientStep", "OPTIMIZERS", "OPTIMIZER_CHECKS", "PROBE_CACHE_ENV", "PROBE_TIMEOUT_S",
     "ProbeRequest", "ProbeResult", "ProbeServer", "REFERENCE_FRAMEWORKS", "WORKLOADS",
     "assert_batch_norm_in_float32", "assert_cell_ok", "assert_compiles_once", "assert_declares_layer_kinds",
     "assert_gradients_match_reference", "assert_kept_in_float32", "assert_layer_dtypes", "assert_matches_reference", "assert_no_loss_scaling",
@@ -82,5 +84,5 @@ __all__ = [
     "assert_reduced_precision", "assert_scale_grows", "assert_static_scale", "assert_training_predict_changes_nothing",
     "assert_trains_like_reference", "assert_trajectory_halves", "check_trace_step", "framework_info", "framework_installed", "jax_compiles_to_build", "load_probe",
     "missing_layer_kinds", "reference_framework", "relative_error", "relative_l2", "relative_l2_floored",
-    "run_probe", "run_reporter", "sample_results"
+    "run_probe", "run_reporter", "sample_results", "session_probe_folder", "shared_probe",
 ]

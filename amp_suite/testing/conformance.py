@@ -53,7 +53,8 @@ from amp_suite.testing import (
     framework_info,
     framework_installed,
     reference_framework,
-    run_probe,
+    session_probe_folder,
+    shared_probe,
 )
 
 # Probe results of this session, by request (shared across test classes).
@@ -109,7 +110,8 @@ class BackendConformance:
 
     @pytest.fixture
     def probe(self, tmp_path_factory: pytest.TempPathFactory) -> Any:
-        """``probe(framework=None, **ProbeRequest fields) -> ProbeResult``, cached for the session."""
+        """``probe(framework=None, **ProbeRequest fields) -> ProbeResult``, cached for the session (and shared by
+        its xdist lanes: :func:`amp_suite.testing.shared_probes.shared_probe`)."""
 
         def get(framework: str | None = None, **fields: Any) -> ProbeResult:
             name = framework or self.framework
@@ -117,11 +119,15 @@ class BackendConformance:
                                    else (), **fields)
             key = request.to_json()
             if key not in _PROBES:
-                folder = tmp_path_factory.mktemp(f"probe-{name}-{request.precision}")
-                server_key = (name, request.plugin_modules)
-                if server_key not in _SERVERS:
-                    _SERVERS[server_key] = ProbeServer(tmp_path_factory.mktemp(f"server-{name}"))
-                _PROBES[key] = run_probe(request, folder, server=_SERVERS[server_key])
+                def server() -> ProbeServer:
+                    server_key = (name, request.plugin_modules)
+                    if server_key not in _SERVERS:
+                        _SERVERS[server_key] = ProbeServer(tmp_path_factory.mktemp(f"server-{name}"))
+                    return _SERVERS[server_key]
+
+                # Shared with the other xdist lanes of the session: a probe runs once, in the lane that asks first.
+                _PROBES[key] = shared_probe(request, session=session_probe_folder(tmp_path_factory), server=server,
+                                            folder=lambda: tmp_path_factory.mktemp(f"probe-{name}-{request.precision}"))
             return _PROBES[key]
 
         return get

@@ -1,0 +1,91 @@
+"""Probe results shared by the processes of one test session, so two pytest-xdist lanes never run the same probe.
+
+Under pytest-xdist every lane is a process of its own, and a session- or
+module-scoped cache of probes lives in one lane only: the conformance class's
+reference probes, or a module's probes, were run once per lane that needed
+them (each a framework's whole step compiled and trained again).
+:func:`shared_probe` keeps one result per request for the whole session in a
+folder every lane sees: the first lane to ask runs the probe while it holds
+that request's lock, and a lane asking later (or waiting on the lock) loads
+what it wrote.  A probe that fails leaves nothing behind, so the next lane to
+ask runs it again and sees the same failure.
+
+The folder is ``AMP_SUITE_PROBE_CACHE`` where that is set (a fresh folder per
+session: nothing in it is ever invalidated), else one the xdist lanes of this
+run share under pytest's base temporary folder; a session without xdist
+shares nothing (its own in-process caches suffice).  Locks are POSIX file
+locks: where ``fcntl`` is missing every lane runs its own probes, as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from amp_suite.testing.probes import ProbeRequest, ProbeResult, load_probe, run_probe
+from amp_suite.testing.server import ProbeServer
+
+#: the environment variable naming the folder of a session's shared probes
+PROBE_CACHE_ENV = "AMP_SUITE_PROBE_CACHE"
+# Written into a result's folder once the probe finished and its files are whole.
+_COMPLETE = "complete"
+
+
+def session_probe_folder(tmp_path_factory: Any) -> Path | None:
+    """The folder this test session's lanes share their probes in, or None where nothing is shared.
+
+    ``tmp_path_factory`` is pytest's fixture of that name: under xdist its
+    base folder is the lane's own, inside the run's, which every lane shares.
+    """
+    chosen = os.environ.get(PROBE_CACHE_ENV)
+    if chosen:
+        return Path(chosen)
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not run_id:
+        return None
+    return Path(tmp_path_factory.getbasetemp()).parent / f"amp-suite-probes-{run_id}"
+
+
+def shared_probe(request: ProbeRequest, *, session: Path | None, folder: Callable[[], Path],
+                 server: Callable[[], ProbeServer | None] | None = None) -> ProbeResult:
+    """The result of ``request``: loaded where a lane of this session already ran it, else run here and kept.
+
+    ``session`` is :func:`session_probe_folder`'s answer (None: run it here, in
+    ``folder()``).  ``server`` (None: a fresh process) is called only when the
+    probe runs in this lane, so a lane that only loads results never starts a
+    framework.
+    """
+    if session is None or _flock is None:
+        return run_probe(request, folder(), server=server() if server else None)
+    session.mkdir(parents=True, exist_ok=True)
+    key = hashlib.sha256(request.to_json().encode()).hexdigest()[:32]
+    entry = session / key
+    with _locked(session / f"{key}.lock"):
+        if (entry / _COMPLETE).exists():
+            return load_probe(request, entry)
+        shutil.rmtree(entry, ignore_errors=True)  # an earlier lane's probe that failed half-way
+        result = run_probe(request, entry, server=server() if server else None)
+        (entry / _COMPLETE).write_text(request.to_json(), encoding="utf-8")
+        return result
+
+
+try:
+    from fcntl import LOCK_EX, LOCK_UN
+    from fcntl import flock as _flock
+except ImportError:  # not POSIX: no shared probes
+    _flock = None  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a+b") as handle:
+        _flock(handle.fileno(), LOCK_EX)
+        try:
+            yield
+        finally:
+            _flock(handle.fileno(), LOCK_UN)

@@ -15,13 +15,14 @@ import pytest
 
 # Test modules import the helpers (suite_cli, processes, ...) as top-level modules: pytest puts
 # tests/helpers on sys.path (``pythonpath`` in pyproject.toml) before it reads this file.
+from amp_suite.testing.shared_probes import PROBE_CACHE_ENV
 from suite_cli import TINY_CONFIG
 
 HELPERS = Path(__file__).parent / "helpers"
 # The environment variables this session sets, undone when it ends.
 _SESSION_ENVIRONMENT = pytest.StashKey[pytest.MonkeyPatch]()
-# The compilation cache folders this process made (the controller's), removed when the session ends.
-_XLA_CACHES_MADE = pytest.StashKey[list[str]]()
+# The cache folders (compiles, probe results) this process made (the controller's), removed when the session ends.
+_CACHES_MADE = pytest.StashKey[list[str]]()
 # TensorFlow's flag that keeps its XLA compiles (jit_compile=True functions) in a folder, read from TF_XLA_FLAGS.
 TF_XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
 
@@ -57,13 +58,19 @@ def pytest_configure(config: pytest.Config) -> None:
     # controller makes the folder; xdist's workers inherit it.  Set JAX_COMPILATION_CACHE_DIR to choose another.
     # JAX keeps only compiles that took a second or more; the suite's small models compile in less, again in every
     # probe, so the session keeps every compile (JAX-heavy tests, two lanes: 298 s -> 234 s, same run, two each).
-    made = config.stash[_XLA_CACHES_MADE] = []
+    made = config.stash[_CACHES_MADE] = []
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
         folder = tempfile.mkdtemp(prefix="amp-suite-tests-xla-cache-")
         made.append(folder)
         environment.setenv("JAX_COMPILATION_CACHE_DIR", folder)
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             environment.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+    # One folder of probe results for the session (amp_suite.testing.shared_probes): a probe that both lanes, or
+    # a lane and the Flax example's own suite (its reference is the built-in JAX plugin), ask for runs once.
+    if PROBE_CACHE_ENV not in os.environ:
+        folder = tempfile.mkdtemp(prefix="amp-suite-tests-probes-")
+        made.append(folder)
+        environment.setenv(PROBE_CACHE_ENV, folder)
     # The same for TensorFlow's XLA: its persistent cache keys a compile by the program, so the Keras probes that
     # compile a step another probe compiled (the conformance kit's, in one server process or several) load it
     # instead.  Measured on a Keras resnet8 probe of 3 steps: 12.7 s of CPU cold, 8.8 s with its step cached; the
@@ -86,7 +93,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     environment = config.stash.get(_SESSION_ENVIRONMENT, None)
     if environment is not None:
         environment.undo()
-    for folder in config.stash.get(_XLA_CACHES_MADE, []):
+    for folder in config.stash.get(_CACHES_MADE, []):
         shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -98,6 +99,45 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # The tests that start a real framework first, each group in its own order: the xdist lanes then end on
     # short tests, which even them out, instead of one lane starting a minutes-long test as the other runs dry.
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    items[:] = _interleaved(items)
+
+
+def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
+    """``items`` with each module that names ``INTERLEAVE_BY`` (a parametrized fixture whose value the lanes
+    compute once and share, under a lock) taking its values in turn: test 1 of each value, then test 2, ...
+
+    pytest groups a module's tests by such a fixture's value, and xdist hands consecutive tests to alternate
+    lanes, so both lanes asked for the same value at once: one computed it while the other waited on the lock
+    (tests/test_transformers_keras.py: 42, 69 and 8 s of a lane idle, one wait per Keras backend).  Taken in
+    turn, the lanes compute different values side by side; re-entering a computed value reads its file.
+    """
+    out: list[pytest.Item] = []
+    pending: dict[Any, list[pytest.Item]] = {}
+    for item in items:
+        fixture = getattr(getattr(item, "module", None), "INTERLEAVE_BY", None)
+        callspec = getattr(item, "callspec", None)
+        if fixture is None or callspec is None or fixture not in callspec.params:
+            out.append(item)
+            continue
+        module = item.module
+        if module not in pending:
+            pending[module] = []
+            out.append(module)  # a placeholder where the module's first such test stood
+        pending[module].append(item)
+    result: list[pytest.Item] = []
+    for entry in out:
+        if isinstance(entry, pytest.Item):
+            result.append(entry)
+            continue
+        fixture = entry.INTERLEAVE_BY
+        by_value: dict[Any, list[pytest.Item]] = {}
+        for item in pending[entry]:
+            by_value.setdefault(item.callspec.params[fixture], []).append(item)
+        queues = list(by_value.values())
+        while queues:
+            result.extend(queue.pop(0) for queue in queues)
+            queues = [queue for queue in queues if queue]
+    return result
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

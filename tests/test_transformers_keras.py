@@ -43,6 +43,9 @@ from amp_suite.workloads.workload import learning_rate_at, variable_specs, workl
 pytestmark = pytest.mark.slow
 
 FRAMEWORKS = ("keras", "keras@jax", "keras@torch")
+# The lanes take the backends in turn, so they measure two backends side by side instead of one waiting on the
+# other's lock (tests/conftest.py).
+INTERLEAVE_BY = "checks"
 HELPERS = Path(__file__).parent / "helpers"
 # fp64: float64 round-off of these tiny models (measured: 1e-15 or better).
 FLOAT64_RTOL = 1e-9

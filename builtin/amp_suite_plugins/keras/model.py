@@ -17,7 +17,8 @@ logits.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -294,3 +295,16 @@ def undecayed_variables(keras_model: Any, workload: Workload) -> list[Any]:
     decayed = {spec.name for spec in variable_specs(workload) if spec.decay}
     return [variable for name, variable in keras_variables(keras_model, named_layers(workload)).items()
             if name not in decayed]
+
+
+@contextlib.contextmanager
+def statistics_kept(model: Any) -> Iterator[None]:
+    """Put ``model``'s non-trainable variables (BatchNorm's moving statistics) back as they were on leaving:
+    a training-mode call moves them, and ``predict`` must move nothing."""
+    saved = [v.numpy() for v in model.non_trainable_variables]
+    try:
+        yield
+    finally:
+        for variable, value in zip(model.non_trainable_variables, saved, strict=True):
+            variable.assign(value)
+

@@ -78,6 +78,7 @@ from amp_suite_plugins.keras.model import (
     model_inputs,
     named_layers,
     read_variables,
+    statistics_kept,
 )
 
 NAME = "keras@torch"
@@ -255,14 +256,9 @@ def predict(run: RunSpec, model: KerasTorchModel, images: np.ndarray, training: 
         if not training:
             logits = model.model(model_inputs(model.mask_names, x, None), training=False)
             return np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(logits, model.stored_dtype)))
-        # A training-mode call moves the moving statistics: put them back afterwards.
-        saved = [v.numpy() for v in model.model.non_trainable_variables]
-        try:
+        with statistics_kept(model.model):  # a training-mode call moves the moving statistics
             logits = model.model(model_inputs(model.mask_names, x, None), training=True)
             return np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(logits, model.stored_dtype)))
-        finally:
-            for variable, value in zip(model.model.non_trainable_variables, saved, strict=True):
-                variable.assign(value)
 
 
 @hookimpl

@@ -60,6 +60,7 @@ from amp_suite_plugins.keras.model import (
     model_inputs,
     named_layers,
     read_variables,
+    statistics_kept,
     undecayed_variables,
 )
 from amp_suite_plugins.keras.tf_model import KerasModel
@@ -259,14 +260,9 @@ def predict(run: RunSpec, model: KerasModel, images: np.ndarray, training: bool)
         x = tf.constant(input_array(images, model.stored_dtype))
         if not training:
             return model.predict_fn(x).numpy()
-        # A training-mode call moves the moving statistics: put them back afterwards.
-        saved = [v.numpy() for v in model.model.non_trainable_variables]
-        try:
+        with statistics_kept(model.model):  # a training-mode call moves the moving statistics
             return tf.cast(model.model(model_inputs(model.mask_names, x, None), training=True),
                            model.stored_dtype).numpy()
-        finally:
-            for variable, value in zip(model.model.non_trainable_variables, saved, strict=True):
-                variable.assign(value)
 
 
 @hookimpl

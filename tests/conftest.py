@@ -26,8 +26,6 @@ _SESSION_ENVIRONMENT = pytest.StashKey[pytest.MonkeyPatch]()
 _CACHES_MADE = pytest.StashKey[list[str]]()
 # TensorFlow's flag that keeps its XLA compiles (jit_compile=True functions) in a folder, read from TF_XLA_FLAGS.
 TF_XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory"
-# XLA's flag for how hard LLVM optimizes the machine code of a compile (0 to 3; XLA's default 3), read from XLA_FLAGS.
-XLA_OPTIMIZATION_FLAG = "--xla_backend_optimization_level"
 
 
 def _lane_threads() -> int | None:
@@ -68,15 +66,6 @@ def pytest_configure(config: pytest.Config) -> None:
         environment.setenv("JAX_COMPILATION_CACHE_DIR", folder)
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             environment.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-    # XLA (JAX's, and TensorFlow's jit_compile) compiles the suite's many small steps without LLVM's optimizations
-    # of the machine code: its HLO passes (fusion, algebraic rewrites, layouts, dtypes) still run, so each step is
-    # the same computation, reached with less compiling; the code it makes is slower, and nothing here times it
-    # (speed lives in benchmarks/, which run with XLA's defaults).  Measured on this 2-core Xeon (AMX), same
-    # session: the conformance kit's five classes (tests/test_frameworks.py, -n 2) 340 s -> 233 s, CPU 661 s ->
-    # 448 s, every check passing.  XLA_FLAGS that already set the level are left as they are.
-    xla_flags = os.environ.get("XLA_FLAGS", "")
-    if XLA_OPTIMIZATION_FLAG not in xla_flags:
-        environment.setenv("XLA_FLAGS", f"{xla_flags} {XLA_OPTIMIZATION_FLAG}=0".strip())
     # One folder of probe results for the session (amp_suite.testing.shared_probes): a probe that both lanes, or
     # a lane and the Flax example's own suite (its reference is the built-in JAX plugin), ask for runs once.
     if PROBE_CACHE_ENV not in os.environ:

@@ -2,7 +2,7 @@
 
 Every probe, cell and example suite the tests start inherits these variables:
 JAX's persistent cache folder and TensorFlow's, named in ``TF_XLA_FLAGS``, the
-folder of shared probe results, and XLA's backend optimization level.
+folder of shared probe results.
 No framework is imported here.
 """
 
@@ -29,12 +29,6 @@ def test_tensorflow_processes_share_one_xla_cache_folder() -> None:
     if not folders[0]:
         pytest.skip(f"the caller turned TensorFlow's cache off ({TF_XLA_CACHE_FLAG}=)")
     assert Path(folders[0]).is_dir(), folders[0]
-
-
-def test_xla_compiles_without_llvm_optimizations_unless_the_caller_chose_a_level() -> None:
-    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-             if flag.startswith("--xla_backend_optimization_level=")]
-    assert len(flags) == 1, f"XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}: one --xla_backend_optimization_level expected"
 
 
 def test_probe_results_are_shared_in_one_session_folder() -> None:

@@ -1,8 +1,8 @@
 """The test session hands its framework processes compilation caches (tests/conftest.py, docs/architecture.md).
 
 Every probe, cell and example suite the tests start inherits these variables:
-JAX's persistent cache folder and TensorFlow's, named in ``TF_XLA_FLAGS``, the
-folder of shared probe results.
+JAX's persistent cache folder, TensorFlow's (named in ``TF_XLA_FLAGS``) and
+the folder of shared probe results.
 No framework is imported here.
 """
 

@@ -104,12 +104,17 @@ def set_policy(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tuple[str
 
 
 def make_training_optimizer(keras: Any, run: RunSpec, workload: Workload, applied: PrecisionApplied,
-                            model: Any) -> Any:
+                            model: Any, *, gradients_reduced: bool = False) -> Any:
     """The suite's optimizer for ``model``, inside Keras's ``LossScaleOptimizer`` (or its static subclass) when
-    amp_fp16 scales its loss, which unscales the gradients before the inner optimizer clips them."""
+    amp_fp16 scales its loss, which unscales the gradients before the inner optimizer clips them.
+
+    ``gradients_reduced``: the step all-reduces the gradients itself (TensorFlow's data parallel), so the
+    inner optimizer must not reduce them again."""
     from amp_suite_plugins.keras.parts import make_optimizer
 
     optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
+    if gradients_reduced:
+        optimizer.gradients_reduced = True
     return loss_scale_optimizer(keras, optimizer, applied, loss_scale_growth_interval(run))
 
 

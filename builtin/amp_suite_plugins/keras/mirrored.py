@@ -22,9 +22,6 @@ from typing import Any
 import numpy as np
 
 from amp_suite.errors import UnsupportedError
-from amp_suite.plugins.kit import (
-    loss_scale_growth_interval,
-)
 from amp_suite.records import (
     Batch,
     DeviceInfo,
@@ -32,14 +29,13 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
-from amp_suite_plugins.keras.backends import attention_of
-from amp_suite_plugins.keras.loss_scaling import loss_scale_optimizer, scales_loss
+from amp_suite_plugins.keras.backends import attention_of, make_training_optimizer
+from amp_suite_plugins.keras.loss_scaling import scales_loss
 from amp_suite_plugins.keras.model import (
     build_keras_model,
     dropouts,
     model_inputs,
     named_layers,
-    undecayed_variables,
 )
 from amp_suite_plugins.keras.tf_model import KerasModel
 from amp_suite_plugins.keras.tf_options import _jit
@@ -70,8 +66,6 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     import keras
     import tensorflow as tf
 
-    from amp_suite_plugins.keras.parts import make_optimizer
-
     strategy = _strategy(tf, run, device)
     global_batch = run.batch_size
     loss_scaled = scales_loss(applied)
@@ -79,9 +73,8 @@ def _build_mirrored(run: RunSpec, workload: Workload, variables: dict[str, np.nd
     with strategy.scope():
         model = build_keras_model(keras, workload, variables, synchronized=run.sync_batch_norm, stored_dtype=stored,
                                   attention=attention_of(run), kept=applied.keep_fp32, fp8=bool(applied.fp8_matmul))
-        inner = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
-        inner.gradients_reduced = True  # the step all-reduces the gradients itself
-        optimizer = loss_scale_optimizer(keras, inner, applied, loss_scale_growth_interval(run))
+        # The step all-reduces the gradients itself.
+        optimizer = make_training_optimizer(keras, run, workload, applied, model, gradients_reduced=True)
         optimizer.build(model.trainable_variables)
     variables_ = model.trainable_variables
     mask_names = tuple(item.layer.name for item in dropouts(workload))

@@ -34,7 +34,6 @@ from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
     BUILT_IN_PRECISIONS,
     cpu_device,
-    loss_scale_growth_interval,
     require_device_kind,
     standard_precision,
     take_slowest_window,
@@ -49,8 +48,14 @@ from amp_suite.records import (
     RunSpec,
     Workload,
 )
-from amp_suite_plugins.keras.backends import attention_notes, attention_of, import_keras, set_policy
-from amp_suite_plugins.keras.loss_scaling import loss_scale_optimizer, scales_loss
+from amp_suite_plugins.keras.backends import (
+    attention_notes,
+    attention_of,
+    import_keras,
+    make_training_optimizer,
+    set_policy,
+)
+from amp_suite_plugins.keras.loss_scaling import scales_loss
 from amp_suite_plugins.keras.mirrored import _build_mirrored, _distribute, _slowest_window
 from amp_suite_plugins.keras.model import (
     LAYER_KINDS,
@@ -61,7 +66,6 @@ from amp_suite_plugins.keras.model import (
     named_layers,
     read_variables,
     statistics_kept,
-    undecayed_variables,
 )
 from amp_suite_plugins.keras.tf_model import KerasModel
 from amp_suite_plugins.keras.tf_options import OPTIONS, _jit
@@ -159,8 +163,6 @@ def build_model(
     import keras
     import tensorflow as tf
 
-    from amp_suite_plugins.keras.parts import make_optimizer
-
     if run.distributed:
         return _build_mirrored(run, workload, {**initial_weights, **initial_state}, applied, device)
     device_name = "/GPU:0" if device.kind == "gpu" else "/CPU:0"
@@ -168,9 +170,8 @@ def build_model(
     with tf.device(device_name):
         model = build_keras_model(keras, workload, {**initial_weights, **initial_state}, stored_dtype=stored,
                                   attention=attention_of(run), kept=applied.keep_fp32, fp8=bool(applied.fp8_matmul))
-        optimizer = make_optimizer(workload.optimizer, undecayed_variables(model, workload))
         loss_scaled = scales_loss(applied)
-        optimizer = loss_scale_optimizer(keras, optimizer, applied, loss_scale_growth_interval(run))
+        optimizer = make_training_optimizer(keras, run, workload, applied, model)
         optimizer.build(model.trainable_variables)
     variables = model.trainable_variables
     mask_names = tuple(item.layer.name for item in dropouts(workload))

@@ -217,7 +217,6 @@ class SweepProgress:
         self.pending_line = False
         self.durations: dict[tuple[str, str, str], list[float]] = {}
         self.ran: list[float] = []
-        self.sweep_started = time.monotonic()
         self.kept: set[int] = set()
 
     def keeping(self, indexes: set[int]) -> None:

@@ -227,18 +227,6 @@ def test_a_plugin_without_a_data_parallel_engine_is_unsupported_on_several_devic
     assert "--devices 1" in two["error"] and not two["metrics"].get("throughput")
 
 
-def test_results_stored_before_the_devices_axis_still_resume():
-    from dataclasses import asdict
-
-    from amp_suite.records import RunSpec
-    from amp_suite.sweep.store import plain_config
-
-    old = asdict(RunSpec(framework="torch", workload="w", precision="fp32"))
-    for name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher"):
-        old.pop(name)
-    assert plain_config(old) == plain_config(asdict(RunSpec(framework="torch", workload="w", precision="fp32")))
-
-
 def test_resume_with_other_flags_than_the_stored_sweep_says_which(tiny_config, tmp_path, clean_fake_env):
     first = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32")
     assert first.returncode == 0, first.stderr

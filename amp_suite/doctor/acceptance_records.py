@@ -162,10 +162,6 @@ class AcceptancePlan:
     workdir: Path
     checks: tuple[AcceptanceCheck, ...]
 
-    @property
-    def sweep_frameworks(self) -> tuple[str, ...]:
-        return tuple(f for f in self.frameworks if f in self.machine.installed)
-
 
 def framework_list(frameworks: Sequence[str]) -> str:
     """Framework names as the plan's and the report's sentences list them."""

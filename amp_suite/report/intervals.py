@@ -89,13 +89,6 @@ class Interval:
         """Whether ``x`` lies inside the interval (False when there is none)."""
         return self.known and self.low <= x <= self.high
 
-    @property
-    def relative_half_width(self) -> float:
-        """Half the interval's width over its value (NaN without an interval)."""
-        if not self.known or not self.value:
-            return math.nan
-        return (self.high - self.low) / 2 / self.value
-
 
 def _finite_positive(values: Iterable[float | None]) -> list[float]:
     out = []

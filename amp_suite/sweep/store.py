@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from amp_suite.records import CellResult, RunSpec, cell_from_dict, to_plain
+from amp_suite.records import CellResult, cell_from_dict, to_plain
 from amp_suite.safe_files import append_line, read_regular
 from amp_suite.stored_values import metric_problem, name_problem, number_problem, section_problem
 
@@ -41,23 +41,6 @@ _OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-# Run fields added with data parallelism: their RunSpec default is the meaning of a line stored without them.
-DISTRIBUTED_DEFAULTS: dict[str, Any] = {
-    f.name: f.default for f in fields(RunSpec)
-    if f.name in ("devices", "sync_batch_norm", "nnodes", "node_rank", "coordinator", "launcher")}
-
-
-
-def plain_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A run configuration as stored, without settings that do not change figures."""
-    out = to_plain(config)
-    out.pop("timeout_s", None)
-    # Fields added with data parallelism: at their defaults they describe what
-    # every older one-device result did, so older lines still resume.
-    for name, default in DISTRIBUTED_DEFAULTS.items():
-        if out.get(name, default) == default:
-            out.pop(name, None)
-    return out
 
 
 def cut_text(text: str, limit: int, *, keep: str = "start") -> str:

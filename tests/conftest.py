@@ -100,7 +100,7 @@ def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
     (tests/test_transformers_keras.py: 42, 69 and 8 s of a lane idle, one wait per Keras backend).  Taken in
     turn, the lanes compute different values side by side; re-entering a computed value reads its file.
     """
-    out: list[pytest.Item] = []
+    out: list[Any] = []  # tests, and a module where its interleaved tests go
     pending: dict[Any, list[pytest.Item]] = {}
     for item in items:
         fixture = getattr(getattr(item, "module", None), "INTERLEAVE_BY", None)

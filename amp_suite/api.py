@@ -248,17 +248,16 @@ def numerics_report(directory: str | Path) -> pd.DataFrame:
     import pandas as pd
 
     from amp_suite.numerics.records import LayerNumerics
-    from amp_suite.shadow.report import LAYERS_FILE, read_bisect, read_numerics
+    from amp_suite.shadow.report import LAYERS_FILE, read_numerics_and_search
     from amp_suite.sweep import request_checks
 
     directory = request_checks.directory_path("directory", directory)
     if not (directory / LAYERS_FILE).is_file():
         raise UsageError(f"{str(directory)!r} holds no {LAYERS_FILE}: give the --out of an amp-suite numerics run")
-    runs, layers = read_numerics(directory)
+    runs, layers, search = read_numerics_and_search(directory)
     frame = pd.DataFrame([dataclasses.asdict(row) for row in layers],
                          columns=[f.name for f in dataclasses.fields(LayerNumerics)])
     frame.attrs["runs"] = [dataclasses.asdict(run) for run in runs]
-    search = read_bisect(directory)
     frame.attrs["bisect"] = None if search is None else dataclasses.asdict(search)
     frame.attrs["out_dir"] = str(directory)
     return frame

@@ -3,8 +3,9 @@
 ``numerics.jsonl`` holds one line per run (``"record": "run"``, a
 :class:`~amp_suite.numerics.records.NumericsRun`) and one per layer, tensor,
 step and shadow (``"record": "layer"``, a
-:class:`~amp_suite.numerics.records.LayerNumerics`); :func:`read_numerics`
-reads it back.  The markdown and the heatmap summarise each layer over the
+:class:`~amp_suite.numerics.records.LayerNumerics`), and after ``--bisect``
+one for the search (``"record": "bisect"``); :func:`read_numerics_and_search`
+reads all three back in one pass.  The markdown and the heatmap summarise each layer over the
 traced steps by its worst step, against the float32 shadow; the sentences
 name the worst layers.  ``docs/numerics.md`` explains how to read them.
 """
@@ -325,28 +326,24 @@ def _number_back(value: Any) -> Any:
     return float(value) if value in ("nan", "inf", "-inf") else value
 
 
-def read_bisect(directory: str | Path) -> BisectOutcome | None:
-    """The search ``--bisect`` wrote into ``DIRECTORY/numerics.jsonl``; ``None`` when it holds none."""
-    for line in (Path(directory) / LAYERS_FILE).read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        if record.pop("record", "") != "bisect":
-            continue
-        trials = tuple(BisectTrial(**{**trial, "kept": tuple(trial["kept"]), "losses": tuple(trial["losses"]),
-                                      "loss_gap": float(_number_back(trial["loss_gap"]))})
-                       for trial in record.pop("trials"))
-        found = record.pop("found")
-        return BisectOutcome(**{**record, "reference_losses": tuple(record["reference_losses"]), "trials": trials,
-                                "found": None if found is None else tuple(found)})
-    return None
+def _search(record: dict[str, Any]) -> BisectOutcome:
+    """The ``"record": "bisect"`` line of numerics.jsonl (its ``record`` key taken out) as a :class:`BisectOutcome`."""
+    trials = tuple(BisectTrial(**{**trial, "kept": tuple(trial["kept"]), "losses": tuple(trial["losses"]),
+                                  "loss_gap": float(_number_back(trial["loss_gap"]))})
+                   for trial in record.pop("trials"))
+    found = record.pop("found")
+    return BisectOutcome(**{**record, "reference_losses": tuple(record["reference_losses"]), "trials": trials,
+                            "found": None if found is None else tuple(found)})
 
 
-def read_numerics(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics]]:
-    """The runs and layer rows of ``DIRECTORY/numerics.jsonl``; a ``FileNotFoundError`` naming it when absent."""
+def read_numerics_and_search(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics],
+                                                             BisectOutcome | None]:
+    """The runs, the layer rows and the search of ``--bisect`` (``None`` when it holds none) of
+    ``DIRECTORY/numerics.jsonl``, read once; a ``FileNotFoundError`` naming it when absent."""
     path = Path(directory) / LAYERS_FILE
     runs: list[NumericsRun] = []
     layers: list[LayerNumerics] = []
+    search: BisectOutcome | None = None
     run_fields = {f.name for f in fields(NumericsRun)}
     layer_fields = {f.name for f in fields(LayerNumerics)}
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -354,10 +351,19 @@ def read_numerics(directory: str | Path) -> tuple[list[NumericsRun], list[LayerN
             continue
         record = json.loads(line)
         kind = record.pop("record", "")
+        if kind == "bisect":
+            search = _search(record)
+            continue
         values = {key: _number_back(value) for key, value in record.items()}
         if kind == "run":
             values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in run_fields}
             runs.append(NumericsRun(**values))
         elif kind == "layer":
             layers.append(LayerNumerics(**{k: v for k, v in values.items() if k in layer_fields}))
+    return runs, layers, search
+
+
+def read_numerics(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics]]:
+    """The runs and layer rows of ``DIRECTORY/numerics.jsonl``; a ``FileNotFoundError`` naming it when absent."""
+    runs, layers, _ = read_numerics_and_search(directory)
     return runs, layers

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from amp_suite.records import OptimizerSpec
-from amp_suite.testing import framework_installed
+from amp_suite.testing import framework_installed, session_probe_folder
 from amp_suite.workloads.kinds import KINDS, TOKEN_KINDS
 from amp_suite.workloads.workload import learning_rate_at, variable_specs, workload_from_config
 
@@ -53,12 +53,6 @@ FLOAT64_RTOL = 1e-9
 FUSED_FLOAT32_RTOL = 2e-6
 
 
-def _session_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder every xdist lane of this test session shares (this process's own without xdist)."""
-    base = tmp_path_factory.getbasetemp()
-    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
-
-
 @pytest.fixture(scope="module", params=FRAMEWORKS)
 def checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The measurements of one backend, from one process (``keras_transformer_checks``) per test session.
@@ -72,8 +66,11 @@ def checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     framework = request.param
     if not framework_installed(framework):
         pytest.skip(f"{framework} is not installed")
+    # The folder the session's lanes share their probes in (this process's own base folder without xdist).
+    folder = session_probe_folder(tmp_path_factory) or tmp_path_factory.getbasetemp()
+    folder.mkdir(parents=True, exist_ok=True)
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "single")
-    out = _session_folder(tmp_path_factory) / f"keras-transformers-{run_id}-{framework.replace('@', '-')}.json"
+    out = folder / f"keras-transformers-{run_id}-{framework.replace('@', '-')}.json"
     with FileLock(str(out) + ".lock"):
         if not out.exists():
             done = subprocess.run([sys.executable, "-m", "keras_transformer_checks", framework, str(out)],

@@ -30,6 +30,12 @@ from typing import Any
 from amp_suite.testing.probes import ProbeRequest, ProbeResult, load_probe, run_probe
 from amp_suite.testing.server import ProbeServer
 
+try:
+    from fcntl import LOCK_EX, LOCK_UN
+    from fcntl import flock as _flock
+except ImportError:  # not POSIX: no shared probes
+    _flock = None  # type: ignore[assignment]
+
 #: the environment variable naming the folder of a session's shared probes
 PROBE_CACHE_ENV = "AMP_SUITE_PROBE_CACHE"
 # Written into a result's folder once the probe finished and its files are whole.
@@ -72,13 +78,6 @@ def shared_probe(request: ProbeRequest, *, session: Path | None, folder: Callabl
         result = run_probe(request, entry, server=server() if server else None)
         (entry / _COMPLETE).write_text(request.to_json(), encoding="utf-8")
         return result
-
-
-try:
-    from fcntl import LOCK_EX, LOCK_UN
-    from fcntl import flock as _flock
-except ImportError:  # not POSIX: no shared probes
-    _flock = None  # type: ignore[assignment]
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ class KerasJaxModel:
     batch_shapes: Any = None  # the first staged batch's shapes, for XLA's memory analysis
     traces: list[int] = field(default_factory=lambda: [0])
     mesh: Any = None  # the data-parallel Mesh of a cell on several devices, else None
+    predict_step: Any = None  # (trainable, non_trainable, inputs, training=) -> logits, compiled where the step is
 
 
 def _write_back(jax: Any, model: KerasJaxModel) -> None:
@@ -38,7 +39,7 @@ def _write_back(jax: Any, model: KerasJaxModel) -> None:
                               (model.model.non_trainable_variables, non_trainable),
                               (model.optimizer.variables, optimizer_values)):
         for variable, value in zip(variables, values, strict=True):
-            variable.assign(jax.numpy.copy(value))
+            variable.assign(jax.device_put(value, may_alias=False))  # a copy, with no program compiled per shape
 
 
 def _local(model: KerasJaxModel, tree: Any) -> Any:

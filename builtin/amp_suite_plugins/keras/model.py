@@ -37,6 +37,12 @@ POLICIES = {"fp32": "float32", "tf32": "float32", "amp_fp16": "mixed_float16", "
             "fp8": "mixed_bfloat16", "fp64": "float64"}  # fp8: amp_bf16's policy, its FP8 layers from keras.fp8
 
 
+# Every variable gets its canonical value right after the model is built (``set_weights`` refuses a layer whose list
+# is short), so Keras's layers start from zeros instead of drawing random values only to throw them away: on the JAX
+# backend each draw compiled an XLA program of its own shape (resnet8: 9 programs, 5 s of a 15 s probe).
+PLACEHOLDER = "zeros"
+
+
 def model_inputs(mask_names: tuple[str, ...], images: Any, masks: dict[str, Any] | None) -> Any:
     """The model's inputs: ``images`` alone without dropout, else ``[images, *masks]`` (None: no dropout)."""
     if not mask_names:
@@ -53,9 +59,10 @@ def _conv(keras: Any, spec: LayerSpec, x: Any) -> Any:
         x = keras.layers.ZeroPadding2D(spec.padding, name=f"{spec.name}_pad")(x)
     if spec.kind == "depthwise_conv2d":  # kernel (k, k, c, 1): the canonical layout
         return keras.layers.DepthwiseConv2D(spec.kernel_size, strides=spec.stride, padding=padding,
-                                            depth_multiplier=1, use_bias=spec.use_bias, name=spec.name)(x)
+                                            depth_multiplier=1, use_bias=spec.use_bias, name=spec.name,
+                                            depthwise_initializer=PLACEHOLDER)(x)
     return keras.layers.Conv2D(spec.features, spec.kernel_size, strides=spec.stride, padding=padding,
-                               use_bias=spec.use_bias, name=spec.name)(x)
+                               use_bias=spec.use_bias, name=spec.name, kernel_initializer=PLACEHOLDER)(x)
 
 
 def _mask_input(keras: Any, item: Any, dtype: str) -> Any:
@@ -120,15 +127,16 @@ def _dense(t: Translation, spec: LayerSpec, x: Any) -> Any:
     if spec.name in t.fp8:
         from amp_suite_plugins.keras.fp8 import Fp8Dense
 
-        return Fp8Dense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
-    return TokenDense(spec.features, use_bias=spec.use_bias, name=spec.name)(x)
+        return Fp8Dense(spec.features, use_bias=spec.use_bias, name=spec.name, kernel_initializer=PLACEHOLDER)(x)
+    return TokenDense(spec.features, use_bias=spec.use_bias, name=spec.name, kernel_initializer=PLACEHOLDER)(x)
 
 
 def _patch_embed(t: Translation, spec: LayerSpec, x: Any) -> Any:
     """A Conv2D with kernel = stride = patch (HWIO kernel: the canonical layout), its NHWC output
     reshaped to tokens in row-major order."""
     p = spec.kernel_size
-    x = t.keras.layers.Conv2D(spec.features, p, strides=p, padding="valid", use_bias=spec.use_bias, name=spec.name)(x)
+    x = t.keras.layers.Conv2D(spec.features, p, strides=p, padding="valid", use_bias=spec.use_bias, name=spec.name,
+                              kernel_initializer=PLACEHOLDER)(x)
     return t.keras.layers.Reshape((x.shape[1] * x.shape[2], spec.features), name=f"{spec.name}_tokens")(x)
 
 
@@ -192,8 +200,8 @@ BUILDERS: dict[str, Builder] = {
     "class_token": _token_layer("ClassToken"),
     "position_embedding": _token_layer("PositionEmbedding"),
     # Keras's Embedding: the rows are looked up in the variable dtype and cast to the compute dtype.
-    "token_embedding": lambda t, spec, x: t.keras.layers.Embedding(spec.vocab_size, spec.features,
-                                                                   name=spec.name)(x),
+    "token_embedding": lambda t, spec, x: t.keras.layers.Embedding(spec.vocab_size, spec.features, name=spec.name,
+                                                                   embeddings_initializer=PLACEHOLDER)(x),
     "layer_norm": _layer_norm,
     "rms_norm": _rms_norm,
     "multi_head_attention": _attention,

@@ -225,14 +225,13 @@ def build_model(
         trainable, optimizer_values = optimizer.stateless_apply(optimizer_values, grads, trainable)
         return (trainable, non_trainable, optimizer_values), loss, finite
 
-    # Copies: the step donates its state's buffers (on a GPU), and the Keras variables keep their own.
-    state = jax.tree_util.tree_map(jax.numpy.copy, ([v.value for v in model.trainable_variables],
-                                                    [v.value for v in model.non_trainable_variables],
-                                                    [v.value for v in optimizer.variables]))
-    # ... committed to the device: the step's outputs are, and jax.jit keys its compiles by whether an argument is
-    # committed, so uncommitted copies made the second step compile the whole step again (3 steps of a tiny ViT:
-    # two compiles of 2.4 and 2.9 s).
-    state = jax.device_put(state, target)
+    # Copies (the step donates its state's buffers on a GPU, and the Keras variables keep their own), committed to
+    # the device: the step's outputs are, and jax.jit keys its compiles by whether an argument is committed, so
+    # uncommitted copies made the second step compile the whole step again (3 steps of a tiny ViT: two compiles of
+    # 2.4 and 2.9 s).  device_put copies without compiling a program per shape, as jax.numpy.copy did.
+    state = jax.device_put(([v.value for v in model.trainable_variables],
+                            [v.value for v in model.non_trainable_variables],
+                            [v.value for v in optimizer.variables]), target, may_alias=False)
     mesh = None
     if run.distributed:
         from jax.sharding import Mesh, NamedSharding
@@ -243,8 +242,16 @@ def build_model(
         step = jax.shard_map(_replica_step(jax, step), mesh=mesh,
                              in_specs=(P(), P(AXIS), P(AXIS), P(AXIS)), out_specs=P())
     train_step = jax.jit(step, donate_argnums=(0,)) if _jit(run) or mesh is not None else step
+
+    def forward(trainable: Any, non_trainable: Any, inputs: Any, training: bool) -> Any:
+        # Stateless: a training-mode call's moved statistics are dropped, not written back.
+        logits, _ = model.stateless_call(trainable, non_trainable, inputs, training=training)
+        return logits
+
+    # Compiled like the step: op by op, every operation of a new shape compiled a program of its own (resnet8: 60).
+    predict_step = jax.jit(forward, static_argnames=("training",)) if _jit(run) else forward
     return KerasJaxModel(model, optimizer, train_step, state, target, loss_scaled, named_layers(workload),
-                         mask_names, stored, scale_index, traces=traces, mesh=mesh)
+                         mask_names, stored, scale_index, traces=traces, mesh=mesh, predict_step=predict_step)
 
 
 @hookimpl
@@ -298,9 +305,7 @@ def predict(run: RunSpec, model: KerasJaxModel, images: np.ndarray, training: bo
 
     x = jax.device_put(input_array(images, model.stored_dtype), model.device)
     trainable, non_trainable, _ = _local(model, model.state)
-    # Stateless: a training-mode call's moved statistics are dropped, not written back.
-    logits, _ = model.model.stateless_call(trainable, non_trainable, model_inputs(model.mask_names, x, None),
-                                           training=training)
+    logits = model.predict_step(trainable, non_trainable, model_inputs(model.mask_names, x, None), training=training)
     return np.asarray(keras.ops.convert_to_numpy(keras.ops.cast(logits, model.stored_dtype)))
 
 

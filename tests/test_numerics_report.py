@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 import amp_suite
-from amp_suite.numerics.compare import compare_steps, worst_layers
+from amp_suite.numerics.compare import compare_steps
 from amp_suite.numerics.formats import BFLOAT16, FLOAT16
 from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite.numerics.shares import value_shares
+from amp_suite.shadow.bisect import worst_layer
 from amp_suite.shadow.report import read_numerics, summarise, worst_layer_sentences
 from suite_cli import one_line_error, run_cli, tiny_config_file
 
@@ -119,8 +120,8 @@ def test_the_comparison_names_the_one_layer_whose_output_a_backend_perturbs(tmp_
     _, layers = read_numerics(tmp_path / "numerics")
     amp = [r for r in layers if r.precision == "amp_bf16" and r.shadow == "fp32" and r.tensor == "activation"]
     assert [r.layer for r in amp] == ["conv1", "conv2", "dense1", "logits"]
-    assert [r.layer for r in worst_layers(amp, by="error_added", count=1)] == [planted]
-    assert [r.layer for r in worst_layers(amp, by="error_added", count=4)][0] == planted
+    # the layer --bisect keeps first (the largest error added, then the gradients' error)
+    assert worst_layer(amp, [r.layer for r in amp]) == planted
     # fp32 against fp64 is the round-off floor: no layer of it comes near the planted 5%
     floor = [r for r in layers if r.precision == "fp32" and r.shadow == "fp64"]
     assert floor and max(r.relative_error for r in floor) < 1e-5

@@ -4,7 +4,7 @@
 and the shadow's trace of the same step (same weights, same batch, float32
 or float64) and gives one :class:`~amp_suite.numerics.records.LayerNumerics`
 per named layer for its activation and one for its weight gradients (every
-variable of the layer concatenated).  :func:`worst_layers` ranks them.  Pure
+variable of the layer concatenated); ``shadow.bisect.worst_layer`` ranks them.  Pure
 NumPy: what the rows say is computed here, from the arrays, the same for
 every framework.
 """
@@ -121,19 +121,3 @@ def _narrowest(dtypes: object) -> str:
     if not known:
         return names[0] if names else "float64"
     return min(known, key=lambda name: (FORMATS[name].mantissa_bits, FORMATS[name].exponent_bits))
-
-
-def worst_layers(rows: list[LayerNumerics], *, by: str, count: int = 3) -> list[LayerNumerics]:
-    """The ``count`` rows with the largest ``by`` (a numeric field), each layer and tensor kind once (its
-    worst step); NaN counts as largest, rows whose ``by`` is ``None`` or 0 are left out."""
-    worst: dict[tuple[str, str, str, str], LayerNumerics] = {}
-
-    def key(row: LayerNumerics) -> float:
-        value = getattr(row, by)
-        return math.inf if value is not None and math.isnan(value) else float(value or 0.0)
-
-    for row in rows:
-        slot = (row.framework, row.precision, row.layer, row.tensor)
-        if key(row) > 0 and (slot not in worst or key(row) > key(worst[slot])):
-            worst[slot] = row
-    return sorted(worst.values(), key=key, reverse=True)[:count]

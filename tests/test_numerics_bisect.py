@@ -108,3 +108,21 @@ def test_a_failing_amp_run_ends_the_search_with_its_error_and_the_report_is_stil
     trial = search["trials"][0]
     assert trial["status"] == "failed" and "told to fail amp_bf16" in trial["error"] and math.isnan(trial["loss_gap"])
     assert "| 1 | – | failed: " in (tmp_path / "numerics" / "numerics.md").read_text()
+
+
+def test_a_diverged_runs_losses_are_read_back_as_floats_nan_included(tmp_path: Path) -> None:
+    # numerics.jsonl holds a non-finite float as the text "nan" (to_plain): inside a list of losses too
+    from amp_suite.numerics.records import BisectOutcome, BisectTrial, NumericsRun
+    from amp_suite.shadow.report import read_numerics_and_search, write_report
+
+    run = NumericsRun("torch", "tiny", "amp_fp16", "ok", steps=2, losses=(2.5, math.nan), loss_scales=(65536.0, None),
+                      layers=("dense",))
+    trial = BisectTrial(("dense",), "ok", math.inf, (2.5, math.inf))
+    search = BisectOutcome("torch", "tiny", "amp_fp16", 0.01, 4, (2.5, math.nan), (trial,), None)
+    write_report(tmp_path, [run], [], search)
+    assert '"nan"' in (tmp_path / "numerics.jsonl").read_text()  # what the file holds, and what must not come back
+    (back,), _, found = read_numerics_and_search(tmp_path)
+    assert back.losses[0] == 2.5 and math.isnan(back.losses[1]) and back.loss_scales == (65536.0, None)
+    assert back.layers == ("dense",)
+    assert found is not None and found.reference_losses[0] == 2.5 and math.isnan(found.reference_losses[1])
+    assert found.trials[0].losses == (2.5, math.inf) and found.trials[0].loss_gap == math.inf

@@ -326,13 +326,18 @@ def _number_back(value: Any) -> Any:
     return float(value) if value in ("nan", "inf", "-inf") else value
 
 
+def _numbers_back(values: list[Any]) -> tuple[Any, ...]:
+    """A list of floats (a diverged run's losses: ``"nan"`` among them) read back as a tuple of floats."""
+    return tuple(_number_back(value) for value in values)
+
+
 def _search(record: dict[str, Any]) -> BisectOutcome:
     """The ``"record": "bisect"`` line of numerics.jsonl (its ``record`` key taken out) as a :class:`BisectOutcome`."""
-    trials = tuple(BisectTrial(**{**trial, "kept": tuple(trial["kept"]), "losses": tuple(trial["losses"]),
+    trials = tuple(BisectTrial(**{**trial, "kept": tuple(trial["kept"]), "losses": _numbers_back(trial["losses"]),
                                   "loss_gap": float(_number_back(trial["loss_gap"]))})
                    for trial in record.pop("trials"))
     found = record.pop("found")
-    return BisectOutcome(**{**record, "reference_losses": tuple(record["reference_losses"]), "trials": trials,
+    return BisectOutcome(**{**record, "reference_losses": _numbers_back(record["reference_losses"]), "trials": trials,
                             "found": None if found is None else tuple(found)})
 
 
@@ -356,7 +361,8 @@ def read_numerics_and_search(directory: str | Path) -> tuple[list[NumericsRun], 
             continue
         values = {key: _number_back(value) for key, value in record.items()}
         if kind == "run":
-            values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in run_fields}
+            values = {k: (_numbers_back(v) if k in ("losses", "loss_scales") else tuple(v)) if isinstance(v, list)
+                      else v for k, v in values.items() if k in run_fields}
             runs.append(NumericsRun(**values))
         elif kind == "layer":
             layers.append(LayerNumerics(**{k: v for k, v in values.items() if k in layer_fields}))

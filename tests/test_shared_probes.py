@@ -122,3 +122,23 @@ def test_the_session_folder_is_the_chosen_one_else_the_xdist_runs_else_none(tmp_
     assert session_probe_folder(factory) == tmp_path / "pytest-7" / "amp-suite-probes-abc123"
     monkeypatch.setenv(PROBE_CACHE_ENV, str(tmp_path / "chosen"))
     assert session_probe_folder(factory) == tmp_path / "chosen"
+
+
+def test_a_shared_folder_is_filled_once_and_a_failed_fill_leaves_nothing(tmp_path):
+    fills = []
+
+    def fill(folder: Path) -> None:
+        fills.append(folder)
+        (folder / "checks.json").write_text("{}")
+
+    def broken(folder: Path) -> None:
+        (folder / "half.json").write_text("{")
+        raise RuntimeError("the measuring process died")
+
+    with pytest.raises(RuntimeError, match="died"):
+        shared_probes.shared_folder(tmp_path, "keras", broken)
+    assert not (tmp_path / "keras").exists()
+    first = shared_probes.shared_folder(tmp_path, "keras", fill)
+    again = shared_probes.shared_folder(tmp_path, "keras", fill)
+    assert first == again == tmp_path / "keras" and fills == [first]
+    assert (first / "checks.json").read_text() == "{}"

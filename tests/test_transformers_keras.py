@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from amp_suite.records import OptimizerSpec
-from amp_suite.testing import framework_installed, session_probe_folder
+from amp_suite.testing import framework_installed, session_probe_folder, shared_folder
 from amp_suite.workloads.kinds import KINDS, TOKEN_KINDS
 from amp_suite.workloads.workload import learning_rate_at, variable_specs, workload_from_config
 
@@ -61,22 +61,20 @@ def checks(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     run this module-scoped fixture: the first lane measures under a lock, the
     other reads its file (a backend's checks cost one to two minutes of CPU).
     """
-    from filelock import FileLock
-
     framework = request.param
     if not framework_installed(framework):
         pytest.skip(f"{framework} is not installed")
-    # The folder the session's lanes share their probes in (this process's own base folder without xdist).
-    folder = session_probe_folder(tmp_path_factory) or tmp_path_factory.getbasetemp()
-    folder.mkdir(parents=True, exist_ok=True)
+
+    def measure(folder: Path) -> None:
+        done = subprocess.run([sys.executable, "-m", "keras_transformer_checks", framework, str(folder / "checks.json")],
+                              capture_output=True, text=True, timeout=1500, env={**os.environ}, cwd=HELPERS)
+        assert done.returncode == 0, done.stderr[-4000:]
+
+    # The folder the session's lanes share their probes in (this process's own base folder without xdist); the run's
+    # id in the key, as a folder named in AMP_SUITE_PROBE_CACHE may outlive the run.
+    session = session_probe_folder(tmp_path_factory) or tmp_path_factory.getbasetemp()
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID", "single")
-    out = folder / f"keras-transformers-{run_id}-{framework.replace('@', '-')}.json"
-    with FileLock(str(out) + ".lock"):
-        if not out.exists():
-            done = subprocess.run([sys.executable, "-m", "keras_transformer_checks", framework, str(out)],
-                                  capture_output=True, text=True, timeout=1500, env={**os.environ},
-                                  cwd=HELPERS)
-            assert done.returncode == 0, done.stderr[-4000:]
+    out = shared_folder(session, f"keras-transformers-{run_id}-{framework.replace('@', '-')}", measure) / "checks.json"
     found: dict[str, Any] = json.loads(out.read_text())
     found["framework"] = framework
     return found

@@ -72,7 +72,7 @@ from amp_suite.testing.reporters import (
     sample_results,
 )
 from amp_suite.testing.server import ProbeServer
-from amp_suite.testing.shared_probes import PROBE_CACHE_ENV, session_probe_folder, shared_probe
+from amp_suite.testing.shared_probes import PROBE_CACHE_ENV, session_probe_folder, shared_folder, shared_probe
 from amp_suite.testing.traces import check_trace_step
 
 __all__ = [
@@ -84,5 +84,5 @@ __all__ = [
     "assert_reduced_precision", "assert_scale_grows", "assert_static_scale", "assert_training_predict_changes_nothing",
     "assert_trains_like_reference", "assert_trajectory_halves", "check_trace_step", "framework_info", "framework_installed", "jax_compiles_to_build", "load_probe",
     "missing_layer_kinds", "reference_framework", "relative_error", "relative_l2", "relative_l2_floored",
-    "run_probe", "run_reporter", "sample_results", "session_probe_folder", "shared_probe",
+    "run_probe", "run_reporter", "sample_results", "session_probe_folder", "shared_folder", "shared_probe",
 ]

@@ -8,7 +8,9 @@ them (each a framework's whole step compiled and trained again).
 folder every lane sees: the first lane to ask runs the probe while it holds
 that request's lock, and a lane asking later (or waiting on the lock) loads
 what it wrote.  A probe that fails leaves nothing behind, so the next lane to
-ask runs it again and sees the same failure.
+ask runs it again and sees the same failure.  :func:`shared_folder` does the
+same for any folder of files a test session makes once (a module's
+measurements from a process of their own).
 
 The folder is ``AMP_SUITE_PROBE_CACHE`` where that is set (a fresh folder per
 session: nothing in it is ever invalidated), else one the xdist lanes of this
@@ -23,6 +25,7 @@ import contextlib
 import hashlib
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -38,7 +41,7 @@ except ImportError:  # not POSIX: no shared probes
 
 #: the environment variable naming the folder of a session's shared probes
 PROBE_CACHE_ENV = "AMP_SUITE_PROBE_CACHE"
-# Written into a result's folder once the probe finished and its files are whole.
+# Written into a shared folder once it was filled and its files are whole.
 _COMPLETE = "complete"
 
 
@@ -68,16 +71,42 @@ def shared_probe(request: ProbeRequest, *, session: Path | None, folder: Callabl
     """
     if session is None or _flock is None:
         return run_probe(request, folder(), server=server() if server else None)
-    session.mkdir(parents=True, exist_ok=True)
+    ran: list[ProbeResult] = []
+
+    def run_here(entry: Path) -> None:
+        ran.append(run_probe(request, entry, server=server() if server else None))
+
     key = hashlib.sha256(request.to_json().encode()).hexdigest()[:32]
+    entry = shared_folder(session, key, run_here)
+    return ran[0] if ran else load_probe(request, entry)
+
+
+def shared_folder(session: Path, key: str, fill: Callable[[Path], None]) -> Path:
+    """``session/key``, filled by ``fill(folder)`` once per test session however many lanes ask for it.
+
+    The first lane to ask fills it while it holds that key's lock; a lane that
+    asks later, or waited on the lock, gets the folder as it was filled.  A
+    ``fill`` that raises leaves nothing behind, so the next lane to ask fills
+    it again.  Where POSIX file locks are missing, every call fills a fresh
+    folder of its own under ``session``.
+    """
+    session.mkdir(parents=True, exist_ok=True)
+    if _flock is None:
+        entry = Path(tempfile.mkdtemp(prefix=f"{key}-", dir=session))
+        fill(entry)
+        return entry
     entry = session / key
     with _locked(session / f"{key}.lock"):
-        if (entry / _COMPLETE).exists():
-            return load_probe(request, entry)
-        shutil.rmtree(entry, ignore_errors=True)  # an earlier lane's probe that failed half-way
-        result = run_probe(request, entry, server=server() if server else None)
-        (entry / _COMPLETE).write_text(request.to_json(), encoding="utf-8")
-        return result
+        if not (entry / _COMPLETE).exists():
+            shutil.rmtree(entry, ignore_errors=True)  # an earlier lane's fill that failed half-way
+            entry.mkdir(parents=True)
+            try:
+                fill(entry)
+            except BaseException:
+                shutil.rmtree(entry, ignore_errors=True)
+                raise
+            (entry / _COMPLETE).write_text(key, encoding="utf-8")
+    return entry
 
 
 @contextlib.contextmanager

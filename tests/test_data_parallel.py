@@ -78,9 +78,11 @@ def _long_torch_sweep(tiny_config, out, precisions: str, *flags: str, **popen) -
 @pytest.mark.skipif(not sys.platform.startswith("linux") or importlib.util.find_spec("torch") is None,
                     reason="needs Linux /proc and torch")
 def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_on(tiny_config, tmp_path):
-    out = tmp_path / "out"
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
     sweep = _long_torch_sweep(tiny_config, out, "fp32,amp_bf16", "--timeout", "600",
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(scratch)})
     try:
         marker = str(out / "logs" / "torch__tiny__fp32__d2__r0")
         rank1 = _wait_for(lambda: [pid for pid, env in _cell_processes(marker).items()
@@ -92,6 +94,11 @@ def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_
         # the sweep goes on to the next cell, which is cut short (3000 steps are not needed to prove it runs)
         _wait_for(lambda: _cell_processes(str(out / "logs" / "torch__tiny__amp_bf16__d2__r0")), 300,
                   "the next cell's start")
+        # the failed cell's torchrun took its log folder with it (torchrun's own default, /tmp/torchelastic_*, was
+        # never removed); the running cell's may be there
+        left = sorted(path.name for path in scratch.iterdir())
+        assert not [name for name in left if name.startswith("torchelastic_")], left
+        assert len([name for name in left if name.startswith("amp-suite-torchrun-")]) <= 1, left
     finally:
         sweep.terminate()
         sweep.communicate(timeout=300)

@@ -28,13 +28,17 @@ the runner names, reads and removes.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 
 from amp_suite.config.settings import check_coordinator
 from amp_suite.launchers.single import path_setter, worker_command
 from amp_suite.records import RunSpec
 
+# torchrun's --log-dir, as the environment variable it also reads.
+LOG_DIR_ENV = "PET_LOG_DIR"
 # The launcher's entry: import path first (kept for the workers), then torchrun.
 TORCHRUN_BOOTSTRAP = (path_setter(".get")
                       + "from amp_suite.launchers.torchrun import main; sys.exit(main(sys.argv[1:]))")
@@ -97,5 +101,16 @@ def main(argv: list[str]) -> int:
         return 2
     os.environ[HOST_PID_ENV] = str(os.getpid())  # the workers watch torchrun
     sys.argv = [program, *arguments]
-    runpy.run_module(program, run_name="__main__", alter_sys=True)
+    # torchrun keeps its workers' error files in a log folder, by default a fresh /tmp/torchelastic_* that nothing
+    # removes: one left behind per data-parallel cell.  It prints a failed worker's error before it exits, so the
+    # folder holds nothing to keep once it has.  torchrun reads each option from a PET_ variable too (PET_LOG_DIR
+    # is --log-dir), so the command line stays as it is; a folder the caller chose stays as well.
+    if LOG_DIR_ENV in os.environ:
+        runpy.run_module(program, run_name="__main__", alter_sys=True)
+        return 0
+    logs = os.environ[LOG_DIR_ENV] = tempfile.mkdtemp(prefix="amp-suite-torchrun-")
+    try:
+        runpy.run_module(program, run_name="__main__", alter_sys=True)
+    finally:
+        shutil.rmtree(logs, ignore_errors=True)
     return 0

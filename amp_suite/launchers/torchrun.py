@@ -105,12 +105,12 @@ def main(argv: list[str]) -> int:
     # removes: one left behind per data-parallel cell.  It prints a failed worker's error before it exits, so the
     # folder holds nothing to keep once it has.  torchrun reads each option from a PET_ variable too (PET_LOG_DIR
     # is --log-dir), so the command line stays as it is; a folder the caller chose stays as well.
-    if LOG_DIR_ENV in os.environ:
-        runpy.run_module(program, run_name="__main__", alter_sys=True)
-        return 0
-    logs = os.environ[LOG_DIR_ENV] = tempfile.mkdtemp(prefix="amp-suite-torchrun-")
+    made = "" if LOG_DIR_ENV in os.environ else tempfile.mkdtemp(prefix="amp-suite-torchrun-")
+    if made:
+        os.environ[LOG_DIR_ENV] = made
     try:
         runpy.run_module(program, run_name="__main__", alter_sys=True)
     finally:
-        shutil.rmtree(logs, ignore_errors=True)
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
     return 0

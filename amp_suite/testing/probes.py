@@ -9,6 +9,7 @@ tables the kit's checks use are here too.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -185,14 +186,18 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
         return load_probe(request, folder)
     command = ["-m", "amp_suite.testing.probe", str(folder / "request.json"), str(folder)]
     launcher, program = _launcher(request) if request.devices > 1 else ("process", "")
+    env = None
     if launcher == "torchrun":  # one process per device, the program the plugin declares
-        from amp_suite.launchers.torchrun import rendezvous_arguments
+        from amp_suite.launchers.torchrun import LOG_DIR_ENV, rendezvous_arguments
         from amp_suite.records import RunSpec
 
         one_node = RunSpec(framework=request.framework, workload=request.workload, precision=request.precision,
                            devices=request.devices, launcher="torchrun", launcher_program=program)
         command = ["-m", program, *rendezvous_arguments(one_node), *command]
-    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout, cwd=folder)
+        # torchrun's log folder with the probe's files, not a /tmp/torchelastic_* nothing removes (as the launcher)
+        env = {**os.environ, LOG_DIR_ENV: str(folder / "torchrun-logs")}
+    done = subprocess.run([sys.executable, *command], capture_output=True, text=True, timeout=timeout, cwd=folder,
+                          env=env)
     if done.returncode != 0:
         raise AssertionError(f"probe of {request.framework} {request.precision} failed "
                              f"(exit {done.returncode}):\n{done.stderr[-3000:]}")

@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -67,6 +68,11 @@ def _wait_for(predicate, seconds: float, what: str):
     raise AssertionError(f"{what} did not happen within {seconds} s")
 
 
+def _torchrun_folders(folder: Path) -> list[str]:
+    """The log folders a torchrun left in ``folder``: its own default's, or one the launcher made there."""
+    return sorted(path.name for path in folder.iterdir() if path.name.startswith(("torchelastic_", "amp-suite-")))
+
+
 def _long_torch_sweep(tiny_config, out, precisions: str, *flags: str, **popen) -> subprocess.Popen:
     """A 2-device torch sweep of 3000 steps per cell, long enough to be killed in the middle."""
     return subprocess.Popen(
@@ -94,11 +100,10 @@ def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_
         # the sweep goes on to the next cell, which is cut short (3000 steps are not needed to prove it runs)
         _wait_for(lambda: _cell_processes(str(out / "logs" / "torch__tiny__amp_bf16__d2__r0")), 300,
                   "the next cell's start")
-        # the failed cell's torchrun took its log folder with it (torchrun's own default, /tmp/torchelastic_*, was
-        # never removed); the running cell's may be there
-        left = sorted(path.name for path in scratch.iterdir())
-        assert not [name for name in left if name.startswith("torchelastic_")], left
-        assert len([name for name in left if name.startswith("amp-suite-torchrun-")]) <= 1, left
+        # the failed cell's torchrun took its log folder (in the output's logs/, beside the cell's result file) with
+        # it; nothing went to the temporary folder (torchrun's own default, /tmp/torchelastic_*, was never removed)
+        assert not (out / "logs" / "torch__tiny__fp32__d2__r0.log.torchrun").exists()
+        assert not _torchrun_folders(scratch), _torchrun_folders(scratch)
     finally:
         sweep.terminate()
         sweep.communicate(timeout=300)
@@ -111,13 +116,19 @@ def test_kill_9_of_one_rank_fails_its_cell_leaves_no_process_and_the_sweep_goes_
 @pytest.mark.skipif(not sys.platform.startswith("linux") or importlib.util.find_spec("torch") is None,
                     reason="needs Linux /proc and torch")
 def test_kill_9_of_the_host_ends_torchrun_and_every_rank(tiny_config, tmp_path):
-    out = tmp_path / "out"
-    sweep = _long_torch_sweep(tiny_config, out, "fp32", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out, scratch = tmp_path / "out", tmp_path / "tmp"
+    scratch.mkdir()
+    sweep = _long_torch_sweep(tiny_config, out, "fp32", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              env={**os.environ, "TMPDIR": str(scratch)})
     _wait_for(lambda: len([env for env in _cell_processes(str(out)).values() if "LOCAL_RANK" in env]) == 2, 300,
               "both ranks' start")
     sweep.kill()
     sweep.wait(timeout=60)
     _wait_for(lambda: not _cell_processes(str(out)), 60, "the end of torchrun and both ranks")
+    # torchrun died with the host (SIGKILL: no clean-up ran), so its log folder stays, but with the cell's other
+    # files in the output's logs/, where the cell's next run replaces it, not in the temporary folder
+    assert (out / "logs" / "torch__tiny__fp32__d2__r0.log.torchrun").is_dir()
+    assert not _torchrun_folders(scratch), _torchrun_folders(scratch)
 
 
 # --- several machines: two processes on this machine stand for two nodes ---
@@ -155,6 +166,8 @@ def test_two_nodes_run_one_cell_together(tiny_config, tmp_path, framework):
         process = row["environment"]["process"]
         assert (process["nnodes"], process["node_rank"], process["num_processes"]) == (2, rank, 2)
         assert process["first_replica"] == rank  # each node trains on its own half of every global batch
+        # a torchrun that ended removed its log folder (in logs/, beside the cell's result file, also gone)
+        assert not [p.name for p in (tmp_path / f"node{rank}" / "logs").iterdir() if not p.name.endswith(".log")]
     # one cell: the same global-batch losses and the same slowest-process window on both nodes
     np.testing.assert_allclose(rows[1]["metrics"]["step_losses"], rows[0]["metrics"]["step_losses"], rtol=1e-6)
     assert rows[0]["metrics"]["window_time_s"] == pytest.approx(rows[1]["metrics"]["window_time_s"], rel=1e-9)

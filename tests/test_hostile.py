@@ -70,6 +70,21 @@ def test_a_symlink_where_the_suite_writes_is_refused_and_its_target_untouched(ti
     assert not (out / "results.jsonl").is_file() or name == "results.jsonl"
 
 
+def test_a_symlink_where_torchrun_keeps_its_logs_is_refused_and_its_target_untouched(tiny_config, tmp_path,
+                                                                                     clean_fake_env):
+    """A cell's torchrun log folder (``logs/CELL.log.torchrun``, emptied and removed by the launcher) must not be a
+    link: the folder it names would be emptied."""
+    out = _sweep_dir(tmp_path)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "notes.txt").write_text("precious\n")
+    (out / "logs" / "fake__tiny__fp32__r0.log.torchrun").symlink_to(victim)
+    done = run_cli("run", "--config", str(tiny_config), *FAKE)
+    _one_error(done, "is a symbolic link, not a directory")
+    assert (victim / "notes.txt").read_text() == "precious\n"
+    assert not (out / "results.jsonl").is_file()
+
+
 def test_a_fifo_store_is_refused_and_resume_does_not_hang(tiny_config, tmp_path, clean_fake_env):
     out = _sweep_dir(tmp_path)
     os.mkfifo(out / "results.jsonl")

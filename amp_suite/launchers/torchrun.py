@@ -30,8 +30,8 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from amp_suite.config.settings import check_coordinator
 from amp_suite.launchers.single import path_setter, worker_command
@@ -39,6 +39,8 @@ from amp_suite.records import RunSpec
 
 # torchrun's --log-dir, as the environment variable it also reads.
 LOG_DIR_ENV = "PET_LOG_DIR"
+# The suffix of a cell's torchrun log folder, which replaces the result file's (``CELL.log.torchrun``).
+LOG_FOLDER_SUFFIX = ".torchrun"
 # The launcher's entry: import path first (kept for the workers), then torchrun.
 TORCHRUN_BOOTSTRAP = (path_setter(".get")
                       + "from amp_suite.launchers.torchrun import main; sys.exit(main(sys.argv[1:]))")
@@ -57,8 +59,15 @@ def rendezvous_arguments(run: RunSpec) -> list[str]:
 def command(run: RunSpec, result_path: str, worker: str) -> list[str]:
     """The runner's command for a torchrun cell whose node result goes to ``result_path``; ``worker`` is the
     worker's module, each rank's program."""
-    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, run.launcher_program, *rendezvous_arguments(run),
-            "--no-python", *worker_command(worker, "--result-file", result_path, python=run.python)]
+    return [run.python or sys.executable, "-c", TORCHRUN_BOOTSTRAP, log_folder(result_path), run.launcher_program,
+            *rendezvous_arguments(run), "--no-python",
+            *worker_command(worker, "--result-file", result_path, python=run.python)]
+
+
+def log_folder(result_path: str) -> str:
+    """torchrun's log folder for the cell whose node result goes to ``result_path``: beside it, in the output's
+    ``logs/`` (``CELL.log.result`` -> ``CELL.log.torchrun``)."""
+    return str(Path(result_path).with_suffix(LOG_FOLDER_SUFFIX))
 
 
 @dataclass(frozen=True)
@@ -88,13 +97,14 @@ TORCHRUN = Torchrun()
 
 
 def main(argv: list[str]) -> int:
-    """Run the launcher program ``argv[0]`` with the rest of ``argv``, as a child of the runner that dies with it."""
+    """``argv``: torchrun's log folder, then the launcher program and its arguments.  Runs the program as a child
+    of the runner that dies with it."""
     import runpy
 
     from amp_suite.host_watch import HOST_PID_ENV, die_with_host_from_env
 
     die_with_host_from_env()
-    program, *arguments = argv
+    folder, program, *arguments = argv
     if not program:
         print("amp-suite: the framework's plugin declares the torchrun launcher but no launcher_program "
               "(FrameworkInfo.launcher_program: the module that runs it)", file=sys.stderr)
@@ -104,9 +114,14 @@ def main(argv: list[str]) -> int:
     # torchrun keeps its workers' error files in a log folder, by default a fresh /tmp/torchelastic_* that nothing
     # removes: one left behind per data-parallel cell.  It prints a failed worker's error before it exits, so the
     # folder holds nothing to keep once it has.  torchrun reads each option from a PET_ variable too (PET_LOG_DIR
-    # is --log-dir), so the command line stays as it is; a folder the caller chose stays as well.
-    made = "" if LOG_DIR_ENV in os.environ else tempfile.mkdtemp(prefix="amp-suite-torchrun-")
+    # is --log-dir), so the command line stays as it is; a folder the caller chose stays as well.  Ours is in the
+    # output's logs/, beside the cell's result file: a host killed with SIGKILL (which kills this process too, so
+    # nothing here can clean up) leaves it there with the cell's other files, not in /tmp, and the cell's next run
+    # replaces it.
+    made = "" if LOG_DIR_ENV in os.environ else folder
     if made:
+        shutil.rmtree(made, ignore_errors=True)
+        os.makedirs(made)
         os.environ[LOG_DIR_ENV] = made
     try:
         runpy.run_module(program, run_name="__main__", alter_sys=True)

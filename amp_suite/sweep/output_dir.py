@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from amp_suite.errors import UsageError
+from amp_suite.launchers.torchrun import LOG_FOLDER_SUFFIX as TORCHRUN_LOG_FOLDER_SUFFIX
 from amp_suite.safe_files import (
     UnsafeFileError,
     check_real_directory,
@@ -139,7 +140,7 @@ def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
 
     Covers the store, the lock, ``environment.json``, the built-in reports and
     charts, the ``logs`` directory, and each cell's log with its torchrun
-    request and result files.
+    request and result files and torchrun's log folder.
     """
     try:
         check_real_directory(directory / LOGS_DIR)
@@ -148,6 +149,7 @@ def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
         for log in cell_logs:
             for suffix in CELL_FILE_SUFFIXES:
                 check_regular_or_absent(log.with_name(log.name + suffix))
+            check_real_directory(log.with_name(log.name + TORCHRUN_LOG_FOLDER_SUFFIX))
     except UnsafeFileError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:

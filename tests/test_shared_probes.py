@@ -142,3 +142,38 @@ def test_a_shared_folder_is_filled_once_and_a_failed_fill_leaves_nothing(tmp_pat
     again = shared_probes.shared_folder(tmp_path, "keras", fill)
     assert first == again == tmp_path / "keras" and fills == [first]
     assert (first / "checks.json").read_text() == "{}"
+
+
+def test_run_probe_without_a_folder_removes_its_temporary_one_after_loading_or_failing(tmp_path, monkeypatch):
+    import tempfile
+
+    from amp_suite.testing import probes
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    loaded: list[dict[str, object]] = []
+
+    class Server:  # a ProbeServer's run: writes the probe's file, or fails as a probe does
+        failing = False
+
+        def run(self, request_json, folder, timeout):
+            if self.failing:
+                raise AssertionError("the probe failed")
+            Path(folder, "probe.json").write_text(request_json)
+
+    def load(request, folder):
+        loaded.append({"folder": Path(folder), "text": Path(folder, "probe.json").read_text()})
+        return "result"
+
+    monkeypatch.setattr(probes, "load_probe", load)
+    server = Server()
+    assert probes.run_probe(ProbeRequest("torch"), server=server) == "result"
+    assert loaded[0]["text"] == ProbeRequest("torch").to_json()  # loaded while the folder was there
+    assert loaded[0]["folder"].parent == tmp_path and not list(tmp_path.iterdir())
+    server.failing = True
+    with pytest.raises(AssertionError, match="the probe failed"):
+        probes.run_probe(ProbeRequest("torch"), server=server)
+    assert not list(tmp_path.iterdir())
+    kept = tmp_path / "mine"
+    server.failing = False
+    probes.run_probe(ProbeRequest("torch"), kept, server=server)
+    assert (kept / "probe.json").is_file()  # a folder the caller names stays

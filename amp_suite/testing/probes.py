@@ -176,9 +176,18 @@ def run_probe(request: ProbeRequest, out_dir: Path | str | None = None, *,
     entry points apply).  A ``server`` (:class:`ProbeServer`) keeps one
     process for many requests of its framework; a request of several devices
     always gets a fresh process.  A failing probe raises ``AssertionError``
-    with the end of its error output.
+    with the end of its error output.  The probe's files stay in ``out_dir``;
+    without one they go to a temporary folder, removed once the result is
+    loaded (or the probe has failed).
     """
-    folder = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="amp-suite-probe-"))
+    if out_dir is not None:
+        return _probe_into(request, Path(out_dir), timeout, server)
+    with tempfile.TemporaryDirectory(prefix="amp-suite-probe-") as folder:
+        return _probe_into(request, Path(folder), timeout, server)
+
+
+def _probe_into(request: ProbeRequest, folder: Path, timeout: float, server: ProbeServer | None) -> ProbeResult:
+    """:func:`run_probe` with its files in ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "request.json").write_text(request.to_json())
     if server is not None and request.devices == 1:

@@ -63,6 +63,15 @@ _PROBES: dict[str, ProbeResult] = {}
 _SERVERS: dict[tuple[str, tuple[str, ...]], ProbeServer] = {}
 # The resnet8 table the BatchNorm precision check trains on: integer images reach the first convolution as they are.
 INTEGER_STEM_TABLE = {**WORKLOADS["resnet8"], "normalize": False, "augment": False}
+# Each probe compiles its own step (seconds of a CPU on Keras and XLA), so one probe serves every check that can read
+# it.  fp32 mnist_cnn, 3 steps in each of 2 epochs: the reference comparison (logits before training, first loss)
+# and the compile-once check.
+TWO_EPOCHS = {"steps": 3, "epochs": 2}
+# amp_fp16 from a loss scale of 2**10 that doubles every 2 finite steps, 2 steps in each of 2 epochs: the scale
+# doubles twice (after steps 2 and 4, so the growth count carries across epochs) and the step, which carries the
+# changing scale, compiles once.
+GROWING_SCALE = {"precision": "amp_fp16", "steps": 2, "epochs": 2,
+                 "options": {"initial_loss_scale": 2.0 ** 10, "loss_scale_growth_interval": 2}}
 
 
 def _close_servers() -> None:
@@ -158,7 +167,8 @@ class BackendConformance:
 
     def test_fp32_matches_the_reference_from_the_canonical_weights(self, probe: Any) -> None:
         reference = self._reference()
-        assert_matches_reference(probe(), probe(reference), rtol=self.rtol, param_count=self.param_count)
+        assert_matches_reference(probe(**TWO_EPOCHS), probe(reference, **TWO_EPOCHS), rtol=self.rtol,
+                                 param_count=self.param_count)
 
     @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
     def test_gradients_at_the_canonical_weights_match_the_reference(self, probe: Any, model: str) -> None:
@@ -200,7 +210,9 @@ class BackendConformance:
                 "steps": 2 if model == "resnet8" else 1, "batch_size": 8, "gradient_oracle": True}
 
     def test_amp_bf16_really_computes_in_bfloat16(self, probe: Any) -> None:
-        assert_reduced_precision(probe(precision="amp_bf16"), probe(), "bfloat16")
+        # the windows check's probes: the same batch of 8 in both precisions
+        assert_reduced_precision(probe(**self._window_fields("amp_bf16")), probe(**self._window_fields("fp32")),
+                                 "bfloat16")
 
     def test_amp_fp16_overflowing_step_is_skipped_and_the_scale_halves(self, probe: Any) -> None:
         # A loss scale of 2**100 makes the float16 gradients overflow on the first step.
@@ -208,9 +220,7 @@ class BackendConformance:
         assert_overflow_skipped(result, 2.0 ** 100)
 
     def test_amp_fp16_finite_steps_apply_and_the_scale_grows(self, probe: Any) -> None:
-        result = probe(precision="amp_fp16", steps=4,
-                       options={"initial_loss_scale": 2.0 ** 10, "loss_scale_growth_interval": 2})
-        assert_scale_grows(result, 2.0 ** 10, 2)  # doubled after steps 2 and 4
+        assert_scale_grows(probe(**GROWING_SCALE), 2.0 ** 10, 2)  # doubled after steps 2 and 4 (of 2 epochs)
 
     def test_amp_fp16_without_loss_scaling_scales_nothing(self, probe: Any) -> None:
         # 2**100 would overflow at once if the loss were scaled anyway
@@ -239,24 +249,31 @@ class BackendConformance:
     def test_train_step_compiles_once_across_epochs(self, probe: Any, precision: str) -> None:
         if not self.compiles:
             pytest.skip(f"{self.framework} does not compile its step")
-        # amp_fp16 carries a loss-scale state through every step: it must not retrace either
-        assert_compiles_once(probe(precision=precision, steps=3, epochs=2))
+        # amp_fp16 carries a loss-scale state, whose value grows between steps, through every step: it must not
+        # retrace either
+        assert_compiles_once(probe(**(TWO_EPOCHS if precision == "fp32" else GROWING_SCALE)))
 
     def test_a_step_carrying_batch_norm_state_compiles_once(self, probe: Any) -> None:
         if not self.compiles:
             pytest.skip(f"{self.framework} does not compile its step")
-        # resnet8 threads its running statistics (and augmented batches) through every step
-        assert_compiles_once(probe(workload="resnet8", table={**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]},
-                                   steps=3, epochs=2, batch_size=8))
+        # resnet8 threads its running statistics (and augmented batches) through every step, amp_fp16 its loss
+        # scale as well: the dtype check's probe of amp_fp16
+        assert_compiles_once(probe(**self._resnet8_dtype_fields("amp_fp16")))
 
     @pytest.mark.parametrize("precision", ["fp32", "amp_bf16"])
     def test_a_window_waits_once_however_many_steps_it_holds(self, probe: Any, precision: str) -> None:
-        counter = self._sync_counter()
-        if not counter:
+        if not self._sync_counter():
             pytest.skip("no sync counter (declare FrameworkInfo.sync_counter, or set sync_counter = "
                         "'module:function')")
-        result = probe(precision=precision, steps=2, batch_size=8, count_syncs=(2, 6), sync_counter=counter)
-        assert_one_wait_per_window(result)
+        assert_one_wait_per_window(probe(**self._window_fields(precision)))
+
+    def _window_fields(self, precision: str) -> dict[str, Any]:
+        """2 steps of batch 8 in ``precision``, then windows of 2 and 6 steps counted by the sync counter (when
+        there is one); in fp32 one whole cell after them.  The probes of the windows, bfloat16 and whole-cell
+        checks."""
+        counter = self._sync_counter()
+        counted: dict[str, Any] = {"count_syncs": (2, 6), "sync_counter": counter} if counter else {}
+        return {"precision": precision, "steps": 2, "batch_size": 8, "cell": precision == "fp32", **counted}
 
     def _sync_counter(self) -> str | None:
         """``sync_counter``, with "auto" resolved to the one the backend's FrameworkInfo declares."""
@@ -270,13 +287,18 @@ class BackendConformance:
     def test_precision_applied_is_the_one_reported(self, probe: Any, precision: str) -> None:
         if not self.inspect:
             pytest.skip("no inspect function (set inspect = 'module:function')")
-        result = probe(precision=precision, workload="resnet8",
-                       table={**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]}, steps=3, batch_size=8,
-                       inspect=self.inspect)
+        result = probe(**self._resnet8_dtype_fields(precision))
         assert_layer_dtypes(result, "bfloat16" if precision == "amp_bf16" else "float16")
 
+    def _resnet8_dtype_fields(self, precision: str) -> dict[str, Any]:
+        """resnet8 with SGD in ``precision``, 3 steps in each of 2 epochs, inspected where the class can: the probes
+        of the dtype and BatchNorm compile-once checks."""
+        return {"precision": precision, "workload": "resnet8", "table": {**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]},
+                "steps": 3, "epochs": 2, "batch_size": 8, "inspect": self.inspect}
+
     def test_a_whole_cell_runs_and_its_measure_keys_do_not_clash(self, probe: Any) -> None:
-        assert_cell_ok(probe(steps=2, batch_size=8, cell=True), check_version_format=self.check_version_format)
+        # the fp32 windows probe runs the cell after its windows
+        assert_cell_ok(probe(**self._window_fields("fp32")), check_version_format=self.check_version_format)
 
     @pytest.mark.parametrize("batch_norm", ["per_replica", "synchronized"])
     def test_two_devices_match_one_device_on_the_global_batch(self, probe: Any, batch_norm: str) -> None:

@@ -319,7 +319,7 @@ def trace_step(run: RunSpec, model: KerasJaxModel, staged: list[tuple[Any, Any, 
     """One training step traced layer by layer, for amp-suite numerics (amp_suite_plugins.keras.trace)."""
     from amp_suite_plugins.keras.trace import trace_on_jax
 
-    return trace_on_jax(model, staged)
+    return trace_on_jax(model, staged, compiled=_jit(run))
 
 
 @hookimpl

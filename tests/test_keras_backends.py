@@ -26,6 +26,7 @@ import pytest
 
 from amp_suite.testing import (
     ProbeRequest,
+    ProbeServer,
     assert_matches_reference,
     assert_trains_like_reference,
     framework_installed,
@@ -60,12 +61,15 @@ def test_keras_backend_matches_its_native_framework_without_tensorflow(framework
     if not _installed(framework):
         pytest.skip(f"{framework} or {NATIVE[framework]} is not installed")
     native = NATIVE[framework]
-    fp32 = [run_probe(ProbeRequest(name, "fp32", "resnet8", steps=1, batch_size=8), tmp_path / f"{name}-fp32")
-            for name in (framework, native)]
+    # one process per framework for both of its probes (each set_precision sets its switches afresh)
+    with ProbeServer(tmp_path / "server-keras") as keras, ProbeServer(tmp_path / "server-native") as other:
+        servers = {framework: keras, native: other}
+        fp32 = [run_probe(ProbeRequest(name, "fp32", "resnet8", steps=1, batch_size=8), tmp_path / f"{name}-fp32",
+                          server=servers[name]) for name in (framework, native)]
+        fp64 = [run_probe(ProbeRequest(name, "fp64", "resnet8", steps=3, batch_size=8), tmp_path / f"{name}-fp64",
+                          server=servers[name]) for name in (framework, native)]
     assert_matches_reference(fp32[0], fp32[1], rtol=1e-4)
     assert fp32[0].param_count and fp32[0].param_count > 70_000  # resnet8's, not an empty model
-    fp64 = [run_probe(ProbeRequest(name, "fp64", "resnet8", steps=3, batch_size=8), tmp_path / f"{name}-fp64")
-            for name in (framework, native)]
     assert_trains_like_reference(fp64[0], fp64[1], rtol=1e-6)
     assert all(v.dtype.name == "float64" for v in fp64[0].variables.values())
     backend = framework.split("@")[1]

@@ -44,18 +44,15 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
         precision = jax.lax.Precision.DEFAULT if dtype_name == "tf32" else jax.lax.Precision.HIGHEST
 
         def matmul(n: int, dtype: Any = dtype, precision: Any = precision) -> kit.Call:
-            key = jax.random.PRNGKey(0)
-            a = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
-            b = jax.device_put(jax.random.normal(key, (n, n)).astype(dtype), target)
+            a = jax.device_put(kit.host_normal((n, n), dtype, seed=0), target)
+            b = jax.device_put(kit.host_normal((n, n), dtype, seed=1), target)
             fn = jax.jit(lambda a, b: jnp.matmul(a, b, precision=precision))
             return kit.batched_call(fn, a, b, repeats=repeats)
 
         def conv(batch: int, dtype: Any = dtype, precision: Any = precision) -> kit.Call:
-            key = jax.random.PRNGKey(0)
-            x = jax.device_put(jax.random.normal(key, (batch, kit.CONV_HW, kit.CONV_HW,
-                                                       kit.CONV_CHANNELS)).astype(dtype), target)
-            w = jax.device_put(jax.random.normal(key, (kit.CONV_KERNEL, kit.CONV_KERNEL, kit.CONV_CHANNELS,
-                                                       kit.CONV_CHANNELS)).astype(dtype), target)
+            x = jax.device_put(kit.host_normal((batch, kit.CONV_HW, kit.CONV_HW, kit.CONV_CHANNELS), dtype), target)
+            w = jax.device_put(kit.host_normal((kit.CONV_KERNEL, kit.CONV_KERNEL, kit.CONV_CHANNELS,
+                                                kit.CONV_CHANNELS), dtype, seed=1), target)
             fn = jax.jit(lambda x, w: jax.lax.conv_general_dilated(
                 x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"), precision=precision))
             return kit.batched_call(fn, x, w, repeats=repeats)

@@ -41,6 +41,11 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
     tf32_ok = kind == "gpu" and float(getattr(target, "compute_capability", "0") or 0) >= 8.0
     dtypes = {"fp32": jnp.float32, "tf32": jnp.float32, "fp16": jnp.float16, "bf16": jnp.bfloat16}
 
+    def host_init(key: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+        """nnx's ``kernel_init``, drawn on the host: an initializer run on the device compiles a program for each
+        shape (``kit.host_normal``)."""
+        return jnp.asarray(kit.host_normal(shape, dtype))
+
     def jitted(layer: nnx.Module, x: Any) -> kit.Call:
         """``repeats`` calls of the jitted layer on ``x``, then a wait for the last (they run in order)."""
         graphdef, params = nnx.split(layer)
@@ -57,14 +62,16 @@ def probe(device: str, budget_s: float) -> dict[str, Any]:
         jax.config.update("jax_default_matmul_precision", "tensorfloat32" if dtype_name == "tf32" else "highest")
 
         def matmul(n: int, dtype: Any = dtype) -> kit.Call:
-            layer = nnx.Linear(n, n, use_bias=False, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0))
-            return jitted(layer, jax.random.normal(jax.random.PRNGKey(1), (n, n)).astype(dtype))
+            layer = nnx.Linear(n, n, use_bias=False, dtype=dtype, param_dtype=dtype, kernel_init=host_init,
+                               rngs=nnx.Rngs(0))
+            return jitted(layer, jnp.asarray(kit.host_normal((n, n), dtype, seed=1)))
 
         def conv(batch: int, dtype: Any = dtype) -> kit.Call:
             layer = nnx.Conv(kit.CONV_CHANNELS, kit.CONV_CHANNELS, (kit.CONV_KERNEL, kit.CONV_KERNEL),
-                             padding="SAME", use_bias=False, dtype=dtype, param_dtype=dtype, rngs=nnx.Rngs(0))
-            images = jax.random.normal(jax.random.PRNGKey(1), (batch, kit.CONV_HW, kit.CONV_HW, kit.CONV_CHANNELS))
-            return jitted(layer, images.astype(dtype))
+                             padding="SAME", use_bias=False, dtype=dtype, param_dtype=dtype, kernel_init=host_init,
+                             rngs=nnx.Rngs(0))
+            images = kit.host_normal((batch, kit.CONV_HW, kit.CONV_HW, kit.CONV_CHANNELS), dtype, seed=1)
+            return jitted(layer, jnp.asarray(images))
 
         kit.measure_both(out, dtype_name, kind, matmul, conv, budget_s, repeats)
     return out

@@ -53,7 +53,9 @@ def signature_text(func) -> str:
         if p.kind is p.KEYWORD_ONLY and not star:
             parts.append("*")
             star = True
-        text = p.name + (f": {p.annotation}" if p.annotation is not p.empty else "")
+        star = star or p.kind is p.VAR_POSITIONAL  # keyword-only parameters follow *args with no bare *
+        prefix = {p.VAR_POSITIONAL: "*", p.VAR_KEYWORD: "**"}.get(p.kind, "")
+        text = prefix + p.name + (f": {p.annotation}" if p.annotation is not p.empty else "")
         if p.default is not p.empty:
             text += " = " + (p.default.__name__ if callable(p.default) else repr(p.default))
         parts.append(text)

@@ -284,17 +284,20 @@ def test_torchrun_runs_the_program_the_plugin_declares_and_refuses_none_in_one_l
     assert program == "torch.distributed.run"  # declared by the torch plugin, named nowhere in amp_suite/
     ddp = RunSpec(framework="torch", workload="w", precision="fp32", devices=2, launcher="torchrun",
                   launcher_program="amp_suite_test_launcher")
-    command = launcher_for(ddp).command(ddp, "/tmp/cell.result", WORKER)
-    assert command[3] == "amp_suite_test_launcher" and command[4] == "--nproc-per-node"
     # the bootstrap runs the program as ``python -m PROGRAM ARGS`` would, and an undeclared one in one line
-    script = ("import sys\nprint('ran', sys.argv[1:])\n")
+    script = ("import os, sys\nprint('ran', sys.argv[1:], os.path.isdir(os.environ['PET_LOG_DIR']))\n")
     with tempfile.TemporaryDirectory() as folder:
+        command = launcher_for(ddp).command(ddp, f"{folder}/cell.log.result", WORKER)
+        # torchrun's log folder beside the cell's result file, then the program and its rendezvous
+        assert command[3:6] == [f"{folder}/cell.log.torchrun", "amp_suite_test_launcher", "--nproc-per-node"]
         Path(folder, "amp_suite_test_launcher.py").write_text(script)
         env = {**os.environ, "AMP_SUITE_WORKER_PATH": os.pathsep.join([folder, OWN_PATH])}  # as the runner sets it
-        done = subprocess.run(command[:4] + ["--standalone", "x"], capture_output=True, text=True, env=env,
+        env.pop("PET_LOG_DIR", None)
+        done = subprocess.run(command[:5] + ["--standalone", "x"], capture_output=True, text=True, env=env,
                               timeout=60)
-        assert done.returncode == 0 and done.stdout.strip() == "ran ['--standalone', 'x']", done.stderr
-        undeclared = subprocess.run(command[:3] + ["", "--standalone"], capture_output=True, text=True, env=env,
+        assert done.returncode == 0 and done.stdout.strip() == "ran ['--standalone', 'x'] True", done.stderr
+        assert not Path(folder, "cell.log.torchrun").exists()  # made for the program, removed after it
+        undeclared = subprocess.run(command[:4] + ["", "--standalone"], capture_output=True, text=True, env=env,
                                     timeout=60)
     assert undeclared.returncode == 2 and undeclared.stderr.count("\n") == 1
     assert "declares the torchrun launcher but no launcher_program" in undeclared.stderr

@@ -76,40 +76,24 @@ class JaxParts:
 
     def gradients(self, loss: Callable[[], Any], variables: list[Any]) -> list[Any]:
         """The gradient of ``loss()`` for ``variables``: ``jax.grad`` with the values mapped statelessly."""
-        def of(values: list[Any]) -> Any:
-            with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
-                return loss()
-
-        return list(self.jax.grad(of)([v.value for v in variables]))
+        return list(self.jax.grad(_of_values(loss, variables))([v.value for v in variables]))
 
     def apply(self, optimizer: Any, grads: list[Any], variables: list[Any]) -> None:
         """``optimizer.stateless_apply``, written back: on JAX, Keras's stateful ``LossScaleOptimizer.apply``
         assigns inside ``lax.cond`` branches (a leaked tracer); its own JAX trainer uses the stateless form."""
-        values, optimizer_values = optimizer.stateless_apply([v.value for v in optimizer.variables], grads,
-                                                             [v.value for v in variables])
-        for variable, value in [*zip(variables, values, strict=True),
-                                *zip(optimizer.variables, optimizer_values, strict=True)]:
-            variable.assign(value)
+        _assign(variables, optimizer, *optimizer.stateless_apply([v.value for v in optimizer.variables], grads,
+                                                                 [v.value for v in variables]))
 
     def training_step(self, loss: Callable[[], Any], variables: list[Any], optimizer: Any) -> Callable[[], None]:
         """One step of ``optimizer`` on ``loss()``, compiled as keras@jax compiles its train step (``jax.jit`` of
-        the stateless gradient and update), its results written back to the variables."""
-        jax = self.jax
-
-        def pure(values: list[Any], optimizer_values: list[Any]) -> Any:
-            def of(trainable: list[Any]) -> Any:
-                with keras.StatelessScope(state_mapping=list(zip(variables, trainable, strict=True))):
-                    return loss()
-
-            return optimizer.stateless_apply(optimizer_values, jax.grad(of)(values), values)
-
-        compiled = jax.jit(pure)
+        :meth:`gradients` and :meth:`apply`'s stateless update), its results written back to the variables."""
+        grad = self.jax.grad(_of_values(loss, variables))
+        compiled = self.jax.jit(lambda values, optimizer_values: optimizer.stateless_apply(
+            optimizer_values, grad(values), values))
 
         def step() -> None:
-            values, optimizer_values = compiled([v.value for v in variables], [v.value for v in optimizer.variables])
-            for variable, value in [*zip(variables, values, strict=True),
-                                    *zip(optimizer.variables, optimizer_values, strict=True)]:
-                variable.assign(value)
+            _assign(variables, optimizer,
+                    *compiled([v.value for v in variables], [v.value for v in optimizer.variables]))
 
         return step
 
@@ -194,6 +178,22 @@ class TorchParts:
 
 
 Parts = JaxParts | TorchParts
+
+
+def _of_values(loss: Callable[[], Any], variables: list[Any]) -> Callable[[list[Any]], Any]:
+    """``loss`` as a function of the values of ``variables`` (Keras's ``StatelessScope``), for ``jax.grad``."""
+    def of(values: list[Any]) -> Any:
+        with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
+            return loss()
+
+    return of
+
+
+def _assign(variables: list[Any], optimizer: Any, values: list[Any], optimizer_values: list[Any]) -> None:
+    """An optimizer's stateless update written back into ``variables`` and its own variables."""
+    for variable, value in [*zip(variables, values, strict=True),
+                            *zip(optimizer.variables, optimizer_values, strict=True)]:
+        variable.assign(value)
 
 
 def _dtype(value: Any) -> str:

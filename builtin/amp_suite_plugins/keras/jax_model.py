@@ -29,7 +29,7 @@ class KerasJaxModel:
     traces: list[int] = field(default_factory=lambda: [0])
     mesh: Any = None  # the data-parallel Mesh of a cell on several devices, else None
     predict_step: Any = None  # (trainable, non_trainable, inputs, training=) -> logits, compiled where the step is
-    traced_step: Any = None  # (layer names, the compiled traced step of trace.trace_on_jax), made on first use
+    traced_step: Any = None  # trace.trace_on_jax's step (compiled where the train step is), made on first use
 
 
 def _write_back(jax: Any, model: KerasJaxModel) -> None:

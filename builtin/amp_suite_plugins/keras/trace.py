@@ -159,13 +159,13 @@ def trace_on_jax(model: Any, staged: list[tuple[Any, Any, Any]], compiled: bool 
         raise UnsupportedError("keras@jax traces one-device models only")
     images, labels, masks = _one_batch(staged)
     names = layer_order(model.model, model.named, model.mask_names)
-    if model.traced_step is None or model.traced_step[0] != names:
-        model.traced_step = (names, _traced_step(model, names, compiled))
+    if model.traced_step is None:  # names are the model's own: one traced step serves every call
+        model.traced_step = _traced_step(model, names, compiled)
     trainable, non_trainable, optimizer_values = model.state
     scale = float(np.asarray(optimizer_values[model.scale_index])) if model.loss_scaled else None
     fp8 = Fp8Recorder()
     with fp8_recording(fp8):  # before the first call: its FP8 casts are compiled with their debug callbacks
-        loss, outputs, grads, new_trainable, new_fixed, optimizer_values = model.traced_step[1](
+        loss, outputs, grads, new_trainable, new_fixed, optimizer_values = model.traced_step(
             list(trainable), list(non_trainable), list(optimizer_values),
             model_inputs(model.mask_names, images, masks), labels)
     model.state = (new_trainable, new_fixed, optimizer_values)

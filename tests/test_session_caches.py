@@ -1,14 +1,16 @@
 """The test session hands its framework processes compilation caches (tests/conftest.py, docs/architecture.md).
 
 Every probe, cell and example suite the tests start inherits these variables:
-JAX's persistent cache folder, TensorFlow's (named in ``TF_XLA_FLAGS``) and
-the folder of shared probe results.
+JAX's persistent cache folder, TensorFlow's (named in ``TF_XLA_FLAGS``),
+PyTorch inductor's and the folder of shared probe results.
 No framework is imported here.
 """
 
 from __future__ import annotations
 
+import getpass
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,6 +31,13 @@ def test_tensorflow_processes_share_one_xla_cache_folder() -> None:
     if not folders[0]:
         pytest.skip(f"the caller turned TensorFlow's cache off ({TF_XLA_CACHE_FLAG}=)")
     assert Path(folders[0]).is_dir(), folders[0]
+
+
+def test_torch_compile_caches_in_a_folder_of_the_session() -> None:
+    folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
+    assert folder and Path(folder).is_dir(), f"TORCHINDUCTOR_CACHE_DIR={folder!r}"
+    default = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
+    assert Path(folder).resolve() != default.resolve(), "the session compiles into the folder every run shares"
 
 
 def test_probe_results_are_shared_in_one_session_folder() -> None:

@@ -86,3 +86,13 @@ def test_numerics_environment_keeps_only_what_changes_numerics() -> None:
         "XLA_FLAGS": "--xla_gpu_autotune_level=0", "XLA_PYTHON_CLIENT_PREALLOCATE": "false",
     }
     assert ll.numerics_environment({}) == {}
+
+
+def test_numerics_environment_records_instruction_set_caps_and_compile_caches() -> None:
+    # an AVX2 cap makes a PyTorch bfloat16 step about 30x slower on an AMX CPU; a warm compile cache shortens warm-up
+    environ = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "ONEDNN_DEFAULT_FPMATH_MODE": "BF16",
+               "JAX_COMPILATION_CACHE_DIR": "/cache/jax", "TORCHINDUCTOR_CACHE_DIR": "/cache/inductor",
+               "TF_NUM_INTRAOP_THREADS": "1", "ATEN_CPU_CAPABILITY_X": "no", "LANG": "C"}
+    assert set(ll.numerics_environment(environ)) == {
+        "ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "ONEDNN_DEFAULT_FPMATH_MODE", "JAX_COMPILATION_CACHE_DIR",
+        "TORCHINDUCTOR_CACHE_DIR", "TF_NUM_INTRAOP_THREADS"}

@@ -78,3 +78,5 @@ def test_the_compiled_mode_trains_like_eager_through_torch_compile():
     assert figures["compilation"] == "torch.compile (inductor): the whole step"
     assert figures["compiled_graphs"] >= 1
     assert figures["recompiles"] == 0  # the tensor learning rate kept the schedule from recompiling
+    # every graph inductor compiled was either loaded from its cache or compiled, and the record says which
+    assert figures["inductor_cache_hits"] + figures["inductor_cache_misses"] >= 1, figures

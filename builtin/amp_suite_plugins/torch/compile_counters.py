@@ -6,7 +6,8 @@ from typing import Any
 
 
 def _compile_figures(torch: Any) -> dict[str, Any]:
-    """What torch.compile made of the run: graphs compiled, graph breaks and recompilations (dynamo's counters)."""
+    """What torch.compile made of the run: graphs compiled, graph breaks, recompilations (dynamo's counters) and
+    inductor's on-disk cache hits and misses."""
     try:
         from torch._dynamo.utils import counters  # private, read-only: no public accessor in torch 2.13
     except ImportError:
@@ -21,4 +22,8 @@ def _compile_figures(torch: Any) -> dict[str, Any]:
         "recompiles": int(sum(dict(found.get("recompiles", {})).values())),
         # cudagraphs mode: graphs inductor ran without CUDA graphs (a mutated input, a CPU tensor ...)
         "cudagraph_skips": int(dict(found.get("inductor", {})).get("cudagraph_skips", 0)),
+        # graphs inductor loaded from its on-disk cache (TORCHINDUCTOR_CACHE_DIR, else /tmp/torchinductor_$USER,
+        # which outlives runs) and graphs it compiled: hits make compile_time_s a warm figure
+        "inductor_cache_hits": int(dict(found.get("inductor", {})).get("fxgraph_cache_hit", 0)),
+        "inductor_cache_misses": int(dict(found.get("inductor", {})).get("fxgraph_cache_miss", 0)),
     }

@@ -8,9 +8,7 @@ No framework is imported here.
 
 from __future__ import annotations
 
-import getpass
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -36,8 +34,8 @@ def test_tensorflow_processes_share_one_xla_cache_folder() -> None:
 def test_torch_compile_caches_in_a_folder_of_the_session() -> None:
     folder = os.environ.get("TORCHINDUCTOR_CACHE_DIR", "")
     assert folder and Path(folder).is_dir(), f"TORCHINDUCTOR_CACHE_DIR={folder!r}"
-    default = Path(tempfile.gettempdir()) / f"torchinductor_{getpass.getuser()}"
-    assert Path(folder).resolve() != default.resolve(), "the session compiles into the folder every run shares"
+    # PyTorch's default is /tmp/torchinductor_$USER, the folder every run shares
+    assert not Path(folder).name.startswith("torchinductor_"), f"TORCHINDUCTOR_CACHE_DIR={folder!r}"
 
 
 def test_probe_results_are_shared_in_one_session_folder() -> None:

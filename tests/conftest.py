@@ -84,9 +84,9 @@ def pytest_configure(config: pytest.Config) -> None:
         environment.setenv("TF_XLA_FLAGS", f"{flags} {TF_XLA_CACHE_FLAG}={folder}".strip())
     # PyTorch inductor's kernels and graphs (torch.compile: the compiled modes and the compile option) in a folder of
     # the session's, not /tmp/torchinductor_$USER, which outlives runs: a run then compiles what it checks, and
-    # nothing an earlier run built under other settings can answer for it.  Its key leaves out ATen's instruction
-    # set: a run with ATEN_CPU_CAPABILITY=avx2 (how docs/architecture.md emulates an AVX2-only CPU) after a default
-    # one loaded the AVX-512 run's kernels and trained to a loss of 2.7e31, where a fresh folder trained like eager.
+    # nothing an earlier run built under other settings can answer for it.  Its key evidently leaves out ATen's
+    # instruction set: a run with ATEN_CPU_CAPABILITY=avx2 (how docs/architecture.md emulates an AVX2-only CPU) on
+    # the folder default runs had filled trained mnist_cnn to a loss of 2.7e31; a fresh folder trained like eager.
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         folder = tempfile.mkdtemp(prefix="amp-suite-tests-inductor-cache-")
         made.append(folder)

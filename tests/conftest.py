@@ -61,17 +61,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # probe, so the session keeps every compile (JAX-heavy tests, two lanes: 298 s -> 234 s, same run, two each).
     made = config.stash[_CACHES_MADE] = []
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="amp-suite-tests-xla-cache-")
-        made.append(folder)
-        environment.setenv("JAX_COMPILATION_CACHE_DIR", folder)
+        environment.setenv("JAX_COMPILATION_CACHE_DIR", _session_folder("xla-cache", made))
         if "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS" not in os.environ:
             environment.setenv("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
     # One folder of probe results for the session (amp_suite.testing.shared_probes): a probe that both lanes, or
     # a lane and the Flax example's own suite (its reference is the built-in JAX plugin), ask for runs once.
     if PROBE_CACHE_ENV not in os.environ:
-        folder = tempfile.mkdtemp(prefix="amp-suite-tests-probes-")
-        made.append(folder)
-        environment.setenv(PROBE_CACHE_ENV, folder)
+        environment.setenv(PROBE_CACHE_ENV, _session_folder("probes", made))
     # The same for TensorFlow's XLA: its persistent cache keys a compile by the program, so the Keras probes that
     # compile a step another probe compiled (the conformance kit's, in one server process or several) load it
     # instead.  Measured on a Keras resnet8 probe of 3 steps: 12.7 s of CPU cold, 8.8 s with its step cached; the
@@ -79,8 +75,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # TF_XLA_FLAGS that already name a cache folder are left as they are.
     flags = os.environ.get("TF_XLA_FLAGS", "")
     if TF_XLA_CACHE_FLAG not in flags:
-        folder = tempfile.mkdtemp(prefix="amp-suite-tests-tf-xla-cache-")
-        made.append(folder)
+        folder = _session_folder("tf-xla-cache", made)
         environment.setenv("TF_XLA_FLAGS", f"{flags} {TF_XLA_CACHE_FLAG}={folder}".strip())
     # PyTorch inductor's kernels and graphs (torch.compile: the compiled modes and the compile option) in a folder of
     # the session's, not /tmp/torchinductor_$USER, which outlives runs: a run then compiles what it checks, and
@@ -88,9 +83,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # instruction set: a run with ATEN_CPU_CAPABILITY=avx2 (how docs/architecture.md emulates an AVX2-only CPU) on
     # the folder default runs had filled trained mnist_cnn to a loss of 2.7e31; a fresh folder trained like eager.
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="amp-suite-tests-inductor-cache-")
-        made.append(folder)
-        environment.setenv("TORCHINDUCTOR_CACHE_DIR", folder)
+        environment.setenv("TORCHINDUCTOR_CACHE_DIR", _session_folder("inductor-cache", made))
+
+
+def _session_folder(name: str, made: list[str]) -> str:
+    """A new temporary folder ``amp-suite-tests-NAME-*``, listed in ``made`` to be removed when the session ends."""
+    folder = tempfile.mkdtemp(prefix=f"amp-suite-tests-{name}-")
+    made.append(folder)
+    return folder
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

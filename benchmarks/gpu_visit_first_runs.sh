@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# One GPU visit for what no GPU had run before 2026-11-27, most important first, inside one time budget:
+#   1. the fp8 precision's native paths (torch._scaled_mm; XLA's FP8 GEMM rewrite in JAX) against the NumPy
+#      recipe, and their speed against bfloat16 (benchmarks/fp8_native_check.py);
+#   2. the character GPT in PyTorch and JAX at fp32, amp_bf16 and fp8: transformers and native fp8 cells;
+#   3. PyTorch's execution modes side by side: ResNet-18 amp_bf16 eager, compiled (the whole step through
+#      torch.compile) and cudagraphs;
+#   4. the first Keras cells on a GPU: the character GPT on Keras 3's JAX and PyTorch backends, fp32 and amp_bf16;
+#   5. PyTorch's calibration, whose table has an fp8 row on such a GPU.
+#
+#   benchmarks/gpu_visit_first_runs.sh [--out DIR] [--budget SECONDS] [--wheels DIR] [--pack-to DIR] [--rehearse]
+#
+# Each step runs under its own limit and under what is left of --budget (default 540 s); a step that no longer
+# fits is skipped and says so. A sweep stopped by its limit gets SIGTERM, keeps its finished cells and writes its
+# report. Everything lands under --out (default ./gpu-visit-first-runs): visit.log, one log per step, the
+# sweeps' folders, and visit.tar.gz, packed again after every step so a visit cut short still brings it back
+# (--pack-to also copies visit.tar.gz and visit.log to a folder after every step: a machine that sends back only
+# a few files from one folder).
+# --wheels installs a folder of wheels first (--no-index --no-deps: dm-haiku, jmp, keras, namex, optree), then
+# amp-suite itself offline. --rehearse runs every step on the CPU with a few steps a cell: a check of the script,
+# not of a GPU. PYTHON names the interpreter that holds the frameworks (default python3).
+set -u
+
+here="$(cd "$(dirname "$0")/.." && pwd)"
+out="$PWD/gpu-visit-first-runs" budget=540 wheels="" rehearse="" pack_to=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
+    --wheels) wheels="$2"; shift 2 ;;
+    --pack-to) pack_to="$2"; shift 2 ;;
+    --rehearse) rehearse=1; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    *) echo "gpu_visit_first_runs.sh: unknown option '$1'; allowed: --out DIR, --budget SECONDS, --wheels DIR, --pack-to DIR, --rehearse" >&2
+       exit 2 ;;
+  esac
+done
+case "$budget" in ''|*[!0-9]*) echo "gpu_visit_first_runs.sh: --budget must be whole seconds, got '$budget'" >&2; exit 2 ;; esac
+
+python="${PYTHON:-python3}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$out"
+log="$out/visit.log"
+began=$SECONDS
+say() { echo "[$((SECONDS - began)) s] $*" | tee -a "$log"; }
+pack() {  # tar's exit 1 (a file changed while read: a log still written) still leaves an archive worth keeping
+  local part
+  part=$(mktemp)
+  (cd "$out" && tar -czf "$part" --exclude=visit.tar.gz . 2>/dev/null)
+  [ -s "$part" ] && mv "$part" "$out/visit.tar.gz" || rm -f "$part"
+  [ -n "$pack_to" ] && mkdir -p "$pack_to" && cp "$out/visit.tar.gz" "$log" "$pack_to/" 2>/dev/null
+  return 0
+}
+
+# step NAME LIMIT COMMAND...: COMMAND under min(LIMIT, what is left of the budget), SIGTERM first; output in NAME.log
+step() {
+  local name=$1 limit=$2 left
+  shift 2
+  left=$((budget - (SECONDS - began)))
+  [ "$left" -lt "$limit" ] && limit=$left
+  if [ "$limit" -lt 20 ]; then say "$name: skipped, ${left} s of the budget left"; return; fi
+  say "$name (limit ${limit} s): $*"
+  local start=$SECONDS
+  timeout -s TERM --kill-after=15 "$limit" "$@" >"$out/$name.log" 2>&1
+  local code=$?
+  say "$name: exit $code after $((SECONDS - start)) s"
+  tail -n 30 "$out/$name.log" | tee -a "$log"
+  pack
+}
+
+if [ -n "$rehearse" ]; then
+  device=cpu; cells=(--steps 8 --warmup 2 --no-extend-timing); gpt_steps=(--steps 8 --warmup 2 --no-extend-timing)
+  shapes=gpt_mlp  # the large matmul, emulated on a CPU, takes minutes
+else
+  device=gpu; cells=(--steps 200 --epochs 1); gpt_steps=(); shapes=gpt_mlp,large
+fi
+
+if [ -n "$wheels" ]; then
+  "$python" -m pip install -q --no-index --no-deps --no-compile "$wheels"/*.whl >>"$log" 2>&1 \
+    || { say "the carried wheels did not install"; exit 2; }
+fi
+"$python" -m pip install -q --no-index --no-deps --no-build-isolation -e "$here" >>"$log" 2>&1 \
+  || { say "amp-suite did not install offline"; exit 2; }
+say "installed (commit $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown))"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total,power.limit,clocks.max.sm --format=csv
+  "$python" -c 'import importlib.metadata as m
+for name in ("torch", "jax", "jaxlib", "keras", "dm-haiku", "jmp", "nvidia-ml-py"):
+    try: print(name, m.version(name))
+    except m.PackageNotFoundError: print(name, "absent")'
+} >"$out/versions.txt" 2>&1
+cat "$out/versions.txt" | tee -a "$log"
+
+# 1. FP8's native paths, each framework in its own process (~10-20 s each).
+step fp8-torch 60 "$python" "$here/benchmarks/fp8_native_check.py" --framework torch --shapes "$shapes" --json "$out/fp8-torch.json"
+step fp8-jax 60 env XLA_PYTHON_CLIENT_PREALLOCATE=false \
+  "$python" "$here/benchmarks/fp8_native_check.py" --framework jax --shapes "$shapes" --json "$out/fp8-jax.json"
+# 2. The character GPT, PyTorch and JAX, fp32 / amp_bf16 / fp8 (6 cells).
+step sweep-gpt 210 "$python" -m amp_suite run --frameworks torch,jax --workloads text_gpt_nano \
+  --precisions fp32,amp_bf16,fp8 --device "$device" --repeats 1 --timeout 100 "${gpt_steps[@]}" \
+  --out "$out/sweep-gpt" -q
+# 3. PyTorch's modes side by side, ResNet-18 amp_bf16 (3 cells; each compiled one compiles in its warm-up).
+step sweep-modes 180 "$python" -m amp_suite run --frameworks torch --workloads cifar10_resnet18 \
+  --modes eager,compiled,cudagraphs --precisions amp_bf16 --device "$device" --repeats 1 --timeout 150 \
+  --dataset synthetic "${cells[@]}" --out "$out/sweep-modes" -q
+# 4. Keras 3 on JAX and on PyTorch, the character GPT, fp32 / amp_bf16 (4 cells).
+step sweep-keras 150 "$python" -m amp_suite run --frameworks keras@jax,keras@torch --workloads text_gpt_nano \
+  --precisions fp32,amp_bf16 --device "$device" --repeats 1 --timeout 100 "${gpt_steps[@]}" \
+  --out "$out/sweep-keras" -q
+# 5. PyTorch's calibration (matmul and convolution peaks; an fp8 row on compute capability 8.9 and newer).
+step calibrate-torch 90 "$python" -m amp_suite calibrate --device "$device" --frameworks torch
+for report in "$out"/sweep-*/report.md; do  # the reports beside the logs, for a quick read
+  [ -f "$report" ] && cp "$report" "$out/$(basename "$(dirname "$report")")-report.md"
+done
+pack
+say "done"

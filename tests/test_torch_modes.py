@@ -47,6 +47,9 @@ def test_cudagraphs_compiles_the_whole_step_with_reduce_overhead_and_copies_each
     expected = _losses(eager, batches)
     run, model, device, applied, _ = _build("cudagraphs")
     assert compiled == [{"mode": "reduce-overhead"}]
+    # SGD's momentum buffers exist before the first replay, so no CUDA graph owns them (an H100 failed without)
+    state = model.optimizer.state
+    assert all(float(state[p]["momentum_buffer"].abs().sum()) == 0 for p in model.module.parameters())
     assert any("replayed as CUDA graphs" in note for note in applied.notes)
     step = torch_plugin.make_step(torch, model)
     results = [step(batch) for batch in batches]
@@ -60,6 +63,31 @@ def test_cudagraphs_compiles_the_whole_step_with_reduce_overhead_and_copies_each
     assert float(lr) < workload_lr(model) and model.optimizer.param_groups[0]["lr"] is lr
     figures = torch_plugin.measure(run, model, device)
     assert "CUDA graphs" in figures["compilation"]
+
+
+def test_momentum_buffers_made_before_the_first_step_leave_sgd_bit_for_bit_as_torch_makes_them():
+    from amp_suite_plugins.torch.optimizer import create_momentum_buffers
+
+    def trained(create: bool, **sgd) -> list:
+        torch.manual_seed(0)
+        params = [torch.nn.Parameter(torch.randn(5, 3)), torch.nn.Parameter(torch.randn(3))]
+        optimizer = torch.optim.SGD(params, lr=0.1, **sgd)
+        made = create_momentum_buffers(torch, optimizer) if create else 0
+        for step in range(3):
+            optimizer.zero_grad()
+            (params[0].sin().sum() * (step + 1) + params[1].square().sum()).backward()
+            optimizer.step()
+        return [made, *(p.detach().clone() for p in params)]
+
+    for sgd in ({"momentum": 0.9}, {"momentum": 0.9, "nesterov": True}, {"momentum": 0.9, "weight_decay": 0.01}):
+        made, *with_buffers = trained(True, **sgd)
+        _, *torchs_own = trained(False, **sgd)
+        assert made == 2
+        assert all(torch.equal(a, b) for a, b in zip(with_buffers, torchs_own, strict=True)), sgd
+    # nothing to make: no momentum, a dampened momentum (its first step differs), or another optimizer
+    assert trained(True, momentum=0.0)[0] == 0 and trained(True, momentum=0.9, dampening=0.5)[0] == 0
+    adam = torch.optim.Adam([torch.nn.Parameter(torch.zeros(2))])
+    assert create_momentum_buffers(torch, adam) == 0 and not adam.state
 
 
 def workload_lr(model) -> float:

@@ -70,6 +70,35 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
     return optimizer, scheduler
 
 
+def create_momentum_buffers(torch: Any, optimizer: Any) -> int:
+    """Give every parameter of an SGD with momentum its momentum buffer now, zeros; the number created.
+
+    ``torch.optim.SGD`` creates a parameter's buffer inside its first step
+    (``buf = grad.clone()``), unlike Adam, AdamW and RMSprop, whose state
+    ``_init_group`` makes, which torch.compile runs outside the graph.  Under
+    CUDA graphs (``mode="reduce-overhead"``) a buffer made inside the first
+    step is an output of that step's graph, held in memory the next replay
+    writes over: on an H100 (torch 2.11, 2026-11-27) the second step failed
+    with "accessing tensor output of CUDAGraphs that has been overwritten by a
+    subsequent run".  A zero buffer gives the same first step with dampening
+    0, as here: ``0 * momentum + grad`` is ``grad`` exactly.
+    """
+    if not isinstance(optimizer, torch.optim.SGD):
+        return 0
+    created = 0
+    for group in optimizer.param_groups:
+        if group["momentum"] == 0:
+            continue
+        if group.get("dampening", 0) != 0:  # the first step would then differ from torch's own: leave it to torch
+            continue
+        for param in group["params"]:
+            state = optimizer.state[param]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                created += 1
+    return created
+
+
 def optimizer_implementation(torch: Any, optimizer: Any) -> str:
     """Which of torch's implementations ``optimizer.step()`` runs: ``fused``, ``foreach`` or ``for-loop``."""
     defaults = optimizer.defaults

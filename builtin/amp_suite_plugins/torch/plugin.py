@@ -99,7 +99,7 @@ from amp_suite_plugins.torch.layers import (
 )
 from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.model import TorchModel
-from amp_suite_plugins.torch.optimizer import _make_optimizer, optimizer_implementation
+from amp_suite_plugins.torch.optimizer import _make_optimizer, create_momentum_buffers, optimizer_implementation
 from amp_suite_plugins.torch.options import ATTENTION_NOTES, COMPILE_MODES, MODES, OPTIONS, mode_of, option
 from amp_suite_plugins.torch.step import FoundInf, _autocast, _clip, _fetch, _step_marks, _whole_step, make_step  # noqa: F401 - re-exported (trace.py, tests)
 from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
@@ -253,6 +253,7 @@ def build_model(
                        train_forward, process, stored, mode, tokens=workload.tokens,
                        clip_norm=workload.optimizer.clip_norm, static_scale=applied.loss_scaling == "static")
     if mode in COMPILE_MODES:
+        create_momentum_buffers(torch, optimizer)  # outside the graphs, so no CUDA graph owns optimizer state
         model.compiled_step = torch.compile(_whole_step(torch, model), mode=COMPILE_MODES[mode])
     return model
 

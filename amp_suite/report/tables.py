@@ -147,7 +147,7 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
     def throughput(row) -> str:
         text = _fmt(row["throughput"], "{:,.0f}") + (" ⚑" if row.get("flagged") else "")
         if row.get("emulated"):  # the emulation's speed: no ratio, which would read as a speed-up
-            return f"{text} {EMULATED_MARK} (not a speed-up: no FP8 matmul on this device)"
+            return f"{text} {EMULATED_MARK} (not a speed-up: no FP8 matmul ran)"
         parts = []
         if row["precision"] != BASELINE and not math.isnan(row["speedup"]):
             over_tf32 = speedup_interval(row, "speedup_over_tf32")

@@ -286,7 +286,7 @@ def _emulated_text(precisions: list[str]) -> str:
     if not precisions:
         return ""
     return (f" {', '.join(precisions)} {'is' if len(precisions) == 1 else 'are'} {EMULATED_MARK} here (no FP8 matmul "
-            "on this device): its memory and accuracy are real, its speed is the emulation's, not FP8's.")
+            "ran: none on this device, or none the framework reaches): its memory and accuracy are real, its speed is the emulation's, not FP8's.")
 
 
 # --- rendering: the same verdict as terminal lines and as markdown -------------------
@@ -297,7 +297,7 @@ def speedup_cell(line: VerdictLine) -> str:
     if line.status != "ok":
         return f"n/a ({line.status})"
     if line.emulated:
-        return f"n/a ({EMULATED_MARK}: no FP8 matmul on this device, so no speed-up to measure)"
+        return f"n/a ({EMULATED_MARK}: no FP8 matmul ran, so no speed-up to measure)"
     if line.speedup is None:
         return "n/a"
     return " ".join([_speedup_text(line), *line.marks])

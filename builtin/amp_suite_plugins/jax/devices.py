@@ -28,6 +28,15 @@ def split_host_devices(run: RunSpec) -> None:
         jax.config.update("jax_num_cpu_devices", count)
 
 
+def gpu_platform(platform: str, platform_version: str) -> str:
+    """``DeviceInfo.platform`` of a JAX GPU: ``cuda`` or ``rocm``, as the other frameworks name it.  JAX calls
+    both ``gpu``; its client's platform version says which (``cuda 13000``, ``rocm 60342``)."""
+    for name in ("cuda", "rocm"):
+        if platform_version.lower().startswith(name):
+            return name
+    return platform
+
+
 def jax_device_info(jax: Any, run: RunSpec) -> DeviceInfo:
     """The device ``run`` trains on as JAX sees it (after the platform is chosen): its GPUs, else the CPU;
     a data-parallel cell that asks for more devices than JAX sees is unsupported."""
@@ -45,9 +54,10 @@ def jax_device_info(jax: Any, run: RunSpec) -> DeviceInfo:
     capability = str(getattr(dev, "compute_capability", "") or "")
     major = int(capability.split(".")[0]) if capability[:1].isdigit() else 0
     stats = dev.memory_stats() or {}
+    version = str(getattr(dev.client, "platform_version", ""))
     return DeviceInfo(
         kind="gpu",
-        platform=dev.platform,
+        platform=gpu_platform(dev.platform, version),
         name=dev.device_kind,
         count=run.devices if run.distributed else len(gpus),
         driver=getattr(dev.client, "platform_version", ""),

@@ -13,11 +13,13 @@ each operand scaled by ``max_finite / amax``, saturated, cast to
 product in float32 (float64 for float64 operands) rounded to bfloat16, the
 bias added in bfloat16.
 
-No Keras backend gets an FP8 matmul from this on a CPU: it is emulated (real
-FP8 numerics, no FP8 speed).  On a GPU with FP8 tensor cores XLA (the JAX
-backend, and TensorFlow under ``jit_compile``) may rewrite the pattern into an
-FP8 GEMM, but nothing here checks that it does, so the Keras plugins always
-record ``emulated``.
+No Keras backend gets an FP8 matmul from this: it is emulated (real FP8
+numerics, no FP8 speed), and the Keras plugins record ``emulated`` on every
+device.  Where XLA compiles the step (the JAX backend, and TensorFlow under
+``jit_compile``), its GPU compiler would drop the FP8 rounding altogether (a
+narrowing round trip ``f32 -> f8 -> f32`` under excess precision, XLA's
+default: seen on an H100 with JAX, docs/gpu.md), so :func:`fake_quantize`
+holds the FP8 values behind the backend's optimization barrier (:func:`_held`).
 
 The FP8 layers turn Keras's autocast off (``autocast = False``, as its own
 ``LayerNormalization`` does): the weight is cast to FP8 from the float32
@@ -79,9 +81,25 @@ def quantize(values: Any, format_name: str, max_finite: float) -> tuple[Any, Any
 
 
 def fake_quantize(values: Any, format_name: str, max_finite: float) -> Any:
-    """``values`` through the scaled FP8 cast and back, in ``values``' dtype."""
+    """``values`` through the scaled FP8 cast and back, in ``values``' dtype; the FP8 values are :func:`_held`."""
     q, scale = quantize(values, format_name, max_finite)
-    return ops.cast(q, _dtype(values)) / scale
+    return ops.cast(_held(q), _dtype(values)) / scale
+
+
+def _held(q: Any) -> Any:
+    """``q`` behind an optimization barrier where XLA may compile it (JAX; TensorFlow), so that no compiler pass
+    can fold the FP8 cast and the cast back into nothing; ``q`` itself on PyTorch, which has no such pass."""
+    backend = keras.backend.backend()
+    if backend == "jax":
+        import jax
+
+        return jax.lax.optimization_barrier(q)
+    if backend == "tensorflow":
+        from tensorflow.compiler.tf2xla.python import xla  # TF's only name for XLA's barrier
+
+        held = xla.optimization_barrier(q)
+        return held[0] if isinstance(held, (list, tuple)) else held
+    return q
 
 
 def _product(a: Any, b: Any) -> Any:

@@ -65,29 +65,30 @@ CACHE_BYTES = 2**20
 # "with sparsity": the dense peak is half of that.  A dtype a GPU has no
 # tensor cores for is absent (no TF32 or BF16 before Ampere).  Sources:
 #   H100 SXM5, H100 PCIe, H100 NVL: "NVIDIA H100 Tensor Core GPU" datasheet
-#     (SXM: FP32 67, TF32 989*, BF16/FP16 1,979*; PCIe: 51, 756*, 1,513*;
-#     NVL: 60, 835*, 1,671*; * = with sparsity).
+#     (SXM: FP32 67, TF32 989*, BF16/FP16 1,979*, FP8 3,958*; PCIe: 51, 756*,
+#     1,513*, 3,026*; NVL: 60, 835*, 1,671*, 3,341*; * = with sparsity).
 #   H200 SXM, H200 NVL: "NVIDIA H200 Tensor Core GPU" datasheet (SXM: the H100 SXM
-#     figures; NVL: 60, 835*, 1,671*).
+#     figures; NVL: 60, 835*, 1,671*, 3,341*).
 #   A100 40GB/80GB, SXM4 and PCIe: "NVIDIA A100 Tensor Core GPU" datasheet (2021):
 #     FP32 19.5, TF32 156 (312*), BF16/FP16 312 (624*) for all four.
-#   L4: "NVIDIA L4 Tensor Core GPU" datasheet: FP32 30.3, TF32 120*, BF16/FP16 242*.
-#   L40S: "NVIDIA L40S GPU" datasheet: FP32 91.6, TF32 366*, BF16/FP16 733*.
+#   L4: "NVIDIA L4 Tensor Core GPU" datasheet: FP32 30.3, TF32 120*, BF16/FP16 242*, FP8 485*.
+#   L40S: "NVIDIA L40S GPU" datasheet: FP32 91.6, TF32 366*, BF16/FP16 733*, FP8 1,466*.
 #   T4: "NVIDIA T4 Tensor Core GPU" datasheet: FP32 8.1, FP16 (mixed) 65; no TF32/BF16.
 #   V100: "NVIDIA Tesla V100 GPU Accelerator" datasheet (2018): SXM2 FP32 15.7,
 #     tensor 125; PCIe 14, 112; V100S PCIe 16.4, 130; no TF32/BF16.
 #   RTX 4090: "NVIDIA Ada GPU Architecture" whitepaper, appendix table of the
 #     GeForce RTX 4090: FP32 82.6, TF32 82.6 (165.2*), FP16/BF16 with FP32
-#     accumulate 165.2 (330.4*).
+#     accumulate 165.2 (330.4*), FP8 with FP32 accumulate 330.3 (660.6*).
+# fp8 (e4m3/e5m2 tensor cores, Ada and Hopper) is what `torch._scaled_mm` can reach.
 # Matched against the GPU name by substring, longest key first; a MIG slice
 # matches nothing (see datasheet_peaks).
-_H100_SXM = {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5}
-_NVL = {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5}
+_H100_SXM = {"fp32": 67.0, "tf32": 494.5, "fp16": 989.5, "bf16": 989.5, "fp8": 1979.0}
+_NVL = {"fp32": 60.0, "tf32": 417.5, "fp16": 835.5, "bf16": 835.5, "fp8": 1670.5}
 _A100 = {"fp32": 19.5, "tf32": 156.0, "fp16": 312.0, "bf16": 312.0}
 DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
     "H100 80GB HBM3": _H100_SXM,  # what an H100 SXM5 calls itself
     "H100 SXM": _H100_SXM,
-    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5},
+    "H100 PCIe": {"fp32": 51.0, "tf32": 378.0, "fp16": 756.5, "bf16": 756.5, "fp8": 1513.0},
     "H100 NVL": _NVL,
     "H200": _H100_SXM,  # the SXM board: "NVIDIA H200"
     "H200 NVL": _NVL,
@@ -97,13 +98,13 @@ DATASHEET_TFLOPS: dict[str, dict[str, float]] = {
     "A100-PCIE-40GB": _A100,
     "A100 80GB PCIe": _A100,
     "A100-PCIE": _A100,
-    "L4": {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0},
-    "L40S": {"fp32": 91.6, "tf32": 183.0, "fp16": 366.5, "bf16": 366.5},
+    "L4": {"fp32": 30.3, "tf32": 60.0, "fp16": 121.0, "bf16": 121.0, "fp8": 242.5},
+    "L40S": {"fp32": 91.6, "tf32": 183.0, "fp16": 366.5, "bf16": 366.5, "fp8": 733.0},
     "T4": {"fp32": 8.1, "fp16": 65.0},
     "V100-SXM2": {"fp32": 15.7, "fp16": 125.0},
     "V100-PCIE": {"fp32": 14.0, "fp16": 112.0},
     "V100S": {"fp32": 16.4, "fp16": 130.0},
-    "RTX 4090": {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2},
+    "RTX 4090": {"fp32": 82.6, "tf32": 82.6, "fp16": 165.2, "bf16": 165.2, "fp8": 330.3},
 }
 # Keys that must be whole words of the name ("L4" is not in "L40S").
 _WHOLE_WORD_KEYS = ("T4", "L4")

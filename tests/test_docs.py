@@ -198,8 +198,10 @@ def test_the_readme_holds_exactly_two_commands_and_ci_runs_the_test_one():
     assert run_command.endswith("amp-suite run") and test_command.endswith("python -m pytest")
     ci_lines = [line for line in (REPO / ".ci" / "run").read_text().splitlines()
                 if line and not line.startswith("#")]
-    assert test_command in ci_lines, f".ci/run does not run the README's test command {test_command!r}"
-    after = ci_lines[ci_lines.index(test_command) + 1:]
+    # `|| exit $?`: a failed venv or install must stop CI there (set -e does not, inside an && list)
+    ci_test_line = f"{test_command} || exit $?"
+    assert ci_test_line in ci_lines, f".ci/run does not run the README's test command as {ci_test_line!r}"
+    after = ci_lines[ci_lines.index(ci_test_line) + 1:]
     assert after == [".venv/bin/ruff check", ".venv/bin/mypy"], f"lint and type checks after the tests: {after}"
 
 

@@ -90,6 +90,56 @@ def test_momentum_buffers_made_before_the_first_step_leave_sgd_bit_for_bit_as_to
     assert create_momentum_buffers(torch, adam) == 0 and not adam.state
 
 
+def _tiny_gpt(mode: str):
+    """A one-block character GPT under AdamW with a warm-up (its first learning rate is 0), and three batches of
+    16 tokens: most of the 70 embedding rows get no gradient in a step."""
+    from amp_suite.records import RunSpec
+    from amp_suite.workloads.workload import init_variables, workload_from_config
+
+    workload = workload_from_config("g", {
+        "model": "gpt", "vocab_size": 70, "context": 16, "width": 32, "depth": 1, "heads": 2, "mlp": 64,
+        "batch_size": 4, "optimizer": "adamw", "learning_rate": 3e-3, "weight_decay": 0.1,
+        "schedule": "warmup_cosine", "warmup_steps": 20, "clip_norm": 1.0, "dataset": "text"})
+    run = RunSpec(framework="torch", workload="g", precision="fp32", steps=3, warmup=1, batch_size=4, device="cpu",
+                  mode=mode)
+    device = torch_plugin.select_device(run)
+    applied = torch_plugin.set_precision(run, device)
+    weights, state = init_variables(workload, 0)
+    model = torch_plugin.build_model(run, workload, weights, state, applied, device)
+    generator = torch.Generator().manual_seed(0)
+    batches = [(torch.randint(0, 70, (4, 16), generator=generator), torch.randint(0, 70, (4, 16), generator=generator),
+                {}) for _ in range(3)]
+    return model, applied, batches
+
+
+def test_a_compiled_adamw_warm_up_from_a_learning_rate_of_0_trains_like_eager():
+    """torch.compile's Adam divides by the learning rate: at 0 (the warm-up's first step) every embedding row
+    without a gradient turned NaN and the character GPT diverged at its second step (torch 2.13)."""
+    torch._dynamo.reset()
+    eager, _, batches = _tiny_gpt("")
+    model, applied, _ = _tiny_gpt("compiled")
+    assert any("learning rate of 0 at 1e-30" in note for note in applied.notes)
+    compiled = _losses(model, batches)
+    assert all(torch.isfinite(p).all() for p in model.module.parameters())
+    assert compiled == pytest.approx(_losses(eager, batches), rel=1e-5)
+
+
+def test_only_the_compiled_modes_adam_holds_a_scheduled_learning_rate_of_0_at_the_floor():
+    from amp_suite.workloads.workload import workload_from_config
+    from amp_suite_plugins.torch.optimizer import COMPILED_ADAM_LR_FLOOR, _make_optimizer
+
+    def first_lr(name: str, tensor_lr: bool) -> float:
+        spec = workload_from_config("w", {"model": "mnist_cnn", "input_size": 8, "optimizer": name,
+                                          "schedule": "warmup_cosine", "warmup_steps": 5}).optimizer
+        optimizer, _ = _make_optimizer(torch, spec, [torch.nn.Parameter(torch.zeros(2))], tensor_lr=tensor_lr)
+        return float(optimizer.param_groups[0]["lr"])
+
+    assert first_lr("adamw", True) == pytest.approx(COMPILED_ADAM_LR_FLOOR)
+    assert first_lr("adam", True) == pytest.approx(COMPILED_ADAM_LR_FLOOR)
+    assert first_lr("adamw", False) == 0.0  # eager: torch's Adam takes 0 as no update
+    assert first_lr("sgd", True) == 0.0  # SGD does not divide by it
+
+
 def workload_lr(model) -> float:
     return float(model.scheduler.base_lrs[0])
 

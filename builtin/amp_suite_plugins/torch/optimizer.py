@@ -65,9 +65,19 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
         optimizer = cls(groups, **kwargs)
     scheduler = None
     if spec.schedule != "constant":
+        floor = COMPILED_ADAM_LR_FLOOR / spec.learning_rate if tensor_lr and spec.name in ("adam", "adamw") else 0.0
         scheduler = torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda step: learning_rate_at(spec, step) / spec.learning_rate)
+            optimizer, lambda step: max(learning_rate_at(spec, step) / spec.learning_rate, floor))
     return optimizer, scheduler
+
+
+# torch.compile's Adam and AdamW with a tensor learning rate (the compiled modes) write the update as
+# m / (sqrt(v) / (c2 * s) + eps / s) with s = -lr / c1: where the learning rate is exactly 0 (a warm-up's first step,
+# a cosine's last) and v is 0 (an embedding row no token of the batch used), that is 0 / 0, and the parameter turns
+# NaN (torch 2.13 on a CPU: the character GPT's compiled cells diverged at their second step).  Eager Adam takes lr = 0
+# as no update.  The compiled modes hold such a learning rate at this floor instead: every intermediate stays a
+# normal float32, the update is below 1e-29 of the gradient's scale, and AdamW's decay factor 1 - lr * decay is 1.
+COMPILED_ADAM_LR_FLOOR = 1e-30
 
 
 def create_momentum_buffers(torch: Any, optimizer: Any) -> int:

@@ -99,7 +99,12 @@ from amp_suite_plugins.torch.layers import (
 )
 from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.model import TorchModel
-from amp_suite_plugins.torch.optimizer import _make_optimizer, create_momentum_buffers, optimizer_implementation
+from amp_suite_plugins.torch.optimizer import (
+    COMPILED_ADAM_LR_FLOOR,
+    _make_optimizer,
+    create_momentum_buffers,
+    optimizer_implementation,
+)
 from amp_suite_plugins.torch.options import ATTENTION_NOTES, COMPILE_MODES, MODES, OPTIONS, mode_of, option
 from amp_suite_plugins.torch.step import FoundInf, _autocast, _clip, _fetch, _step_marks, _whole_step, make_step  # noqa: F401 - re-exported (trace.py, tests)
 from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
@@ -150,6 +155,11 @@ def select_device(run: RunSpec) -> DeviceInfo:
     )
 
 
+# What the compiled modes change in the optimizer (optimizer.py says why).
+COMPILED_LR_NOTE = (f"; Adam and AdamW hold a scheduled learning rate of 0 at {COMPILED_ADAM_LR_FLOOR:g} (torch.compile's "
+                    "Adam divides by it)")
+
+
 @hookimpl
 def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     import torch
@@ -168,10 +178,10 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     mode = mode_of(run)
     if mode == "compiled":
         notes.append("mode=compiled: the whole training step (forward, backward, optimizer) through torch.compile "
-                     "(inductor), compiled in the warm-up steps")
+                     "(inductor), compiled in the warm-up steps" + COMPILED_LR_NOTE)
     elif mode == "cudagraphs":
         notes.append("mode=cudagraphs: the whole training step through torch.compile(mode='reduce-overhead'), "
-                     "replayed as CUDA graphs, compiled and recorded in the warm-up steps")
+                     "replayed as CUDA graphs, compiled and recorded in the warm-up steps" + COMPILED_LR_NOTE)
     elif option(run, "compile"):
         notes.append("torch.compile=inductor on the forward pass only (option compile; compiled in the warm-up "
                      "steps); mode compiled compiles the whole step")

@@ -109,6 +109,8 @@ def test_jaxs_fp8_casts_pass_an_optimization_barrier_so_xla_cannot_drop_the_roun
 
     program = jax.jit(forward_backward).lower(x, w).as_text()
     assert _barrier_lines(program, "f8E4M3FN") >= 2 and _barrier_lines(program, "f8E5M2") >= 1, program[-3000:]
+    # and the three products rounded to bfloat16: grad_w's would otherwise be float32 -> bfloat16 -> float32
+    assert _barrier_lines(program, "xbf16>") >= 3, program[-3000:]
 
 
 KERAS_BARRIERS = """

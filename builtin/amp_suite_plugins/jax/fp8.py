@@ -8,7 +8,8 @@ compiler rewrites into a cuBLASLt FP8 GEMM on FP8 tensor cores (compute
 capability 8.9 or newer).  Flax keeps a *delayed* amax history in its own
 variable collection; the suite's recipe scales from the *current* amax and
 this plugin is written in haiku, so the same quantize-dequantize is written
-here (:func:`fp8_matmul`), with the gradient cast in a ``custom_vjp``.
+here (:func:`fp8_matmul`), with the gradient cast in a ``custom_vjp``
+(and, as measured below, no FP8 GEMM comes of it on an H100).
 
 The suite's fp8 cells in JAX are emulated on every device: the FP8 casts
 are real (XLA's rounding to the FP8 types), the product runs in float32
@@ -22,8 +23,10 @@ precision allowed (``--xla_allow_excess_precision``, on by default) its
 ``f32 -> f8e4m3fn -> f32``, and the layer's products matched the unrounded
 ones to three digits, 4-7% from the recipe.  So :func:`fake_quantize` holds
 the FP8 values behind ``jax.lax.optimization_barrier``, which no pass looks
-through: the rounding stays, on a CPU (where the bits are unchanged) and on
-a GPU.  The barrier also rules out the GEMM rewrite, which did not happen.
+through, and so are the products rounded to bfloat16 (a float32 weight's
+gradient would make that ``f32 -> bf16 -> f32``): the rounding stays, on a CPU
+(where the bits are unchanged) and on a GPU.  The barrier also rules out the
+GEMM rewrite, which did not happen.
 
 The FP8 layers are haiku modules of their own class (:func:`projection_class`)
 with a jmp policy of float32 parameters and compute and a bfloat16 output:
@@ -97,6 +100,11 @@ def _matmul(label: tuple[str, str] | None = None) -> Any:
     e4m3, e5m2 = RECIPE.forward_format, RECIPE.gradient_format
     output_dtype = getattr(jnp, RECIPE.output_format.name)
 
+    def rounded(product: Any) -> Any:
+        """A product rounded to the recipe's output format, behind a barrier: cast back to float32 (a float32
+        weight's gradient), the round trip would be XLA's to drop, as it dropped the FP8 one."""
+        return jax.lax.optimization_barrier(product.astype(output_dtype))
+
     def wide(x: Any) -> Any:
         return jnp.float64 if x.dtype == jnp.float64 else jnp.float32
 
@@ -110,20 +118,20 @@ def _matmul(label: tuple[str, str] | None = None) -> Any:
     @jax.custom_vjp
     def matmul(x: Any, w: Any) -> Any:
         x_q, w_q = operands(x, w)
-        return (x_q @ w_q).astype(output_dtype)
+        return rounded(x_q @ w_q)
 
     def forward(x: Any, w: Any) -> tuple[Any, Any]:
         x_q, w_q = operands(x, w)
         # zero-size arrays carry the primal dtypes, which the cotangents must have
-        return (x_q @ w_q).astype(output_dtype), (x_q, w_q, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
+        return rounded(x_q @ w_q), (x_q, w_q, jnp.zeros((0,), x.dtype), jnp.zeros((0,), w.dtype))
 
     def backward(residuals: Any, grad: Any) -> tuple[Any, Any]:
         x_q, w_q, x_like, w_like = residuals
         _observe(label, "gradient", grad.astype(x_q.dtype), e5m2.name, e5m2.max_finite)
         g = fake_quantize(grad.astype(x_q.dtype), e5m2.name, e5m2.max_finite)
-        grad_x = (g @ w_q.T).astype(output_dtype).astype(x_like.dtype)
+        grad_x = rounded(g @ w_q.T).astype(x_like.dtype)
         flat_x, flat_g = x_q.reshape(-1, x_q.shape[-1]), g.reshape(-1, g.shape[-1])
-        grad_w = (flat_x.T @ flat_g).astype(output_dtype).astype(w_like.dtype)
+        grad_w = rounded(flat_x.T @ flat_g).astype(w_like.dtype)
         return grad_x, grad_w
 
     matmul.defvjp(forward, backward)

@@ -19,7 +19,9 @@ device.  Where XLA compiles the step (the JAX backend, and TensorFlow under
 ``jit_compile``), its GPU compiler would drop the FP8 rounding altogether (a
 narrowing round trip ``f32 -> f8 -> f32`` under excess precision, XLA's
 default: seen on an H100 with JAX, docs/gpu.md), so :func:`fake_quantize`
-holds the FP8 values behind the backend's optimization barrier (:func:`_held`).
+holds the FP8 values behind the backend's optimization barrier (:func:`_held`),
+and so are the products rounded to bfloat16 (a float32 weight's gradient
+would otherwise be an ``f32 -> bf16 -> f32`` round trip).
 
 The FP8 layers turn Keras's autocast off (``autocast = False``, as its own
 ``LayerNormalization`` does): the weight is cast to FP8 from the float32
@@ -88,7 +90,9 @@ def fake_quantize(values: Any, format_name: str, max_finite: float) -> Any:
 
 def _held(q: Any) -> Any:
     """``q`` behind an optimization barrier where XLA may compile it (JAX; TensorFlow), so that no compiler pass
-    can fold the FP8 cast and the cast back into nothing; ``q`` itself on PyTorch, which has no such pass."""
+    can fold a narrowing cast and the cast back into nothing; ``q`` itself on PyTorch, whose eager layers run as
+    written (inductor's pass for such chains leaves FP8 alone; under ``jit_compile`` it could drop the bfloat16
+    rounding of a float32 weight's gradient, as XLA would)."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax
@@ -127,13 +131,13 @@ def _matmul(label: tuple[str, str] | None = None) -> Any:
                 (upstream,) = args
             _observe(label, "gradient", ops.cast(upstream, wide), e5m2.name, e5m2.max_finite)
             g = fake_quantize(ops.cast(upstream, wide), e5m2.name, e5m2.max_finite)
-            grad_x = ops.cast(ops.cast(_product(g, ops.transpose(w_q)), output), x_dtype)
+            grad_x = ops.cast(_held(ops.cast(_product(g, ops.transpose(w_q)), output)), x_dtype)
             flat_x = ops.reshape(x_q, (-1, x_q.shape[-1]))
             flat_g = ops.reshape(g, (-1, g.shape[-1]))
-            grad_w = ops.cast(ops.cast(_product(ops.transpose(flat_x), flat_g), output), w_dtype)
+            grad_w = ops.cast(_held(ops.cast(_product(ops.transpose(flat_x), flat_g), output)), w_dtype)
             return grad_x, grad_w
 
-        return ops.cast(_product(x_q, w_q), output), grad
+        return _held(ops.cast(_product(x_q, w_q), output)), grad
 
     return matmul
 

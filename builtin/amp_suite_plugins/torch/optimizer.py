@@ -76,7 +76,8 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
 # a cosine's last) and v is 0 (an embedding row no token of the batch used), that is 0 / 0, and the parameter turns
 # NaN (torch 2.13 on a CPU: the character GPT's compiled cells diverged at their second step).  Eager Adam takes lr = 0
 # as no update.  The compiled modes hold such a learning rate at this floor instead: every intermediate stays a
-# normal float32, the update is below 1e-29 of the gradient's scale, and AdamW's decay factor 1 - lr * decay is 1.
+# normal float32, Adam's update is an absolute change of about 1e-30 per element (it scales as lr), and AdamW's
+# decay factor 1 - lr * decay is 1.
 COMPILED_ADAM_LR_FLOOR = 1e-30
 
 

@@ -156,7 +156,7 @@ def check_jax(shape: tuple[int, int, int]) -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from amp_suite_plugins.jax.fp8 import FP8_GEMM_TARGET, fp8_gemm_in_hlo, fp8_matmul
+    from amp_suite_plugins.jax.fp8 import fp8_gemm_calls, fp8_matmul
 
     dev = jax.devices()[0]
     x_np, w_np, grad_np = inputs(*shape)
@@ -174,7 +174,7 @@ def check_jax(shape: tuple[int, int, int]) -> dict[str, Any]:
     text = compiled.as_text() or ""
     found: dict[str, Any] = {"device": f"{dev.platform}: {dev.device_kind}",
                              "compute_capability": getattr(dev, "compute_capability", None),
-                             "fp8_gemm_calls": text.count(FP8_GEMM_TARGET) if fp8_gemm_in_hlo(text) else 0}
+                             "fp8_gemm_calls": fp8_gemm_calls(text)}
     out, grad_x, grad_w = compiled(x, w, grad)
     found.update(judged(tuple(np.asarray(p, np.float32) for p in (out, grad_x, grad_w)), x_np, w_np, grad_np))
     bf16 = forward_backward(lambda x, w: jnp.matmul(x, w.astype(jnp.bfloat16)))

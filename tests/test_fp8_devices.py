@@ -68,12 +68,12 @@ def test_a_workload_whose_only_dense_layer_is_its_head_is_refused_with_the_reaso
 
 
 def test_a_compiled_program_shows_whether_xla_made_an_fp8_gemm() -> None:
-    from amp_suite_plugins.jax.fp8 import fp8_gemm_in_hlo
+    from amp_suite_plugins.jax.fp8 import fp8_gemm_calls
 
     rewritten = ('%cublas-gemm.1 = (bf16[64,64]{1,0}, s8[33554432]{0}) custom-call(f8e4m3fn[64,64]{1,0} %p0, '
                  'f8e4m3fn[64,64]{0,1} %p1, f32[] %s0, f32[] %s1), custom_call_target="__cublas$lt$matmul$f8"')
     emulated = 'ROOT %dot.3 = f32[64,64]{1,0} dot(f32[64,64]{1,0} %convert.1, f32[64,64]{1,0} %convert.2)'
-    assert fp8_gemm_in_hlo(rewritten) and not fp8_gemm_in_hlo(emulated)
+    assert fp8_gemm_calls(rewritten) == 1 and fp8_gemm_calls(emulated) == 0
 
 
 @pytest.mark.parametrize("section,status,needle", [

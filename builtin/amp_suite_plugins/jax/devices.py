@@ -60,7 +60,7 @@ def jax_device_info(jax: Any, run: RunSpec) -> DeviceInfo:
         platform=gpu_platform(dev.platform, version),
         name=dev.device_kind,
         count=run.devices if run.distributed else len(gpus),
-        driver=getattr(dev.client, "platform_version", ""),
+        driver=version,
         compute_capability=capability,
         memory_total_bytes=stats.get("bytes_limit"),
         supports_tf32=major >= 8,

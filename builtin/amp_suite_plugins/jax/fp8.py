@@ -16,7 +16,7 @@ are real (XLA's rounding to the FP8 types), the product runs in float32
 (float64 for float64 operands, the tests' reference) and is rounded to
 bfloat16.  On an H100 (jax 0.11.2, 2026-11-27; docs/gpu.md) XLA did not
 rewrite this quantize-dequantize into an FP8 GEMM (no
-``__cublas$lt$matmul$f8`` in the compiled program, :func:`fp8_gemm_in_hlo`),
+``__cublas$lt$matmul$f8`` in the compiled program, :func:`fp8_gemm_calls`),
 and worse, its GPU compiler removed the FP8 rounding itself: with excess
 precision allowed (``--xla_allow_excess_precision``, on by default) its
 ``SimplifyFPConversions`` pass drops a narrowing round trip such as
@@ -179,10 +179,10 @@ def projection_class() -> type:
     return Fp8Projection
 
 
-def fp8_gemm_in_hlo(compiled_text: str) -> bool:
-    """Whether a compiled XLA program's text calls the FP8 GEMM (``jax.jit(f).lower(...).compile().as_text()``):
-    on a GPU with FP8 tensor cores, the sign that the quantize-dequantize became a native FP8 matmul."""
-    return FP8_GEMM_TARGET in compiled_text
+def fp8_gemm_calls(compiled_text: str) -> int:
+    """How many FP8 GEMM calls a compiled XLA program's text makes (``jax.jit(f).lower(...).compile().as_text()``):
+    above 0 on a GPU with FP8 tensor cores, the sign that a quantize-dequantize became a native FP8 matmul."""
+    return compiled_text.count(FP8_GEMM_TARGET)
 
 
 def fp8_note() -> str:

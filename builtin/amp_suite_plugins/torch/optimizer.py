@@ -79,6 +79,9 @@ def _make_optimizer(torch: Any, spec: OptimizerSpec, params: Any, *, fused: bool
 # normal float32, Adam's update is an absolute change of about 1e-30 per element (it scales as lr), and AdamW's
 # decay factor 1 - lr * decay is 1.
 COMPILED_ADAM_LR_FLOOR = 1e-30
+# What the compiled modes' notes say of it.
+COMPILED_LR_NOTE = (f"; Adam and AdamW hold a scheduled learning rate of 0 at {COMPILED_ADAM_LR_FLOOR:g} (torch.compile's "
+                    "Adam divides by it)")
 
 
 def create_momentum_buffers(torch: Any, optimizer: Any) -> int:

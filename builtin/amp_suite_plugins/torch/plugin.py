@@ -100,7 +100,7 @@ from amp_suite_plugins.torch.layers import (
 from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.model import TorchModel
 from amp_suite_plugins.torch.optimizer import (
-    COMPILED_ADAM_LR_FLOOR,
+    COMPILED_LR_NOTE,
     _make_optimizer,
     create_momentum_buffers,
     optimizer_implementation,
@@ -153,11 +153,6 @@ def select_device(run: RunSpec) -> DeviceInfo:
         memory_total_bytes=int(props.total_memory),
         supports_tf32=props.major >= 8,
     )
-
-
-# What the compiled modes change in the optimizer (optimizer.py says why).
-COMPILED_LR_NOTE = (f"; Adam and AdamW hold a scheduled learning rate of 0 at {COMPILED_ADAM_LR_FLOOR:g} (torch.compile's "
-                    "Adam divides by it)")
 
 
 @hookimpl

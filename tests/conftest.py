@@ -20,6 +20,7 @@ from amp_suite.testing.shared_probes import PROBE_CACHE_ENV
 from suite_cli import TINY_CONFIG
 
 HELPERS = Path(__file__).parent / "helpers"
+REPO_ROOT = Path(__file__).resolve().parent.parent
 # The environment variables this session sets, undone when it ends.
 _SESSION_ENVIRONMENT = pytest.StashKey[pytest.MonkeyPatch]()
 # The cache folders (compiles, probe results) this process made (the controller's), removed when the session ends.
@@ -84,6 +85,23 @@ def pytest_configure(config: pytest.Config) -> None:
     # the folder default runs had filled trained mnist_cnn to a loss of 2.7e31; a fresh folder trained like eager.
     if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
         environment.setenv("TORCHINDUCTOR_CACHE_DIR", _session_folder("inductor-cache", made))
+    if not hasattr(config, "workerinput"):  # the controller, once: the xdist lanes start after it
+        _compile_the_projects_modules()
+
+
+def _compile_the_projects_modules() -> None:
+    """Write the bytecode of the repository's own modules (``__pycache__``, git-ignored) before any test runs.
+
+    pip compiles what it installs into site-packages, but an editable install leaves ``amp_suite/`` and
+    ``builtin/`` as source; where ``PYTHONDONTWRITEBYTECODE`` is set (this project's machines set it), none of
+    the session's ~650 Python processes may write what it compiled, so every one compiled the ~200 modules it
+    imports again: a three-cell sweep of the fake framework used 5.6 s of CPU, 4.8 s with its modules compiled
+    (AMD EPYC, AVX2).  Existing up-to-date files are only checked; Python reads them with or without the
+    variable."""
+    import compileall
+
+    for folder in ("amp_suite", "builtin", "tests", "examples"):
+        compileall.compile_dir(str(REPO_ROOT / folder), quiet=2, workers=1)
 
 
 def _session_folder(name: str, made: list[str]) -> str:

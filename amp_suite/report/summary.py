@@ -18,6 +18,7 @@ from amp_suite.precision import BASELINE
 from amp_suite.records import CellResult
 from amp_suite.report.frames import as_number, column_first, column_median, device_label, results_frame
 from amp_suite.report.intervals import Interval, paired_ratios, pooled_log_intervals
+from amp_suite.report.memo import by_content
 from amp_suite.report.seeds import add_accuracy_equivalence, margin_of
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "error"]
 
 
+@by_content
 def summary_frame(results: list[CellResult], environment: dict[str, Any] | None = None) -> pd.DataFrame:
     """One row per workload x framework x device kind x mode x batch size x precision, normalized to that fp32.
 

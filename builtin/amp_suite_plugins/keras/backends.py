@@ -13,8 +13,10 @@ Keras is passed in by the hooks; this module imports no framework.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from amp_suite.errors import UnsupportedError
@@ -72,11 +74,38 @@ def attention_notes(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tupl
     return notes
 
 
+# Libraries Keras 3.15 and TensorFlow 2.21 import at start-up only because they are installed, for features a
+# worker never uses (TensorFlow Lite's JAX converter, Keras's image-gallery plot and pandas data adapters): in the
+# `all` environment they cost a Keras-on-TensorFlow process 1.5-2 s of CPU and 132 MiB of resident memory (661 MiB
+# against 529 MiB after importing both; Keras on PyTorch imports JAX as well).  Hidden while Keras is first
+# imported, then importable again.
+UNUSED_AT_IMPORT = {"tensorflow": ("jax", "matplotlib", "pandas"), "torch": ("jax", "matplotlib", "pandas"),
+                    "jax": ("matplotlib", "pandas")}
+
+
+@contextlib.contextmanager
+def hidden_modules(names: tuple[str, ...]) -> Iterator[None]:
+    """``import NAME`` (and its submodules) fails with ImportError inside the block, for each of ``names`` not
+    imported yet; after it the modules import as usual."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not importable" mark
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]
+
+
 def import_keras(backend: str) -> Any:
     """Keras on ``backend``: ``KERAS_BACKEND`` set to it before the first import (a value the user exported for
-    another backend does not win here), and refused when Keras already runs on another one in this process."""
+    another backend does not win here), and refused when Keras already runs on another one in this process.
+    The first import leaves out the libraries it would load unused (:data:`UNUSED_AT_IMPORT`)."""
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = backend
+        with hidden_modules(UNUSED_AT_IMPORT.get(backend, ())):
+            import keras
     import keras
 
     if keras.backend.backend() != backend:

@@ -68,6 +68,7 @@ from amp_suite_plugins.jax.cuda_versions import cuda_versions
 from amp_suite_plugins.jax.data_parallel import AXIS, _join_nodes, _local, _replicate, _shard_batch
 from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
 from amp_suite_plugins.jax.fp8 import fp8_note
+from amp_suite_plugins.jax.haiku_import import import_haiku
 from amp_suite_plugins.jax.layers import (
     LAYER_KINDS,
     attention_implementation,
@@ -168,12 +169,12 @@ def build_model(
     run: RunSpec, workload: Workload, initial_weights: dict[str, np.ndarray],
     initial_state: dict[str, np.ndarray], applied: PrecisionApplied, device: DeviceInfo,
 ) -> JaxModel:
-    import haiku as hk
     import jax
     import jax.numpy as jnp
     import jmp
     import optax
 
+    hk = import_haiku()
     dev = jax.devices("gpu")[0] if device.kind == "gpu" else jax.devices("cpu")[0]
     mesh = process = None
     if run.distributed:

@@ -13,16 +13,15 @@ Keras is passed in by the hooks; this module imports no framework.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from collections.abc import Iterator
 from typing import Any
 
 from amp_suite.errors import UnsupportedError
 from amp_suite.plugins.kit import loss_scale_growth_interval
 from amp_suite.records import FrameworkOption, PrecisionApplied, RunSpec, Workload
 from amp_suite.schema import Field
+from amp_suite_plugins.hidden_imports import hidden_modules
 from amp_suite_plugins.keras.loss_scaling import loss_scale_optimizer
 from amp_suite_plugins.keras.model import POLICIES, undecayed_variables
 
@@ -81,21 +80,6 @@ def attention_notes(keras: Any, run: RunSpec, applied: PrecisionApplied) -> tupl
 # imported, then importable again.
 UNUSED_AT_IMPORT = {"tensorflow": ("jax", "matplotlib", "pandas"), "torch": ("jax", "matplotlib", "pandas"),
                     "jax": ("matplotlib", "pandas")}
-
-
-@contextlib.contextmanager
-def hidden_modules(names: tuple[str, ...]) -> Iterator[None]:
-    """``import NAME`` (and its submodules) fails with ImportError inside the block, for each of ``names`` not
-    imported yet; after it the modules import as usual."""
-    hidden = [name for name in names if name not in sys.modules]
-    for name in hidden:
-        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not importable" mark
-    try:
-        yield
-    finally:
-        for name in hidden:
-            if sys.modules.get(name, False) is None:
-                del sys.modules[name]
 
 
 def import_keras(backend: str) -> Any:

@@ -1,8 +1,9 @@
-"""A Keras worker loads what its backend runs on, not every library Keras and TensorFlow find installed.
+"""A worker loads what its framework runs on, not every library the framework finds installed.
 
-``import keras`` (and ``import tensorflow``) import JAX, matplotlib and pandas
-when they are installed, for features a worker never uses; the plugin hides
-them while Keras is first imported (``backends.UNUSED_AT_IMPORT``).
+``import keras`` (and ``import tensorflow``) import JAX, matplotlib and pandas,
+and ``import haiku`` imports Flax, when they are installed, for features a
+worker never uses; the plugins hide them while the framework is first imported
+(``amp_suite_plugins.hidden_imports``).
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
-from amp_suite_plugins.keras.backends import UNUSED_AT_IMPORT, hidden_modules
+from amp_suite.testing import ProbeRequest, framework_installed, run_probe
+from amp_suite_plugins.hidden_imports import hidden_modules
+from amp_suite_plugins.jax.haiku_import import UNUSED_AT_IMPORT as HAIKU_UNUSED_AT_IMPORT
+from amp_suite_plugins.keras.backends import UNUSED_AT_IMPORT
 
 
 def test_a_hidden_module_fails_to_import_inside_the_block_and_imports_after_it() -> None:
@@ -66,3 +71,17 @@ def test_keras_on_its_backend_trains_without_the_unused_libraries_which_stay_imp
     assert seen["backend"] == backend
     assert seen["loaded"] == [], f"Keras on {backend} loaded {seen['loaded']}"
     assert seen["after"] == list(unused) and seen["loss"] >= 0.0
+
+
+@pytest.mark.slow
+def test_a_jax_cell_builds_and_trains_without_flax_which_stays_importable(tmp_path) -> None:
+    """dm-haiku imports Flax whenever it is installed (the test extra installs it for the Flax example): the JAX
+    plugin's model, built and trained in a fresh probe process, runs without it, and Flax imports afterwards."""
+    if importlib.util.find_spec("flax") is None or not framework_installed("jax"):
+        pytest.skip("needs flax and the JAX plugin's frameworks (jax, dm-haiku, jmp, optax) installed")
+    assert HAIKU_UNUSED_AT_IMPORT == ("flax",)
+    seen = run_probe(ProbeRequest(framework="jax", batch_size=8, inspect="loaded_modules:loaded"), tmp_path)
+    assert seen.losses and np.isfinite(seen.losses).all()
+    assert "jax" in seen.dtypes["loaded"]  # the inspector saw the process that trained
+    assert "flax" not in seen.dtypes["loaded"], f"the JAX probe loaded {seen.dtypes['loaded']}"
+    assert "flax" in seen.dtypes["importable_after"]

@@ -1,0 +1,27 @@
+"""``hidden_modules``: a block inside which chosen modules fail to import, for a library's first import.
+
+Some libraries import others at start-up only because they are installed (Keras imports JAX, matplotlib and
+pandas; dm-haiku imports Flax), for features a worker never uses.  A plugin imports its framework inside this
+block, so the worker does not pay for them; after the block they import as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+
+@contextlib.contextmanager
+def hidden_modules(names: tuple[str, ...]) -> Iterator[None]:
+    """``import NAME`` (and its submodules) fails with ImportError inside the block, for each of ``names`` not
+    imported yet; after it the modules import as usual."""
+    hidden = [name for name in names if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # type: ignore[assignment]  # the import system's "not importable" mark
+    try:
+        yield
+    finally:
+        for name in hidden:
+            if sys.modules.get(name, False) is None:
+                del sys.modules[name]

@@ -13,7 +13,7 @@ The directives, each ``NAME: VALUE`` (``slow`` has no value):
   must be one of the block's lines, word for word); ``rest: REASON`` says why
   the others are not run;
 * ``add: FLAGS``: appended to every ``amp-suite run`` command (the shrinking:
-  fewer steps, one framework; a later flag wins over the example's own);
+  fewer steps, one framework, fewer validation images; a later flag wins over the example's own);
 * ``replace: OLD => NEW``: a text of the block replaced before it runs
   (repeatable; OLD must be in the block);
 * ``setup: COMMANDS``, ``then: COMMANDS``: shell commands run before and

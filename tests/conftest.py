@@ -156,6 +156,17 @@ def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
     return result
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under ``--dist loadgroup`` (pyproject), xdist's scheduler with the tests that start a local cluster as one
+    unit of work, in one lane (``local_clusters.scheduler_with_clusters_in_one_lane``); otherwise xdist's own."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from local_clusters import scheduler_with_clusters_in_one_lane
+
+    return scheduler_with_clusters_in_one_lane(config, log)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     environment = config.stash.get(_SESSION_ENVIRONMENT, None)
     if environment is not None:

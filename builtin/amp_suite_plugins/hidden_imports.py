@@ -1,15 +1,17 @@
-"""``hidden_modules``: a block inside which chosen modules fail to import, for a library's first import.
+"""``import_without``: a library imported the first time without the modules it would load unused.
 
 Some libraries import others at start-up only because they are installed (Keras imports JAX, matplotlib and
 pandas; dm-haiku imports Flax), for features a worker never uses.  A plugin imports its framework inside this
-block, so the worker does not pay for them; after the block they import as usual.
+block (``hidden_modules``), so the worker does not pay for them; after it they import as usual.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 from collections.abc import Iterator
+from typing import Any
 
 
 @contextlib.contextmanager
@@ -25,3 +27,9 @@ def hidden_modules(names: tuple[str, ...]) -> Iterator[None]:
         for name in hidden:
             if sys.modules.get(name, False) is None:
                 del sys.modules[name]
+
+
+def import_without(name: str, unused: tuple[str, ...]) -> Any:
+    """The module ``name``, imported with ``unused`` hidden; already imported, it is returned as it is."""
+    with hidden_modules(unused):
+        return importlib.import_module(name)

@@ -67,6 +67,6 @@ def scheduler_with_clusters_in_one_lane(config: Any, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             if nodeid.startswith(LOCAL_CLUSTER_MODULES):
                 return LOCAL_CLUSTERS_SCOPE
-            return str(super()._split_scope(nodeid))
+            return super()._split_scope(nodeid)
 
     return ClustersInOneLane(config, log)

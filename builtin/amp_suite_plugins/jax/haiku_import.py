@@ -11,10 +11,9 @@ later ``import flax`` works as usual.
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
-from amp_suite_plugins.hidden_imports import hidden_modules
+from amp_suite_plugins.hidden_imports import import_without
 
 # What dm-haiku's first import would load only because it is installed.
 UNUSED_AT_IMPORT = ("flax",)
@@ -22,9 +21,4 @@ UNUSED_AT_IMPORT = ("flax",)
 
 def import_haiku() -> Any:
     """The ``haiku`` module; its first import leaves out :data:`UNUSED_AT_IMPORT`."""
-    if "haiku" not in sys.modules:
-        with hidden_modules(UNUSED_AT_IMPORT):
-            import haiku
-    import haiku
-
-    return haiku
+    return import_without("haiku", UNUSED_AT_IMPORT)

@@ -21,7 +21,7 @@ from amp_suite.errors import UnsupportedError
 from amp_suite.plugins.kit import loss_scale_growth_interval
 from amp_suite.records import FrameworkOption, PrecisionApplied, RunSpec, Workload
 from amp_suite.schema import Field
-from amp_suite_plugins.hidden_imports import hidden_modules
+from amp_suite_plugins.hidden_imports import import_without
 from amp_suite_plugins.keras.loss_scaling import loss_scale_optimizer
 from amp_suite_plugins.keras.model import POLICIES, undecayed_variables
 
@@ -88,10 +88,7 @@ def import_keras(backend: str) -> Any:
     The first import leaves out the libraries it would load unused (:data:`UNUSED_AT_IMPORT`)."""
     if "keras" not in sys.modules:
         os.environ["KERAS_BACKEND"] = backend
-        with hidden_modules(UNUSED_AT_IMPORT.get(backend, ())):
-            import keras
-    import keras
-
+    keras = import_without("keras", UNUSED_AT_IMPORT.get(backend, ()))
     if keras.backend.backend() != backend:
         raise UnsupportedError(f"Keras already runs on {keras.backend.backend()!r} in this process, not on "
                                f"{backend!r} (KERAS_BACKEND is read once, when Keras is first imported)")

@@ -10,8 +10,10 @@ logits, losses and the change of every variable over three Adam steps with
 dropout and stochastic depth, and the float64 steps checked to 1e-4, with the
 tolerances measured on the full networks.  It used 542 s of CPU on a 2-core
 Intel Xeon (37 minutes there beside other jobs): Keras's and XLA's compiles
-of a 4-million-parameter step, and float64 depthwise convolutions.  It is
-not part of ``python -m pytest``.
+of a 4-million-parameter step, and float64 depthwise convolutions.  Its
+XLA compiles run LLVM at XLA's default level, as a user's runs do (the test
+session runs it at 0: ``tests/conftest.py``).  It is not part of
+``python -m pytest``.
 
     python benchmarks/full_size_comparisons.py [PYTEST ARGUMENTS ...]
 
@@ -36,7 +38,12 @@ def main(argv: list[str] | None = None) -> int:
     if extra[:1] in (["-h"], ["--help"]):
         print(__doc__)
         return 0
-    environment = {**os.environ, "AMP_SUITE_FULL_SIZE": "1"}
+    # XLA's LLVM stage at its default level (3), which the test session otherwise lowers to 0 (tests/conftest.py):
+    # the release comparisons compile as a user's runs do.
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
+             if not flag.startswith("--xla_backend_optimization_level")]
+    environment = {**os.environ, "AMP_SUITE_FULL_SIZE": "1",
+                   "XLA_FLAGS": " ".join([*flags, "--xla_backend_optimization_level=3"])}
     command = [sys.executable, "-m", "pytest", *MODULES, "-m", "slow", "-n", "0", "--durations=20", *extra]
     print("full-size comparisons (run before a release):", " ".join(command[1:]), flush=True)
     return subprocess.run(command, cwd=REPO, env=environment).returncode

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from suite_cli import run_cli
+from suite_cli import run_cli, xla_flags_at
 
 # Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
 pytestmark = pytest.mark.slow
@@ -28,7 +28,10 @@ def test_every_framework_learns_real_mnist_in_fp32_and_bf16_and_the_report_compa
     done = run_cli("run", "--frameworks", ",".join(INSTALLED), "--workloads", "mnist_cnn",
                    "--precisions", "fp32,amp_bf16", "--dataset", "mnist", "--data-dir", str(BUNDLED_DIR),
                    "--train-split", "test[:2048]", "--val-split", "test[8000:9000]", "--steps", "32",
-                   "--batch-size", "64", "--epochs", "2", "--warmup", "2", "--repeats", "1", "--out", str(out_dir), "--no-download")
+                   "--batch-size", "64", "--epochs", "2", "--warmup", "2", "--repeats", "1", "--out", str(out_dir),
+                   "--no-download",
+                   # XLA's default LLVM level (the session's 0 made these cells' training 40 s slower: tests/conftest.py)
+                   env={"XLA_FLAGS": xla_flags_at(3)})
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in (out_dir / "results.jsonl").read_text().splitlines()]
     assert sorted((r["framework"], r["precision"]) for r in rows) == sorted(
@@ -37,6 +40,9 @@ def test_every_framework_learns_real_mnist_in_fp32_and_bf16_and_the_report_compa
     pids = {r["environment"]["pid"] for r in rows}
     assert len(pids) == len(rows)  # one fresh process per cell
     assert all(r["environment"]["cpu_model"] and r["environment"]["framework_version"] for r in rows)
+    # each cell recorded the XLA flags it ran under, beside its figures
+    assert all("--xla_backend_optimization_level=3" in r["environment"]["numerics_environment"]["XLA_FLAGS"]
+               for r in rows), [r["environment"]["numerics_environment"] for r in rows]
     first_losses = {r["metrics"]["first_step_loss"] for r in rows if r["precision"] == "fp32"}
     assert max(first_losses) - min(first_losses) < 1e-4 * max(first_losses)  # same weights, same batch
 

@@ -38,6 +38,17 @@ batch_size = 16
 """
 
 
+# XLA's optimization level of LLVM, read from XLA_FLAGS by JAX and TensorFlow: the test session sets 0
+# (tests/conftest.py); XLA's default is 3.
+XLA_LLVM_LEVEL_FLAG = "--xla_backend_optimization_level"
+
+
+def xla_flags_at(level: int) -> str:
+    """This process's ``XLA_FLAGS`` with XLA's LLVM stage at ``level`` instead of the session's."""
+    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split() if not flag.startswith(XLA_LLVM_LEVEL_FLAG)]
+    return " ".join([*flags, f"{XLA_LLVM_LEVEL_FLAG}={level}"])
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 600,
             cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run ``python -m amp_suite`` as a user would, in a fresh process."""

@@ -40,10 +40,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     # XLA's LLVM stage at its default level (3), which the test session otherwise lowers to 0 (tests/conftest.py):
     # the release comparisons compile as a user's runs do.
-    flags = [flag for flag in os.environ.get("XLA_FLAGS", "").split()
-             if not flag.startswith("--xla_backend_optimization_level")]
-    environment = {**os.environ, "AMP_SUITE_FULL_SIZE": "1",
-                   "XLA_FLAGS": " ".join([*flags, "--xla_backend_optimization_level=3"])}
+    sys.path.insert(0, str(REPO / "tests" / "helpers"))
+    from suite_cli import xla_flags_at
+
+    environment = {**os.environ, "AMP_SUITE_FULL_SIZE": "1", "XLA_FLAGS": xla_flags_at(3)}
     command = [sys.executable, "-m", "pytest", *MODULES, "-m", "slow", "-n", "0", "--durations=20", *extra]
     print("full-size comparisons (run before a release):", " ".join(command[1:]), flush=True)
     return subprocess.run(command, cwd=REPO, env=environment).returncode

@@ -6,7 +6,6 @@ the repository root, the tiny config, the CLI runner).
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ import pytest
 # Test modules import the helpers (suite_cli, processes, ...) as top-level modules: pytest puts
 # tests/helpers on sys.path (``pythonpath`` in pyproject.toml) before it reads this file.
 from amp_suite.testing.shared_probes import PROBE_CACHE_ENV
-from suite_cli import TINY_CONFIG, XLA_LLVM_LEVEL_FLAG
+from suite_cli import TINY_CONFIG, XLA_LLVM_LEVEL_FLAG, nvidia_gpu_present
 
 HELPERS = Path(__file__).parent / "helpers"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,13 +83,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # the program each plugin builds and XLA optimizes and fuses, which the checks judge (dtypes, operations,
     # numerics against PyTorch and float64), is the same (tests/test_xla_test_level.py compares the optimized HLO of
     # both levels); what changes is how LLVM turns fused loops into machine code (no FMA contraction, reductions not
-    # vectorized), so round-off, within every tolerance, and speed, which the tests leave to benchmarks/.  Measured on 2 cores (AMD
-    # EPYC, AVX2): the backbone and transformer modules (72 tests) used 819 s of CPU at XLA's default and 561 s at 0.
+    # vectorized), so round-off, within every tolerance, and speed, which the tests leave to benchmarks/.  Measured
+    # on 2 cores (AMD EPYC, AVX2): the backbone and transformer modules (72 tests) used 819 s of CPU at XLA's default
+    # and 561 s at 0.
     # Outside the tests amp-suite leaves the level alone (XLA's default); benchmarks/full_size_comparisons.py names
     # the default for its comparisons, and the real-MNIST sweep of tests/test_end_to_end.py for its cells (their
     # time is training, not compiling).  Name a level in XLA_FLAGS to choose another.
     xla_flags = os.environ.get("XLA_FLAGS", "")
-    if XLA_LLVM_LEVEL_FLAG not in xla_flags and not glob.glob("/dev/nvidia[0-9]*"):
+    if XLA_LLVM_LEVEL_FLAG not in xla_flags and not nvidia_gpu_present():
         environment.setenv("XLA_FLAGS", f"{xla_flags} {XLA_LLVM_LEVEL_FLAG}=0".strip())
     # PyTorch inductor's kernels and graphs (torch.compile: the compiled modes and the compile option) in a folder of
     # the session's, not /tmp/torchinductor_$USER, which outlives runs: a run then compiles what it checks, and

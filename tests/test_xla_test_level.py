@@ -10,7 +10,6 @@ and the same values to float32 round-off.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import subprocess
@@ -20,9 +19,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from amp_suite.testing import framework_installed
+from amp_suite.testing import framework_installed, relative_error
 from suite_cli import XLA_LLVM_LEVEL_FLAG as LEVEL_FLAG
-from suite_cli import xla_flags_at
+from suite_cli import nvidia_gpu_present, xla_flags_at
 
 HELPERS = Path(__file__).parent / "helpers"
 # Float32 round-off of the step (measured 6.3e-7 on an AVX2 CPU: fused multiply-adds and vectorized sums at 3, neither
@@ -31,7 +30,7 @@ ROUND_OFF = 1e-3
 
 
 def test_the_session_compiles_xla_with_llvm_unoptimized() -> None:
-    if glob.glob("/dev/nvidia[0-9]*"):
+    if nvidia_gpu_present():
         pytest.skip("a machine with an NVIDIA GPU: the session leaves XLA's level alone")
     levels = [flag.split("=", 1)[1] for flag in os.environ.get("XLA_FLAGS", "").split() if flag.startswith(LEVEL_FLAG)]
     assert len(levels) == 1, f"XLA_FLAGS={os.environ.get('XLA_FLAGS')!r}: one {LEVEL_FLAG} expected"
@@ -40,7 +39,8 @@ def test_the_session_compiles_xla_with_llvm_unoptimized() -> None:
 
 
 def _compiled(framework: str, level: int, out: Path) -> dict:
-    env = {**os.environ, "XLA_FLAGS": xla_flags_at(level), "TF_XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "2"}  # no persistent cache: each process compiles
+    # TF_XLA_FLAGS without the session's persistent cache (JAX's is off in the program): each process compiles
+    env = {**os.environ, "XLA_FLAGS": xla_flags_at(level), "TF_XLA_FLAGS": "", "TF_CPP_MIN_LOG_LEVEL": "2"}
     done = subprocess.run([sys.executable, "-m", "xla_level_program", framework, str(out)], cwd=HELPERS, env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -60,5 +60,5 @@ def test_the_level_leaves_the_optimized_hlo_and_changes_round_off_only(framework
                                default["outputs"], strict=True):
         low, high = np.asarray(low), np.asarray(high)
         assert np.isfinite(high).all() and np.abs(high).max() > 0, (name, high)
-        error = float(np.abs(low - high).max() / np.abs(high).max())
+        error = relative_error(low, high)
         assert error <= ROUND_OFF, f"{framework} {name}: {error:.2e} apart at levels 0 and 3"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import sys
@@ -41,6 +42,12 @@ batch_size = 16
 # XLA's optimization level of LLVM, read from XLA_FLAGS by JAX and TensorFlow: the test session sets 0
 # (tests/conftest.py); XLA's default is 3.
 XLA_LLVM_LEVEL_FLAG = "--xla_backend_optimization_level"
+
+
+def nvidia_gpu_present() -> bool:
+    """Whether this machine shows an NVIDIA GPU device (``/dev/nvidia0``, ...): the session then leaves XLA's level
+    alone."""
+    return bool(glob.glob("/dev/nvidia[0-9]*"))
 
 
 def xla_flags_at(level: int) -> str:

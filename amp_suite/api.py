@@ -211,17 +211,19 @@ def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str]
              device: str = "auto", timeout: float = 600.0, dataset: str | None = None,
              config: str | Path | None = None, plugins: str | Iterable[str] | None = None,
              inline: bool = False, bisect: bool = False, tolerance: float = 0.01,
-             max_runs: int = 6) -> pd.DataFrame:
+             max_runs: int = 6, force: bool = False) -> pd.DataFrame:
     """``amp-suite numerics`` from Python: trace, compare, write the files, and return :func:`numerics_report`.
 
     The same checks as the command line: an unknown name or a bad number is a
     one-line :class:`UsageError` before anything runs.  A run that fails is a
     row of ``frame.attrs["runs"]`` with its status, never an exception.
     ``bisect=True`` also searches for layers to keep in float32 (``--bisect``):
-    its result is ``frame.attrs["bisect"]``.
+    its result is ``frame.attrs["bisect"]``.  An ``out`` holding an earlier run's results is refused unless
+    ``force=True`` (``--force``), which replaces them.
     """
     from amp_suite.shadow.command import numerics
     from amp_suite.shadow.plan import NumericsRequest
+    from amp_suite.sweep import request_checks
 
     def names(label: str, value: Any) -> tuple[str, ...]:
         given = _names(value)
@@ -233,7 +235,8 @@ def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str]
         workloads=names("workloads", workloads), frameworks=names("frameworks", frameworks),
         precisions=names("precisions", precisions), steps=steps, out=out, batch_size=batch_size, seed=seed,
         device=device, timeout=timeout, config=config, plugins=names("plugins", plugins or ()),
-        inline=inline, dataset=dataset, bisect=bisect, tolerance=tolerance, max_runs=max_runs)
+        inline=inline, dataset=dataset, bisect=bisect, tolerance=tolerance, max_runs=max_runs,
+        force=request_checks.flag("force", force))
     outcome = numerics(request)
     return numerics_report(outcome.out_dir)
 

@@ -195,6 +195,62 @@ def test_an_output_directory_of_something_else_is_refused(tmp_path: Path) -> Non
     assert "neither empty nor an output of amp-suite numerics" in one_line_error(lambda: _numerics(tmp_path))
 
 
+def test_an_earlier_runs_results_are_kept_unless_force_replaces_them(tmp_path: Path) -> None:
+    _numerics(tmp_path, inline=True)
+    out = tmp_path / "numerics"
+    before = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()}
+    message = one_line_error(lambda: _numerics(tmp_path, inline=True, precisions="amp_fp16"))
+    assert "holds the results of an earlier amp-suite numerics" in message and "--force" in message
+    assert {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()} == before
+    frame = _numerics(tmp_path, inline=True, precisions="amp_fp16", force=True)
+    assert {run["precision"] for run in frame.attrs["runs"]} == {"amp_fp16", "fp32", "fp64"}
+
+
+@pytest.mark.parametrize("planted", ["numerics.jsonl", "numerics.md", "numerics-heatmap.png", "logs/{key}.log",
+                                     "traces/{key}.request.json", "traces/{key}.npz", "traces/{key}.json"])
+def test_a_link_planted_where_numerics_writes_is_refused_and_its_target_untouched(tmp_path: Path,
+                                                                                  planted: str) -> None:
+    """Nothing outside OUT is written through a link planted in it: refused in one line before any run."""
+    _numerics(tmp_path, inline=True)
+    out, target = tmp_path / "numerics", tmp_path / "mine.txt"
+    target.write_text("precious")
+    link = out / planted.format(key="shadowfw__tiny__amp_bf16")
+    link.unlink(missing_ok=True)
+    link.symlink_to(target)
+    message = one_line_error(lambda: _numerics(tmp_path, inline=True, force=True))
+    if planted == "numerics.jsonl":  # the file that makes the folder ours: a link there makes it someone else's
+        assert "neither empty nor an output of amp-suite numerics" in message
+    else:
+        assert "is a symbolic link" in message and link.name in message
+    assert target.read_text() == "precious"
+
+
+def test_a_folder_whose_numerics_jsonl_is_a_link_or_another_file_is_not_ours(tmp_path: Path) -> None:
+    out, target = tmp_path / "numerics", tmp_path / "mine.jsonl"
+    out.mkdir()
+    target.write_text('{"record": "run"}\n')
+    (out / "numerics.jsonl").symlink_to(target)
+    assert "neither empty nor an output of amp-suite numerics" in one_line_error(
+        lambda: _numerics(tmp_path, force=True))
+    (out / "numerics.jsonl").unlink()
+    (out / "numerics.jsonl").write_text("my own lines\n")
+    assert "neither empty nor an output of amp-suite numerics" in one_line_error(
+        lambda: _numerics(tmp_path, force=True))
+    assert target.read_text() == '{"record": "run"}\n'
+
+
+def test_a_stopped_commands_report_says_how_many_of_its_runs_ran(tmp_path: Path) -> None:
+    from amp_suite.numerics.records import NumericsRun
+    from amp_suite.shadow.report import write_report
+
+    runs = [NumericsRun("shadowfw", "tiny", "fp32", "ok")]
+    write_report(tmp_path, runs, [], planned=3)
+    text = (tmp_path / "numerics.md").read_text()
+    assert text.startswith("# Numerics") and "Stopped before it ended: 1 of 3 planned runs ran" in text
+    write_report(tmp_path, runs, [])
+    assert "Stopped" not in (tmp_path / "numerics.md").read_text()
+
+
 def test_the_kits_trace_check_fails_a_backend_whose_trace_misses_the_workloads_variables() -> None:
     from amp_suite.testing import check_trace_step
 

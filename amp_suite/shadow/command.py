@@ -27,12 +27,22 @@ from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers.single import worker_import_path
 from amp_suite.numerics.compare import compare_steps
 from amp_suite.numerics.records import BisectOutcome, LayerNumerics, NumericsRun, StepTrace
+from amp_suite.owned_paths import FORCE_FLAG, first_line_of
 from amp_suite.processes import tree as process_tree
+from amp_suite.safe_files import (
+    UnsafeFileError,
+    check_real_directory,
+    check_regular_or_absent,
+    open_for_writing,
+    read_regular,
+    write_file_atomically,
+)
 from amp_suite.shadow.bisect import bisect, check_bisect
 from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_request, has_fp64, plan_runs
-from amp_suite.shadow.report import LAYERS_FILE, write_report
-from amp_suite.shadow.traces import TRACES_DIR, load_traces
+from amp_suite.shadow.report import LAYERS_FILE, RECORD_PREFIX, REPORT_FILES, write_report
+from amp_suite.shadow.traces import TRACE_SUFFIXES, TRACES_DIR, load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
+from amp_suite.sweep.output_dir import refuse_system_directory
 from amp_suite.sweep.resolve import absent_plugins, make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
@@ -57,23 +67,65 @@ class NumericsOutcome:
         return 0 if all(run.status == "ok" for run in self.runs) else 1
 
 
-def prepare_out(text: str | Path) -> Path:
-    """The output directory, created: empty, new, or one this command wrote before (it holds numerics.jsonl)."""
+def prepare_out(text: str | Path, *, force: bool = False) -> Path:
+    """The output directory, checked and created: empty, new, or one this command wrote before (``force`` to
+    replace what an earlier run there wrote).
+
+    Refused, each in one line before any run starts: ``/``, the home directory and the current filesystem's
+    root; a file; a directory holding other things; an earlier run's results without ``force``; and a link or
+    special file where this command writes (its reports, ``logs/``, ``traces/``), which it never follows.
+    """
     if not str(text).strip() or "\0" in str(text):
         raise UsageError(f"the output directory must be a path, got {str(text)!r}")
     directory = Path(text)
-    if directory.exists() and not directory.is_dir():
-        raise UsageError(f"output directory {str(directory)!r} is a file, not a directory")
-    if directory.is_dir() and any(directory.iterdir()) and not (directory / LAYERS_FILE).is_file():
-        raise UsageError(f"{str(directory)!r} is neither empty nor an output of amp-suite numerics (no "
-                         f"{LAYERS_FILE}); choose another --out")
+    refuse_system_directory(directory)
     try:
-        for sub in (directory, directory / LOGS_DIR, directory / TRACES_DIR):
-            sub.mkdir(parents=True, exist_ok=True)
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(f"output directory {str(directory)!r} is a file, not a directory")
+        if directory.is_dir():
+            _refuse_foreign_or_earlier(directory, force)
+        for folder in (LOGS_DIR, TRACES_DIR):
+            check_real_directory(directory / folder)
+        for name in REPORT_FILES:
+            check_regular_or_absent(directory / name)
+        for made in (directory, directory / LOGS_DIR, directory / TRACES_DIR):
+            made.mkdir(parents=True, exist_ok=True)
+    except UnsafeFileError as exc:
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot create output directory {str(directory)!r}: {exc.strerror or one_line(exc)}") \
             from None
     return directory
+
+
+def _refuse_foreign_or_earlier(directory: Path, force: bool) -> None:
+    """A one-line :class:`UsageError` for a directory holding something this command did not write, or an
+    earlier run's results (without ``force``).
+
+    Ours means ``numerics.jsonl`` is a regular file (not a link) whose first line is one of this command's
+    records; nothing else in the directory makes it ours.
+    """
+    if not any(directory.iterdir()):
+        return
+    first = first_line_of(directory / LAYERS_FILE)
+    if first is None or not first.startswith(RECORD_PREFIX):
+        raise UsageError(f"{str(directory)!r} is neither empty nor an output of amp-suite numerics (no "
+                         f"{LAYERS_FILE} it wrote); choose another --out")
+    if not force:
+        raise UsageError(f"{str(directory)!r} holds the results of an earlier amp-suite numerics ({LAYERS_FILE}); "
+                         f"they are kept: choose another --out, or pass {FORCE_FLAG} to replace them")
+
+
+def check_run_paths(out_dir: Path, planned: list[PlannedRun]) -> None:
+    """A one-line :class:`UsageError` when a file a planned run writes (its log, traces, outcome, request) is a
+    link or a special file."""
+    try:
+        for plan in planned:
+            check_regular_or_absent(out_dir / LOGS_DIR / f"{plan.key}.log")
+            for suffix in TRACE_SUFFIXES:
+                check_regular_or_absent(out_dir / TRACES_DIR / f"{plan.key}{suffix}")
+    except UnsafeFileError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _log_tail(path: Path) -> str:
@@ -91,15 +143,15 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
     log_path = out_dir / LOGS_DIR / f"{planned.key}.log"
     for stale in (traces, outcome):
         stale.unlink(missing_ok=True)
-    request_path.write_text(json.dumps({"run": asdict(planned.run), "workload": asdict(planned.workload),
-                                        "traces": str(traces), "outcome": str(outcome)}), encoding="utf-8")
+    write_file_atomically(request_path, json.dumps({"run": asdict(planned.run), "workload": asdict(planned.workload),
+                                                    "traces": str(traces), "outcome": str(outcome)}))
     run = planned.run
     child_env = {**os.environ, **env, "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path(run.plugin_modules)),
                  HOST_PID_ENV: str(os.getpid())}
     child_env.update(one_gpu_visible(run, child_env))
     child_env.update(gpu_numbering(run))
     failed = NumericsRun(run.framework, run.workload, run.precision, "failed", log=str(log_path))
-    with open(log_path, "wb") as log:
+    with open_for_writing(log_path) as log:
         proc = process_tree.start([sys.executable, "-c", BOOTSTRAP, "amp_suite.shadow.worker", str(request_path)],
                                   stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
         try:
@@ -112,7 +164,7 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
             raise
     request_path.unlink(missing_ok=True)
     try:
-        record = json.loads(outcome.read_text(encoding="utf-8"))
+        record = json.loads(read_regular(outcome))
     except (OSError, ValueError):
         tail = _log_tail(log_path).splitlines()
         return replace(failed, error=f"the process exited with code {proc.returncode} and no outcome"
@@ -124,7 +176,7 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
 def run_inline(planned: PlannedRun, out_dir: Path) -> NumericsRun:
     """Trace ``planned`` in this process (``--inline``)."""
     outcome = trace_run(planned.run, planned.workload, out_dir / TRACES_DIR / f"{planned.key}.npz")
-    (out_dir / TRACES_DIR / f"{planned.key}.json").write_text(json.dumps(run_to_dict(outcome)), encoding="utf-8")
+    write_file_atomically(out_dir / TRACES_DIR / f"{planned.key}.json", json.dumps(run_to_dict(outcome)))
     return outcome
 
 
@@ -171,8 +223,9 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
     config = check_framework_tables(config, frameworks, absent=absent_plugins(host))
     check_precision_options(config.framework_options, request.frameworks, request.precisions,
                             {name: config.workloads[name] for name in request.workloads})
-    out_dir = prepare_out(request.out)
+    out_dir = prepare_out(request.out, force=request.force)
     planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
+    check_run_paths(out_dir, planned)
     env = worker_env(host)
     runs: list[NumericsRun] = []
     try:
@@ -187,7 +240,7 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
             if run.status != "ok":
                 print(f"amp-suite numerics: {label}: {run.status}: {run.error}", file=sys.stderr)
     except KeyboardInterrupt:  # stopped: the runs that finished are compared and written, then the stop goes on
-        write_report(out_dir, runs, compare_runs(planned, runs, out_dir))
+        write_report(out_dir, runs, compare_runs(planned, runs, out_dir), planned=len(planned))
         raise
     layers = compare_runs(planned, runs, out_dir)
     search = None

@@ -32,6 +32,8 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--device", default="auto", help="auto, cpu or gpu (default auto)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take (default 600)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
+    parser.add_argument("--force", action="store_true",
+                        help="replace the results an earlier amp-suite numerics left in --out (kept otherwise)")
     parser.add_argument("--config", help="configuration extending the packaged catalog (default: "
                                          "./benchmarks.toml when there is one)")
     parser.add_argument("--inline", action="store_true",
@@ -57,7 +59,7 @@ def cmd_numerics(args: argparse.Namespace) -> int:
         precisions=parse_list(args.precisions), steps=args.steps, out=args.out, batch_size=args.batch_size,
         seed=args.seed, device=args.device, timeout=args.timeout, config=args.config,
         plugins=tuple(args.plugin), inline=args.inline, dataset=args.dataset, bisect=args.bisect,
-        tolerance=args.tolerance, max_runs=args.max_runs)
+        tolerance=args.tolerance, max_runs=args.max_runs, force=args.force)
     outcome = numerics(request)
     if outcome.search is not None:
         from amp_suite.shadow.bisect import bisect_sentence

@@ -44,7 +44,8 @@ class NumericsRequest:
     in this process (tests and debugging: frameworks then share a process).
     ``bisect`` searches layers to keep in float32 until the AMP losses are
     within ``tolerance`` (relative) of float32's, in at most ``max_runs`` AMP
-    runs (:mod:`amp_suite.shadow.bisect`).
+    runs (:mod:`amp_suite.shadow.bisect`).  ``force`` replaces the results an earlier run left in ``out``
+    (without it they are kept and the request refused).
     """
 
     workloads: tuple[str, ...]
@@ -63,6 +64,7 @@ class NumericsRequest:
     bisect: bool = False
     tolerance: float = DEFAULT_TOLERANCE
     max_runs: int = DEFAULT_MAX_RUNS
+    force: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,10 @@ from amp_suite.records import to_plain
 LAYERS_FILE = "numerics.jsonl"
 MARKDOWN_FILE = "numerics.md"
 HEATMAP_FILE = "numerics-heatmap.png"
+# The files this command writes at the top of its output directory.
+REPORT_FILES = (LAYERS_FILE, MARKDOWN_FILE, HEATMAP_FILE)
+# How every line of numerics.jsonl begins, its first above all: what tells an earlier run's file from another's.
+RECORD_PREFIX = b'{"record": '
 # The shadow the summary, the heatmap and the sentences compare against.
 SUMMARY_SHADOW = "fp32"
 # Shares and errors below these are no finding (a sentence names nothing smaller).
@@ -304,21 +308,28 @@ def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
 
 
 def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumerics],
-                 search: BisectOutcome | None = None) -> list[Path]:
+                 search: BisectOutcome | None = None, *, planned: int | None = None) -> list[Path]:
     """Write the three files into ``out_dir`` (the heatmap only with matplotlib and rows); their paths.  A search
-    (``--bisect``) is one ``"record": "bisect"`` line of numerics.jsonl and a section of numerics.md."""
+    (``--bisect``) is one ``"record": "bisect"`` line of numerics.jsonl and a section of numerics.md.  ``planned``:
+    the runs planned, where a stop ended the command before all of them ran (numerics.md then says so).
+
+    All are written through temporary files and renamed into place together, never through a link."""
+    from amp_suite.safe_files import write_files_atomically
+
     lines = [json.dumps({"record": "run", **to_plain(asdict(run))}) for run in runs]
     if search is not None:
         lines.append(json.dumps({"record": "bisect", **to_plain(asdict(search))}))
     lines += [json.dumps({"record": "layer", **to_plain(asdict(row))}) for row in layers]
-    written = [out_dir / LAYERS_FILE, out_dir / MARKDOWN_FILE]
-    written[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    written[1].write_text(markdown(runs, layers, search), encoding="utf-8")
+    text = markdown(runs, layers, search)
+    if planned is not None:
+        title, rest = text.split("\n", 1)
+        text = (f"{title}\n\n**Stopped before it ended: {len(runs)} of {planned} planned runs ran**; the runs "
+                f"below are all this output holds.\n{rest}")
+    contents: dict[Path, str | bytes] = {out_dir / LAYERS_FILE: "\n".join(lines) + "\n", out_dir / MARKDOWN_FILE: text}
     png = heatmap_png(layers)
     if png is not None:
-        (out_dir / HEATMAP_FILE).write_bytes(png)
-        written.append(out_dir / HEATMAP_FILE)
-    return written
+        contents[out_dir / HEATMAP_FILE] = png
+    return write_files_atomically(contents)
 
 
 def _number_back(value: Any) -> Any:

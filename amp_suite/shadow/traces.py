@@ -8,6 +8,7 @@ per tensor, its kind, name, dtype and key.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,12 @@ from typing import Any
 import numpy as np
 
 from amp_suite.numerics.records import StepTrace, TensorTrace
+from amp_suite.safe_files import write_file_atomically
 
 # The folder of a numerics output directory that holds each traced run's arrays, outcome and request.
 TRACES_DIR = "traces"
+# The files of one traced run KEY in that folder: its arrays, its outcome and the request its process read.
+TRACE_SUFFIXES = (".npz", ".json", ".request.json")
 
 
 def save_traces(path: Path, steps: list[StepTrace]) -> None:
@@ -34,9 +38,9 @@ def save_traces(path: Path, steps: list[StepTrace]) -> None:
         index.append({"loss": trace.loss, "loss_scale": trace.loss_scale, "extra": trace.extra,
                       "tensors": tensors})
     arrays["index"] = np.array(json.dumps(index))
-    partial = path.with_name(path.name + ".partial.npz")
-    np.savez(partial, **arrays)
-    partial.replace(path)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_file_atomically(path, buffer.getvalue())  # a temporary file and a rename: no link followed
 
 
 def load_traces(path: Path) -> list[StepTrace]:

@@ -30,6 +30,7 @@ from amp_suite.modes import scaled_learning_rate
 from amp_suite.numerics.records import NumericsRun, StepTrace
 from amp_suite.plugins.host import PluginHost
 from amp_suite.records import RunSpec, Workload, run_from_dict, to_plain, workload_from_dict
+from amp_suite.safe_files import write_file_atomically
 from amp_suite.shadow.traces import save_traces
 from amp_suite.workloads.workload import init_variables
 
@@ -104,5 +105,5 @@ def main(argv: list[str]) -> int:
     run = run_from_dict(request["run"])
     workload = workload_from_dict(request["workload"])
     outcome = trace_run(run, workload, Path(request["traces"]))
-    Path(request["outcome"]).write_text(json.dumps(run_to_dict(outcome)) + "\n", encoding="utf-8")
+    write_file_atomically(Path(request["outcome"]), json.dumps(run_to_dict(outcome)) + "\n")
     return 0

@@ -57,7 +57,8 @@ def _ok_result(precision: str = "fp32", **metrics) -> CellResult:
 
 
 @pytest.mark.parametrize("name", [".amp-suite.lock", "results.jsonl", "logs/fake__tiny__fp32__r0.log",
-                                  "report.md", "logs/fake__tiny__fp32__r0.log.result.request"])
+                                  "report.md", "report.html", "chart-batch.png", "chart-curve-tiny.png",
+                                  "logs/fake__tiny__fp32__r0.log.result.request"])
 def test_a_symlink_where_the_suite_writes_is_refused_and_its_target_untouched(tiny_config, tmp_path,
                                                                               clean_fake_env, name):
     out = _sweep_dir(tmp_path)

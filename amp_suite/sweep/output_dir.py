@@ -45,9 +45,11 @@ PROBE_PREFIX = ".amp-suite-probe-"
 LOGS_DIR = "logs"
 ENVIRONMENT_FILE = "environment.json"
 # Files a sweep (its built-in reporters included) writes at the top of its output directory.
-SWEEP_FILES = (RESULTS_FILE, LOCK_FILE, ENVIRONMENT_FILE, "report.md", "results.csv", "results.json",
-               "charts.json", "chart-speedup.png", "chart-speedup-over-tf32.png", "chart-memory.png",
-               "chart-loss.png", "chart-accuracy.png")
+SWEEP_FILES = (RESULTS_FILE, LOCK_FILE, ENVIRONMENT_FILE, "report.md", "report.html", "results.csv",
+               "results.json", "charts.json", "chart-speedup.png", "chart-speedup-over-tf32.png", "chart-memory.png",
+               "chart-loss.png", "chart-accuracy.png", "chart-batch.png")
+# The charts named after a workload (chart-curve-WORKLOAD.png): every one already there is checked too.
+CHART_PATTERN = "chart-*.png"
 # Files of a sweep that nothing can rebuild: no command replaces them, whatever it is told.
 STORED_FILES = (RESULTS_FILE, ENVIRONMENT_FILE, LOCK_FILE)
 # Files a cell writes beside its log (a torchrun cell's request and result).
@@ -138,14 +140,16 @@ def refuse_foreign_directory(directory: Path) -> None:
 def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
     """A one-line :class:`UsageError` for any path the sweep will write that is a link or a special file.
 
-    Covers the store, the lock, ``environment.json``, the built-in reports and
-    charts, the ``logs`` directory, and each cell's log with its torchrun
+    Covers the store, the lock, ``environment.json``, the built-in reports
+    (``report.html`` among them) and every chart, the ``logs`` directory, and each cell's log with its torchrun
     request and result files and torchrun's log folder.
     """
     try:
         check_real_directory(directory / LOGS_DIR)
         for name in SWEEP_FILES:
             check_regular_or_absent(directory / name)
+        for chart in directory.glob(CHART_PATTERN):
+            check_regular_or_absent(chart)
         for log in cell_logs:
             for suffix in CELL_FILE_SUFFIXES:
                 check_regular_or_absent(log.with_name(log.name + suffix))

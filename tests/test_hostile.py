@@ -71,6 +71,19 @@ def test_a_symlink_where_the_suite_writes_is_refused_and_its_target_untouched(ti
     assert not (out / "results.jsonl").is_file() or name == "results.jsonl"
 
 
+def test_a_tilde_in_the_configs_out_is_the_home_directory_not_a_folder_named_tilde(tmp_path, clean_fake_env):
+    from suite_cli import TINY_CONFIG
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    (work / "benchmarks.toml").write_text(TINY_CONFIG.format(out="~/amp-res"))
+    done = run_cli("run", *FAKE, "--precisions", "fp32", "-q", cwd=work, env={"HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    assert (home / "amp-res" / "report.md").is_file() and not (work / "~").exists()
+    assert str(home / "amp-res" / "report.md") in done.stderr + done.stdout
+
+
 def test_a_symlink_where_torchrun_keeps_its_logs_is_refused_and_its_target_untouched(tiny_config, tmp_path,
                                                                                      clean_fake_env):
     """A cell's torchrun log folder (``logs/CELL.log.torchrun``, emptied and removed by the launcher) must not be a

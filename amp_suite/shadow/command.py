@@ -42,7 +42,7 @@ from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_re
 from amp_suite.shadow.report import LAYERS_FILE, RECORD_PREFIX, REPORT_FILES, write_report
 from amp_suite.shadow.traces import TRACE_SUFFIXES, TRACES_DIR, load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
-from amp_suite.sweep.output_dir import refuse_system_directory
+from amp_suite.sweep.output_dir import expanded_path, refuse_system_directory
 from amp_suite.sweep.resolve import absent_plugins, make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
@@ -77,7 +77,7 @@ def prepare_out(text: str | Path, *, force: bool = False) -> Path:
     """
     if not str(text).strip() or "\0" in str(text):
         raise UsageError(f"the output directory must be a path, got {str(text)!r}")
-    directory = Path(text)
+    directory = expanded_path(text)
     refuse_system_directory(directory)
     try:
         if directory.exists() and not directory.is_dir():

@@ -160,6 +160,13 @@ def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
         raise UsageError(f"cannot check the output directory {str(directory)!r}: {_reason(exc)}") from None
 
 
+def expanded_path(text: str | os.PathLike[str]) -> Path:
+    """``text`` as a path, a leading ``~`` or ``~USER`` made the home directory as a shell makes it (a
+    ``benchmarks.toml`` or Python caller has no shell to do it: ``out = "~/results"`` had made ``./~/results``)."""
+    shown = os.fspath(text)
+    return Path(os.path.expanduser(shown) if str(shown).startswith("~") else shown)
+
+
 def check_output_dir(text: str | os.PathLike[str]) -> Path:
     """The output directory a sweep may write, checked and left as it is; a one-line :class:`UsageError` if not.
 
@@ -170,7 +177,7 @@ def check_output_dir(text: str | os.PathLike[str]) -> Path:
         raise UsageError("the output directory is empty; pass --out DIR (an unset variable?)")
     if "\0" in str(text):
         raise UsageError("the output directory contains a NUL character")
-    directory = Path(text)
+    directory = expanded_path(text)
     refuse_system_directory(directory)
     try:
         if directory.exists() and not directory.is_dir():

@@ -79,6 +79,26 @@ def test_sigterm_and_sighup_stop_like_ctrl_c(tiny_config, tmp_path, clean_fake_e
     assert "Incomplete sweep" not in (tmp_path / "out" / "report.md").read_text()
 
 
+def test_a_rerun_stopped_before_any_cell_finished_leaves_the_earlier_report_as_it_was(tiny_config, tmp_path,
+                                                                                       clean_fake_env):
+    """A report of nothing never replaces a report: Ctrl-C during a rerun's first cell keeps the earlier
+    run's report, charts and environment.json byte for byte."""
+    first = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "-q")
+    assert first.returncode == 0, first.stderr
+    out = tmp_path / "out"
+    kept = {path.name: path.read_bytes() for path in out.iterdir()
+            if path.is_file() and path.name not in ("results.jsonl", ".amp-suite.lock")}
+    assert {"report.md", "environment.json", "chart-speedup.png"} <= set(kept)
+    sweep = _start_sweep(tiny_config, tmp_path, target="fp32")  # the first cell waits at its gate
+    worker = _worker_pid(tmp_path)
+    sweep.send_signal(signal.SIGINT)
+    _, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 130, err
+    assert "no cell finished: the earlier report and environment" in err and "Traceback" not in err
+    assert {name: (out / name).read_bytes() for name in kept} == kept
+    _wait(lambda: not _alive(worker), 30, "the worker's end")
+
+
 def test_sigkill_of_the_host_leaves_no_worker_and_resume_finishes(tiny_config, tmp_path, clean_fake_env):
     sweep = _start_sweep(tiny_config, tmp_path)
     worker = _worker_pid(tmp_path)

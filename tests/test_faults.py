@@ -250,7 +250,7 @@ def test_a_read_only_results_file_is_refused_before_any_cell(tiny_config, tmp_pa
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.jsonl").write_text("")
-    (out / "environment.json").write_text("{}")  # an earlier sweep's directory, not a foreign one
+    (out / "environment.json").write_text('{"amp_suite_version": "0.1.0"}')  # an earlier sweep's directory
     script = f"""
 mount --bind {out}/results.jsonl {out}/results.jsonl
 mount -o remount,ro,bind {out}/results.jsonl

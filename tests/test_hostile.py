@@ -44,7 +44,7 @@ def _sweep_dir(tmp_path: Path) -> Path:
     """``tmp_path/out`` as an earlier sweep left it (its environment record only)."""
     out = tmp_path / "out"
     (out / "logs").mkdir(parents=True)
-    (out / "environment.json").write_text("{}")
+    (out / "environment.json").write_text('{"amp_suite_version": "0.1.0"}')
     return out
 
 
@@ -227,6 +227,32 @@ def test_run_into_a_foreign_directory_is_refused(tiny_config, tmp_path, clean_fa
     (out / "notes.txt").write_text("mine")
     _one_error(run_cli("run", "--config", str(tiny_config), *FAKE), "is not an amp-suite output directory")
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+@pytest.mark.parametrize("files", [
+    {"environment.json": "", "report.md": "# my notes\n", "results.csv": "my,data\n"},
+    {"environment.json": '{"name": "my-project", "python": "3.11"}', "results.json": "[1, 2]"},
+    {"results.jsonl": '{"epoch": 1, "loss": 0.5}\n{"epoch": 2, "loss": 0.4}\n', "report.md": "# mine\n"},
+    {".amp-suite.lock": None, "report.md": "# mine\n"},
+], ids=["empty-environment-json", "another-programs-environment-json", "another-programs-results-jsonl",
+        "a-link-named-like-the-lock"])
+def test_files_of_other_programs_with_the_suites_names_do_not_make_a_directory_its(tiny_config, tmp_path,
+                                                                                   clean_fake_env, files):
+    """Only what a sweep wrote makes a directory an amp-suite output: an environment.json that is not one of its
+    own, a results.jsonl of other records or a link named like the lock leave the directory foreign, refused
+    with everything in it as it was (a hostile trial saw a user's report.md and results.csv replaced)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name, text in files.items():
+        if text is None:
+            (out / name).symlink_to(tmp_path / "elsewhere")
+        else:
+            (out / name).write_text(text)
+    before = {path.name: os.readlink(path) if path.is_symlink() else path.read_text() for path in out.iterdir()}
+    _one_error(run_cli("run", "--config", str(tiny_config), *FAKE), "is not an amp-suite output directory")
+    _one_error(run_cli("report", str(out)), "is not an amp-suite output directory")
+    assert {path.name: os.readlink(path) if path.is_symlink() else path.read_text() for path in out.iterdir()} \
+        == before
 
 
 @pytest.mark.parametrize("where", ["/", "~"])

@@ -15,8 +15,10 @@ a stale lock behind.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 import platform
+import re
 import stat
 import sys
 import tempfile
@@ -54,6 +56,11 @@ CHART_PATTERN = "chart-*.png"
 STORED_FILES = (RESULTS_FILE, ENVIRONMENT_FILE, LOCK_FILE)
 # Files a cell writes beside its log (a torchrun cell's request and result).
 CELL_FILE_SUFFIXES = ("", ".result", ".result.request", ".result.tmp")
+# The key that opens every environment.json a sweep writes (amp_suite.machine.environment.host_environment).
+ENVIRONMENT_MARK = "amp_suite_version"
+_ENVIRONMENT_START = re.compile(rb'\s*\{\s*"' + ENVIRONMENT_MARK.encode() + rb'"')
+# Fields every stored cell result has (amp_suite.records.CellResult).
+RESULT_FIELDS = ("key", "framework", "precision", "status")
 # Bytes written (and removed) to prove the directory can take a write.
 PROBE_BYTES = 64 * 1024
 
@@ -97,18 +104,51 @@ def refuse_system_directory(directory: Path) -> None:
 
 
 def _has_result_line(path: Path) -> bool:
+    """True when ``path`` (its first MiB) holds a line that is a cell's result: a JSON object with the fields
+    every stored result has (a user's own ``results.jsonl`` of other objects is not one)."""
     try:
         head = read_regular(path, limit=1 << 20)
     except OSError:
         return False
-    return any(line.strip().startswith(b"{") for line in head.split(b"\n"))
+    for line in head.split(b"\n"):
+        if not line.strip().startswith(b"{"):
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError:  # a torn line, or the last one cut at the limit
+            continue
+        if isinstance(value, dict) and all(field in value for field in RESULT_FIELDS):
+            return True
+    return False
+
+
+def _is_suite_environment(path: Path) -> bool:
+    """True when ``path`` is an ``environment.json`` a sweep wrote: a regular file holding a JSON object whose
+    first key is ``amp_suite_version`` (or one cut short after it: a disk that filled mid-write elsewhere)."""
+    try:
+        data = read_regular(path, limit=1 << 20)
+    except OSError:
+        return False
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return _ENVIRONMENT_START.match(data) is not None
+    return isinstance(value, dict) and ENVIRONMENT_MARK in value
 
 
 def is_suite_output(directory: Path) -> bool:
-    """True when ``directory`` holds a sweep's files: ``environment.json``, the lock, or a result line."""
-    if os.path.lexists(directory / ENVIRONMENT_FILE) or os.path.lexists(directory / LOCK_FILE):
+    """True when ``directory`` holds a sweep's files: the lock, an ``environment.json`` a sweep wrote, or a
+    cell's result in ``results.jsonl``.  A file of another program that has one of these names does not count."""
+    if _is_regular(directory / LOCK_FILE) or _is_suite_environment(directory / ENVIRONMENT_FILE):
         return True
     return _has_result_line(directory / RESULTS_FILE)
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def _is_empty(directory: Path) -> bool:

@@ -62,6 +62,7 @@ def run(
     preset: str | None = None,
     plugins: Iterable[str] = (),
     resume: bool = False,
+    force: bool = False,
     inline: bool = False,
     quiet: bool = False,
     price_per_hour: float | None = None,
@@ -89,7 +90,10 @@ def run(
     is not a terminal (a notebook, a log file): a line per cell with the
     sweep's ETA, and the running cell's steps every few seconds; ``quiet=True``
     leaves them out.  The verdict (each AMP precision against fp32) is printed
-    on stdout at the end, as ``amp-suite run`` prints it.
+    on stdout at the end, as ``amp-suite run`` prints it.  ``force=True``
+    (``--force``) replaces report files in the output directory that
+    amp-suite did not write (an edited ``report.md``); without it they stop
+    the sweep before any cell runs.
     """
     unknown = [name for name in settings if name not in SETTING_NAMES]
     if unknown:
@@ -109,7 +113,7 @@ def run(
         overrides["devices"] = request_checks.device_counts(overrides["devices"])
     request = SweepRequest(config=request_checks.config_path(config), overrides=overrides,
                            plugins=request_checks.plugin_names(plugins), resume=request_checks.flag("resume", resume),
-                           inline=request_checks.flag("inline", inline), quiet=request_checks.flag("quiet", quiet),
+                           force=request_checks.flag("force", force), inline=request_checks.flag("inline", inline), quiet=request_checks.flag("quiet", quiet),
                            cost=cost, preset=preset, auto_repeats=auto)
     outcome = sweep(request, progress=SweepProgress())
     frame = results_table(outcome.results, outcome.environment)

@@ -255,6 +255,33 @@ def test_files_of_other_programs_with_the_suites_names_do_not_make_a_directory_i
         == before
 
 
+@pytest.mark.parametrize("name, text", [
+    ("report.md", "# My edited analysis\n"), ("results.csv", "my,data\n"), ("results.json", '{"mine": 1}'),
+    ("report.html", "<html><title>my notes</title></html>"), ("charts.json", '["mine"]'),
+    ("chart-speedup.png", "not the suite's chart"),
+])
+def test_a_report_file_amp_suite_did_not_write_is_replaced_only_with_force(tiny_config, tmp_path, clean_fake_env,
+                                                                          name, text):
+    """In an amp-suite output directory, run (--resume or not) and report leave a report file they did not
+    write alone, naming it in one line before any cell runs; --force replaces it."""
+    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "-q").returncode == 0
+    out = tmp_path / "out"
+    if name == "chart-speedup.png":
+        charts = json.loads((out / "charts.json").read_text())
+        charts.pop("speedup")
+        (out / "charts.json").write_text(json.dumps(charts))  # the index no longer names the chart
+    (out / name).write_text(text)
+    rows = (out / "results.jsonl").read_text()
+    for command in (("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume"),
+                    ("report", str(out), *FAKE)):
+        _one_error(run_cli(*command), f"{name}' exists and is not a file amp-suite wrote")
+        assert (out / name).read_text() == text and (out / "results.jsonl").read_text() == rows
+    forced = run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume", "--force", "-q")
+    assert forced.returncode == 0, forced.stderr
+    assert (out / name).read_bytes() != text.encode()
+    assert run_cli("report", str(out), *FAKE).returncode == 0  # all amp-suite's again: no --force needed
+
+
 @pytest.mark.parametrize("where", ["/", "~"])
 def test_root_and_home_are_refused_as_out(tiny_config, where):
     target = os.path.expanduser(where)

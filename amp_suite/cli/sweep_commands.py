@@ -30,7 +30,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         overrides["repeats"], auto = AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS
     request = SweepRequest(config=args.config, overrides=overrides, plugins=tuple(args.plugin),
-                           resume=args.resume, inline=args.inline, quiet=args.quiet,
+                           resume=args.resume, force=args.force, inline=args.inline, quiet=args.quiet,
                            cost=_cost_overrides(args), preset=args.preset, auto_repeats=auto,
                            executor=args.executor, ray_address=args.ray_address)
     plan = resolve(request)
@@ -77,13 +77,13 @@ def _open_html_report(written: list[Path]) -> bool:
 
 
 def _check_report_replaceable(directory: Path, results: list, force: bool) -> None:
-    """Refuse to replace a report.md amp-suite did not write, or a report with one of no result, unless
-    ``force``."""
-    from amp_suite.owned_paths import FORCE_FLAG, check_replaceable
-    from amp_suite.report.text import REPORT_FIRST_LINE
+    """Refuse to replace a report file amp-suite did not write (an edited report.md, your own results.csv), or a
+    report with one of no result, unless ``force``."""
+    from amp_suite.owned_paths import FORCE_FLAG
+    from amp_suite.sweep.report_files import check_report_files_replaceable
 
     report = directory / "report.md"
-    check_replaceable(report, command="amp-suite report", first_line=REPORT_FIRST_LINE, force=force)
+    check_report_files_replaceable(directory, force=force)
     if not results and os.path.lexists(report) and not force:
         raise UsageError(f"{out_text(directory / 'results.jsonl')} holds no valid result: the existing "
                          f"{out_text(report)} is kept (pass {FORCE_FLAG} to replace it with a report of no result)")

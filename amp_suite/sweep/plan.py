@@ -42,6 +42,7 @@ class SweepRequest:
     overrides: dict[str, Any] = field(default_factory=dict)
     plugins: tuple[str, ...] = ()
     resume: bool = False
+    force: bool = False  # --force: replace report files in the output directory that amp-suite did not write
     inline: bool = False
     quiet: bool = False
     cost: dict[str, Any] = field(default_factory=dict)

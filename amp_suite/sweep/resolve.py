@@ -209,6 +209,7 @@ def resolve(request: SweepRequest) -> SweepPlan:
     from amp_suite.sweep.estimate import estimate_cells, stored_results
     from amp_suite.sweep.executors.select import check_executor
     from amp_suite.sweep.output_dir import check_output_dir, check_sweep_paths
+    from amp_suite.sweep.report_files import check_report_files_replaceable
     from amp_suite.sweep.runner import cell_log_path
 
     config = load_config(find_config(request.config))
@@ -256,6 +257,8 @@ def resolve(request: SweepRequest) -> SweepPlan:
     if request.inline:
         notes.append("note: --inline runs every cell in this process, without a timeout")
     out_dir = check_output_dir(settings.out)
+    if out_dir.is_dir():  # a report you edited, or your own results.csv, is replaced only with --force
+        check_report_files_replaceable(out_dir, force=request.force)
     explicit_steps = request.overrides.get("steps")
     if explicit_steps is None and preset is not None:
         explicit_steps = preset.steps

@@ -282,6 +282,25 @@ def test_a_report_file_amp_suite_did_not_write_is_replaced_only_with_force(tiny_
     assert run_cli("report", str(out), *FAKE).returncode == 0  # all amp-suite's again: no --force needed
 
 
+def test_data_missing_with_downloads_off_says_both_ways_out_and_leaves_no_output_directory(tiny_config, tmp_path,
+                                                                                            clean_fake_env):
+    out, empty = tmp_path / "never", tmp_path / "no-data"
+    empty.mkdir()
+    done = run_cli("run", "--config", str(tiny_config), *FAKE, "--workloads", "mnist_cnn", "--precisions", "fp32",
+                   "--dataset", "mnist", "--train-split", "train", "--no-download", "--data-dir", str(empty),
+                   "--out", str(out), env={"AMP_SUITE_CACHE": str(tmp_path / "cache")})
+    _one_error(done, "downloads are off: put the file there, or allow downloads (--download)")
+    assert "or set synthetic_fallback = true" in done.stderr
+    assert not out.exists()
+
+
+def test_a_broken_link_as_out_is_named_as_one(tiny_config, tmp_path, clean_fake_env):
+    (tmp_path / "lnk").symlink_to(tmp_path / "gone")
+    _one_error(run_cli("run", "--config", str(tiny_config), *FAKE, "--out", str(tmp_path / "lnk")),
+               "is a broken symbolic link")
+    assert not (tmp_path / "gone").exists()
+
+
 @pytest.mark.parametrize("where", ["/", "~"])
 def test_root_and_home_are_refused_as_out(tiny_config, where):
     target = os.path.expanduser(where)

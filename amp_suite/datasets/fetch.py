@@ -190,7 +190,8 @@ def locate(dataset: str, spec: DatasetFile, urls: list[str], *, data_dir: str | 
         return cached
     where = f"{Path(data_dir) / spec.name} or {cached}" if data_dir else str(cached)
     if not allow_download:
-        raise DatasetError(f"{spec.name} of {dataset} is not in {where} and downloads are off")
+        raise DatasetError(f"{spec.name} of {dataset} is not in {where} and downloads are off: put the file "
+                           "there, or allow downloads (--download)")
     mirror = os.environ.get(MIRROR_ENV)
     tried = []
     for url in ([f"{mirror.rstrip('/')}/{dataset}/{spec.name}"] if mirror else []) + urls:

@@ -14,6 +14,7 @@ is :mod:`amp_suite.sweep.stored`.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -91,10 +92,29 @@ def execute(plan: SweepPlan, progress: Callable | None = None) -> SweepOutcome:
 
     for note in plan.notes:
         print(f"amp-suite: {note}", file=sys.stderr)
+    made = not os.path.lexists(plan.out_dir)
     out_dir = prepare_output_dir(plan.out_dir)
     with OutputLock(out_dir):
-        _fetch_data(plan.settings, plan.datasets.values())
+        try:
+            _fetch_data(plan.settings, plan.datasets.values())
+        except UsageError:
+            if made:  # nothing ran: the directory this run made goes again, as it was never there
+                _remove_unused_output(out_dir)
+            raise
         return _run_locked(plan, out_dir, progress)
+
+
+def _remove_unused_output(out_dir: Path) -> None:
+    """Remove what :func:`prepare_output_dir` and the lock put in a new ``out_dir``: the lock file, then the
+    ``logs`` folder and the directory, each only when empty."""
+    from amp_suite.sweep.output_dir import LOCK_FILE, LOGS_DIR
+
+    for remove in (lambda: os.unlink(out_dir / LOCK_FILE), lambda: os.rmdir(out_dir / LOGS_DIR),
+                   lambda: os.rmdir(out_dir)):
+        try:
+            remove()
+        except OSError:
+            return
 
 
 def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> SweepOutcome:

@@ -220,6 +220,9 @@ def check_output_dir(text: str | os.PathLike[str]) -> Path:
     directory = expanded_path(text)
     refuse_system_directory(directory)
     try:
+        if directory.is_symlink() and not directory.exists():
+            raise UsageError(f"output directory {str(directory)!r} is a broken symbolic link (to "
+                             f"{os.readlink(directory)!r}); remove it or choose another --out")
         if directory.exists() and not directory.is_dir():
             raise UsageError(f"output directory {str(directory)!r} is a file, not a directory")
         if directory.is_dir():

@@ -261,3 +261,18 @@ def test_a_defaults_table_without_a_dataset_says_its_cells_train_on_synthetic_da
     asked = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--quiet",
                     "--dataset", "synthetic")
     assert asked.returncode == 0 and "synthetic data:" not in asked.stderr.splitlines()[0], asked.stderr
+
+
+def test_ctrl_c_while_the_command_line_loads_ends_it_in_one_line_with_130():
+    """``amp-suite`` (the console script and ``python -m amp_suite``) is :func:`amp_suite.__main__.entry`: a
+    Ctrl-C that lands while Python imports the command line is one line and exit 130, not a traceback."""
+    code = ("import sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'amp_suite.cli':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "from amp_suite.__main__ import entry\n"
+            "sys.exit(entry())\n")
+    done = subprocess.run([sys.executable, "-c", code, "list"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 130 and done.stderr == "amp-suite: interrupted by SIGINT\n", done.stderr

@@ -26,9 +26,9 @@ from amp_suite.errors import EXIT_USAGE, PluginError, SweepInterrupted, UsageErr
 def main(argv: list[str] | None = None) -> int:
     from amp_suite.closed_pipes import quiet_when_closed
 
-    quiet_when_closed()  # a reader that closes the pipe (| head -1) never stops a command
-    parser = build_parser()
     try:
+        quiet_when_closed()  # a reader that closes the pipe (| head -1) never stops a command
+        parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:
             parser.print_help()

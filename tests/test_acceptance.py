@@ -467,6 +467,27 @@ def test_a_failed_check_makes_exit_code_1_and_the_report_says_which(monkeypatch,
     assert "amp-suite doctor --acceptance --device auto --frameworks torch,keras,jax" in text
 
 
+def test_a_file_where_the_reports_state_goes_is_kept_unless_amp_suite_wrote_it(monkeypatch, tmp_path):
+    """``--report package.md`` keeps its state in package.json: a user's package.json (or a sweep's
+    environment.json, for ``--report out/environment.md``) is refused in one line before any check runs."""
+    from amp_suite.errors import UsageError
+
+    monkeypatch.setattr(acceptance, "detect_machine", lambda known, requested, device="auto": machine(TWO_GPUS))
+    (tmp_path / "package.json").write_text('{"name": "my-app"}')
+
+    def accept(**keywords):
+        return acceptance.run_acceptance(device="auto", frameworks=None, known=dict.fromkeys(FRAMEWORKS),
+                                         report=str(tmp_path / "package.md"), run_command=FakeAmpSuite(),
+                                         emit=lambda line: None, workdir=tmp_path / "runs", **keywords)
+
+    with pytest.raises(UsageError, match=r"package.json' \(where the report's state goes\) exists and is not a "
+                                         r"file amp-suite doctor --acceptance wrote"):
+        accept()
+    assert (tmp_path / "package.json").read_text() == '{"name": "my-app"}' and not (tmp_path / "package.md").exists()
+    assert accept(force=True) == 0 and json.loads((tmp_path / "package.json").read_text())["mode"]
+    assert accept() == 0  # its own state now: replaced without --force
+
+
 def test_the_cli_takes_acceptance_and_report(monkeypatch, tmp_path, capsys):
     from amp_suite import cli
 

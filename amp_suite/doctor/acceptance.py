@@ -109,7 +109,13 @@ def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict
     before each command and after each check, and once more when a signal stops the phase.  An existing
     report file is replaced only when an acceptance run wrote it, or with ``force``.
     """
-    from amp_suite.doctor.acceptance_state import AcceptanceState, StoredOutcome, load_state, state_path
+    from amp_suite.doctor.acceptance_state import (
+        AcceptanceState,
+        StoredOutcome,
+        check_state_replaceable,
+        load_state,
+        state_path,
+    )
     from amp_suite.doctor.phases import select
     from amp_suite.errors import UsageError
     from amp_suite.owned_paths import check_replaceable
@@ -121,6 +127,7 @@ def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict
     check_replaceable(report_path, command="amp-suite doctor --acceptance", first_line=REPORT_FIRST_WORDS,
                       force=force)
     state_file = state_path(report_path)
+    check_state_replaceable(state_file, force=force)
     previous = load_state(state_file) if resume else None
     requested = tuple(frameworks) if frameworks else default_frameworks(list(known))
     if previous is not None:

@@ -52,6 +52,31 @@ def state_path(report: Path) -> Path:
     return report.with_suffix(".json") if report.suffix != ".json" else report.with_name(report.name + ".state")
 
 
+def check_state_replaceable(path: Path, *, force: bool) -> None:
+    """A one-line error unless the state file at ``path`` may be written: absent, or a state an acceptance run
+    wrote (a JSON object of this version), or any regular file with ``force``; a link or special file never."""
+    from amp_suite.errors import UsageError
+    from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
+    from amp_suite.safe_files import UnsafeFileError, check_regular_or_absent
+
+    try:
+        check_regular_or_absent(path)
+    except UnsafeFileError as exc:
+        raise UsageError(str(exc)) from None
+    if not path.exists() or force:
+        return
+    data = read_private_file(path.parent, path.name, 64 << 20)
+    try:
+        value = json.loads(data or b"")
+    except ValueError:
+        value = None
+    if isinstance(value, dict) and value.get("version") == STATE_VERSION and "mode" in value:
+        return
+    raise NotOursError(f"{str(path)[:300]!r} (where the report's state goes) exists and is not a file amp-suite "
+                       f"doctor --acceptance wrote; left alone (pass {FORCE_FLAG} to replace it, or choose another "
+                       "--report)")
+
+
 def load_state(path: Path) -> AcceptanceState:
     """The state at ``path``; a missing, unreadable or malformed file is a one-line :class:`UsageError`."""
     try:

@@ -239,6 +239,18 @@ def test_a_folder_whose_numerics_jsonl_is_a_link_or_another_file_is_not_ours(tmp
     assert target.read_text() == '{"record": "run"}\n'
 
 
+def test_an_output_stopped_before_its_first_run_is_its_own_and_force_reuses_it(tmp_path: Path) -> None:
+    """What a command stopped before any run finished leaves (an empty numerics.jsonl, a log, a request) is an
+    output of its own: kept without --force, reused with it."""
+    out = tmp_path / "numerics"
+    (out / "logs").mkdir(parents=True)
+    (out / "numerics.jsonl").write_text("\n")
+    (out / "logs" / "shadowfw__tiny__amp_bf16.log").write_text("stopped\n")
+    assert "holds the results of an earlier amp-suite numerics" in one_line_error(lambda: _numerics(tmp_path))
+    frame = _numerics(tmp_path, inline=True, force=True)
+    assert {run["status"] for run in frame.attrs["runs"]} == {"ok"}
+
+
 def test_a_stopped_commands_report_says_how_many_of_its_runs_ran(tmp_path: Path) -> None:
     from amp_suite.numerics.records import NumericsRun
     from amp_suite.shadow.report import write_report

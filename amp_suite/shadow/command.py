@@ -27,7 +27,7 @@ from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers.single import worker_import_path
 from amp_suite.numerics.compare import compare_steps
 from amp_suite.numerics.records import BisectOutcome, LayerNumerics, NumericsRun, StepTrace
-from amp_suite.owned_paths import FORCE_FLAG, first_line_of
+from amp_suite.owned_paths import FORCE_FLAG, read_private_file
 from amp_suite.processes import tree as process_tree
 from amp_suite.safe_files import (
     UnsafeFileError,
@@ -107,8 +107,9 @@ def _refuse_foreign_or_earlier(directory: Path, force: bool) -> None:
     """
     if not any(directory.iterdir()):
         return
-    first = first_line_of(directory / LAYERS_FILE)
-    if first is None or not first.startswith(RECORD_PREFIX):
+    head = read_private_file(directory, LAYERS_FILE, 4096)
+    # an empty file is what a run stopped before its first traced run writes: its own, holding nothing
+    if head is None or not (head.startswith(RECORD_PREFIX) or not head.strip()):
         raise UsageError(f"{str(directory)!r} is neither empty nor an output of amp-suite numerics (no "
                          f"{LAYERS_FILE} it wrote); choose another --out")
     if not force:

@@ -79,22 +79,36 @@ def test_sigterm_and_sighup_stop_like_ctrl_c(tiny_config, tmp_path, clean_fake_e
     assert "Incomplete sweep" not in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c with --resume", "sigkill"])
 def test_a_rerun_stopped_before_any_cell_finished_leaves_the_earlier_report_as_it_was(tiny_config, tmp_path,
-                                                                                       clean_fake_env):
-    """A report of nothing never replaces a report: Ctrl-C during a rerun's first cell keeps the earlier
-    run's report, charts and environment.json byte for byte."""
-    first = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "-q")
-    assert first.returncode == 0, first.stderr
+                                                                                       clean_fake_env, how):
+    """A report of nothing never replaces a report: a rerun stopped while its first cell runs (Ctrl-C, Ctrl-C
+    after --resume kept the finished cells, SIGKILL) keeps the earlier run's report, charts and environment.json
+    byte for byte."""
+    if how == "ctrl-c with --resume":  # the earlier run finished fp32 only: --resume keeps it and runs amp_fp16
+        earlier = _start_sweep(tiny_config, tmp_path, "-q")
+        _worker_pid(tmp_path)
+        earlier.send_signal(signal.SIGINT)
+        assert earlier.communicate(timeout=120) and earlier.returncode == 130
+        (tmp_path / "worker.pid").unlink()
+    else:
+        first = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "-q")
+        assert first.returncode == 0, first.stderr
     out = tmp_path / "out"
     kept = {path.name: path.read_bytes() for path in out.iterdir()
             if path.is_file() and path.name not in ("results.jsonl", ".amp-suite.lock")}
     assert {"report.md", "environment.json", "chart-speedup.png"} <= set(kept)
-    sweep = _start_sweep(tiny_config, tmp_path, target="fp32")  # the first cell waits at its gate
-    worker = _worker_pid(tmp_path)
-    sweep.send_signal(signal.SIGINT)
-    _, err = sweep.communicate(timeout=120)
-    assert sweep.returncode == 130, err
-    assert "no cell finished: the earlier report and environment" in err and "Traceback" not in err
+    resume = ("--resume",) if how == "ctrl-c with --resume" else ()
+    sweep = _start_sweep(tiny_config, tmp_path, *resume, target="amp_fp16" if resume else "fp32")
+    worker = _worker_pid(tmp_path)  # the first cell this run runs waits at its gate
+    if how == "sigkill":
+        sweep.kill()
+        sweep.communicate(timeout=120)
+    else:
+        sweep.send_signal(signal.SIGINT)
+        _, err = sweep.communicate(timeout=120)
+        assert sweep.returncode == 130, err
+        assert "no cell finished: the earlier report and environment" in err and "Traceback" not in err
     assert {name: (out / name).read_bytes() for name in kept} == kept
     _wait(lambda: not _alive(worker), 30, "the worker's end")
 

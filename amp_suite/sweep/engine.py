@@ -47,6 +47,7 @@ class SweepOutcome:
     reporter_failures: list[Any]
     stopped_by: int | None = None
     storage_failed: bool = False
+    ran: int = 0  # the cells this run ran (results --resume kept are not counted)
 
     @property
     def exit_code(self) -> int:
@@ -140,11 +141,19 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     if plan.cost:
         environment["cost"] = dict(plan.cost)
     attach_calibration(environment)
-    earlier_environment = _earlier_file(out_dir / ENVIRONMENT_FILE)
-    try:
-        write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
-    except OSError as exc:
-        raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
+
+    def write_environment() -> None:
+        try:
+            write_file_atomically(out_dir / ENVIRONMENT_FILE, json.dumps(environment, indent=2, default=str))
+        except OSError as exc:
+            raise UsageError(f"cannot write {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}") from None
+
+    # An earlier run's environment.json stays until this run finishes a cell of its own: a run stopped before
+    # that (a signal, SIGKILL included, or a failed store) leaves the earlier run's folder as it was.
+    earlier = os.path.lexists(out_dir / ENVIRONMENT_FILE)
+    if not earlier:
+        write_environment()
+    kept = store.latest_by_key() if request.resume and earlier else {}
 
     print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)} -> "
           f"{path_text(out_dir)}/{plan.synthetic_note}", file=sys.stderr)
@@ -158,6 +167,9 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
                                 resume=request.resume, env=worker_env(host),
                                 progress=None if request.quiet else progress, pools=config.pools,
                                 environment=environment):
+            if earlier and not outcome.ran and result != kept.get(result.key):  # the first cell this run ran
+                write_environment()
+            outcome.ran += result != kept.get(result.key)
             outcome.results.append(result)
         if request.auto_repeats:
             _auto_repeats(plan, store, environment, outcome, progress)
@@ -169,9 +181,9 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
         outcome.storage_failed = True
         print(f"amp-suite: error: {one_line(exc)}; the sweep stops, {len(outcome.results)} finished cells are "
               "stored (free space or fix permissions, then run again with --resume)", file=sys.stderr)
-    if not outcome.results and (outcome.stopped_by is not None or outcome.storage_failed) \
-            and earlier_environment is not None:
-        _keep_earlier_output(out_dir, earlier_environment)
+    if earlier and not outcome.ran and (outcome.stopped_by is not None or outcome.storage_failed):
+        print(f"amp-suite: no cell finished: the earlier report and environment in {path_text(out_dir)} are kept "
+              "as they were", file=sys.stderr)
         return outcome
     if outcome.stopped_by is not None or outcome.storage_failed:  # the report says what did not run
         finished = {result.key for result in outcome.results}
@@ -195,30 +207,6 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome
-
-
-def _earlier_file(path: Path) -> bytes | None:
-    """The bytes of ``path`` as an earlier run left it (a regular file), or None."""
-    from amp_suite.safe_files import read_regular
-
-    try:
-        return read_regular(path, limit=64 << 20)
-    except OSError:
-        return None
-
-
-def _keep_earlier_output(out_dir: Path, earlier_environment: bytes) -> None:
-    """A run stopped before any cell finished leaves an earlier run's folder as it was: its ``environment.json``
-    back, its reports and charts untouched (a report of nothing never replaces a report)."""
-    from amp_suite.safe_files import write_file_atomically
-
-    try:
-        write_file_atomically(out_dir / ENVIRONMENT_FILE, earlier_environment)
-    except OSError as exc:
-        print(f"amp-suite: warning: cannot put back the earlier {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}",
-              file=sys.stderr)
-    print(f"amp-suite: no cell finished: the earlier report and environment in {path_text(out_dir)} are kept "
-          "as they were", file=sys.stderr)
 
 
 def print_verdict(results: list[CellResult], environment: dict[str, Any]) -> None:

@@ -84,6 +84,22 @@ def test_a_tilde_in_the_configs_out_is_the_home_directory_not_a_folder_named_til
     assert str(home / "amp-res" / "report.md") in done.stderr + done.stdout
 
 
+def test_a_tilde_in_a_path_argument_is_the_home_directory(tiny_config, tmp_path, clean_fake_env):
+    """report DIR, compare BASE NEW --out FILE (and every other path argument) expand a leading ~ as a shell
+    does, so a quoted '~/x' never makes a folder named ~."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "-q",
+                   "--out", str(home / "out")).returncode == 0
+    env = {"HOME": str(home)}
+    done = run_cli("report", "~/out", *FAKE, cwd=work, env=env)
+    assert done.returncode == 0, done.stderr
+    done = run_cli("compare", "~/out", "~/out", "--out", "~/c.md", cwd=work, env=env)
+    assert done.returncode == 0, done.stderr
+    assert (home / "c.md").is_file() and not (work / "~").exists()
+
+
 def test_a_symlink_where_torchrun_keeps_its_logs_is_refused_and_its_target_untouched(tiny_config, tmp_path,
                                                                                      clean_fake_env):
     """A cell's torchrun log folder (``logs/CELL.log.torchrun``, emptied and removed by the launcher) must not be a

@@ -12,6 +12,7 @@ plugins), over :mod:`amp_suite.cli.shared` and :mod:`amp_suite.cli.signals`.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         quiet_when_closed()  # a reader that closes the pipe (| head -1) never stops a command
         parser = build_parser()
-        args = parser.parse_args(argv)
+        args = _with_home_expanded(parser.parse_args(argv))
         if args.command is None:
             parser.print_help()
             return EXIT_USAGE
@@ -48,3 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         signum = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
         print(f"amp-suite: interrupted by {signal.Signals(signum).name}", file=sys.stderr)
         return _exit_code_for(signum)
+
+
+# The arguments that name a path: a leading ``~`` is the home directory, as a shell makes it (a quoted '~/x' or
+# one from a script reaches the command unexpanded, and had made a folder named ``~``).
+PATH_ARGUMENTS = ("directory", "base", "new", "out", "report", "config", "data_dir")
+
+
+def _with_home_expanded(args):
+    for name in PATH_ARGUMENTS:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and value.startswith("~"):
+            setattr(args, name, os.path.expanduser(value))
+    return args

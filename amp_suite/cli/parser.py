@@ -30,8 +30,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting_flags(run)  # one flag per sweep setting, declared in amp_suite/config/settings.py
     run.add_argument("--resume", action="store_true", help="skip cells already ok in OUT/results.jsonl")
     run.add_argument("--force", action="store_true",
-                     help="replace report files in OUT that amp-suite did not write (an edited report.md; left "
-                          "alone otherwise)")
+                     help="replace report files in OUT that amp-suite did not write (your own results.csv, a "
+                          "report.md whose first line changed; left alone otherwise)")
     run.add_argument("--inline", action="store_true",
                      help="run cells in this process (debugging; frameworks then share a process)")
     run.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",

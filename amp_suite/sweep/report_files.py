@@ -6,8 +6,10 @@ A built-in report file is amp-suite's when it begins as its writer begins it
 ``results.json`` with the environment's ``amp_suite_version``, ``report.html``
 with its title); ``charts.json`` when it is the charts reporter's index (an
 object of charts, each naming its ``file``); a ``chart-*.png`` when that index
-names it.  Anything else with one of these names (a report you edited, your
-own ``results.csv``) is left alone unless ``--force`` says to replace it.
+names it.  Anything else with one of these names (your own ``results.csv``, a
+report whose first line you changed) is left alone unless ``--force`` says to
+replace it.  Only the beginning is read: an edit below an unchanged first line
+is not seen.
 Links and special files are refused earlier and always
 (:func:`amp_suite.sweep.output_dir.check_sweep_paths`).
 """

@@ -82,6 +82,20 @@ def test_calibrate_measures_in_the_environment_a_sweep_would_use(tmp_path, monke
         assert handed["jax"] == "" and f"jax: measured in this interpreter ({sys.executable})" in err
 
 
+def test_calibrate_refuses_a_link_where_its_cache_goes_before_measuring(tmp_path, monkeypatch, capsys):
+    from amp_suite.calibration import ceiling
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "calibration.json").symlink_to(tmp_path / "mine.json")
+    monkeypatch.setattr(ceiling, "cache_path", lambda environment: tmp_path / "cache" / "calibration.json")
+    measured = []
+    monkeypatch.setattr(ceiling, "_run_probe", lambda *a, **k: measured.append(a) or {})
+    assert cli.main(["calibrate", "--device", "cpu", "--frameworks", "torch"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the calibration cache" in err and "is a symbolic link" in err and len(err.splitlines()) == 1
+    assert not measured and not (tmp_path / "mine.json").exists()
+
+
 def test_the_acceptance_says_where_each_framework_runs(tmp_path, monkeypatch):
     from amp_suite.doctor import acceptance
     from amp_suite.doctor.acceptance import detect_machine

@@ -249,7 +249,12 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
     from amp_suite.envs.placement import describe_placement, place_for_checks
     from amp_suite.errors import UsageError
     from amp_suite.machine.environment import host_environment
-    from amp_suite.safe_files import write_file_atomically
+    from amp_suite.safe_files import (
+        UnsafeFileError,
+        check_real_directory,
+        check_regular_or_absent,
+        write_file_atomically,
+    )
     from amp_suite.schema import closest
 
     stream = stream or sys.stdout
@@ -266,6 +271,11 @@ def calibrate(*, frameworks: tuple[str, ...] | None, device: str, force: bool, h
                              f"known: {', '.join(probed) or 'none'}")
     environment = host_environment()
     path = cache_path(environment)
+    try:  # a link or special file where the figures go is refused before a minute of measuring, not after
+        check_regular_or_absent(path)
+        check_real_directory(path.parent)
+    except UnsafeFileError as exc:
+        raise UsageError(f"cannot write the calibration cache: {exc}") from None
     cached = read_cache(environment) or {}
     data: dict[str, Any] = {"machine": {k: environment.get(k) for k in ("cpu_model", "cpu_flags", "cpu_count", "gpus")},
             "key": machine_key(environment), "frameworks": dict(cached.get("frameworks") or {})}

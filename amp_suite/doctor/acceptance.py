@@ -127,8 +127,9 @@ def run_acceptance(*, device: str, frameworks: Sequence[str] | None, known: dict
     check_replaceable(report_path, command="amp-suite doctor --acceptance", first_line=REPORT_FIRST_WORDS,
                       force=force)
     state_file = state_path(report_path)
-    check_state_replaceable(state_file, force=force)
-    previous = load_state(state_file) if resume else None
+    previous = load_state(state_file) if resume else None  # --resume: read (and so checked) as a state
+    if previous is None:
+        check_state_replaceable(state_file, force=force)
     requested = tuple(frameworks) if frameworks else default_frameworks(list(known))
     if previous is not None:
         if frameworks and list(requested) != previous.frameworks:

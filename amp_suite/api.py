@@ -113,7 +113,8 @@ def run(
         overrides["devices"] = request_checks.device_counts(overrides["devices"])
     request = SweepRequest(config=request_checks.config_path(config), overrides=overrides,
                            plugins=request_checks.plugin_names(plugins), resume=request_checks.flag("resume", resume),
-                           force=request_checks.flag("force", force), inline=request_checks.flag("inline", inline), quiet=request_checks.flag("quiet", quiet),
+                           force=request_checks.flag("force", force), inline=request_checks.flag("inline", inline),
+                           quiet=request_checks.flag("quiet", quiet),
                            cost=cost, preset=preset, auto_repeats=auto)
     outcome = sweep(request, progress=SweepProgress())
     frame = results_table(outcome.results, outcome.environment)

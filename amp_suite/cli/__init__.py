@@ -59,6 +59,6 @@ PATH_ARGUMENTS = ("directory", "base", "new", "out", "report", "config", "data_d
 def _with_home_expanded(args):
     for name in PATH_ARGUMENTS:
         value = getattr(args, name, None)
-        if isinstance(value, str) and value.startswith("~"):
+        if isinstance(value, str):
             setattr(args, name, os.path.expanduser(value))
     return args

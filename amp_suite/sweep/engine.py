@@ -167,9 +167,10 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
                                 resume=request.resume, env=worker_env(host),
                                 progress=None if request.quiet else progress, pools=config.pools,
                                 environment=environment):
-            if earlier and not outcome.ran and result != kept.get(result.key):  # the first cell this run ran
+            ran_here = result != kept.get(result.key)  # not a result --resume kept
+            if earlier and ran_here and not outcome.ran:  # the first cell this run ran
                 write_environment()
-            outcome.ran += result != kept.get(result.key)
+            outcome.ran += ran_here
             outcome.results.append(result)
         if request.auto_repeats:
             _auto_repeats(plan, store, environment, outcome, progress)

@@ -203,8 +203,7 @@ def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
 def expanded_path(text: str | os.PathLike[str]) -> Path:
     """``text`` as a path, a leading ``~`` or ``~USER`` made the home directory as a shell makes it (a
     ``benchmarks.toml`` or Python caller has no shell to do it: ``out = "~/results"`` had made ``./~/results``)."""
-    shown = os.fspath(text)
-    return Path(os.path.expanduser(shown) if str(shown).startswith("~") else shown)
+    return Path(os.path.expanduser(os.fspath(text)))
 
 
 def check_output_dir(text: str | os.PathLike[str]) -> Path:

@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
+from amp_suite.sweep.output_dir import CHART_PATTERN
 
 # How each built-in report file begins as amp-suite writes it (its first KiB is read).
 _STARTS = {
@@ -30,9 +31,8 @@ _STARTS = {
     "report.html": re.compile(rb"<!DOCTYPE html>.{0,900}?<title>amp-suite report</title>", re.S),
 }
 _HEAD_BYTES = 1024
-# The charts reporter's index of the charts it drew, and the name every chart has.
+# The charts reporter's index of the charts it drew.
 CHARTS_INDEX = "charts.json"
-CHART_PATTERN = "chart-*.png"
 
 
 def _indexed_charts(directory: Path) -> set[str] | None:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from amp_suite.config.settings import SweepSettings
 from amp_suite.errors import UsageError
 from amp_suite.records import CellResult
-from amp_suite.schema import closest
+from amp_suite.schema import closest, comma_separated
 from amp_suite.sweep.engine import AUTO_FIRST_REPEATS, AUTO_MAX_REPEATS, SweepRequest, sweep
 from amp_suite.sweep.stored import load_results
 
@@ -42,12 +42,12 @@ SETTING_NAMES = tuple(f.name for f in fields(SweepSettings))
 # --- the notebook API ------------------------------------------------------------
 
 
-def _names(value: Any) -> tuple[str, ...] | None:
-    """A list, a tuple or a comma-separated string of names, as a tuple."""
+def _names(value: Any, keyword: str) -> tuple[str, ...] | None:
+    """A list, a tuple or a comma-separated string of names, as a tuple (``keyword`` names it in an error)."""
     if value is None:
         return None
     if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
+        return comma_separated(value, f"{keyword}=")
     from amp_suite.sweep.request_checks import listed
 
     return listed(value)  # a generator as a tuple; anything else not a list reaches the schema, which names it
@@ -103,8 +103,8 @@ def run(
     if settings.get("repeats") == "auto":  # as --repeats auto
         settings = {**settings, "repeats": AUTO_FIRST_REPEATS}
         auto = AUTO_MAX_REPEATS
-    overrides = {**settings, "frameworks": _names(frameworks), "workloads": _names(workloads),
-                 "precisions": _names(precisions)}
+    overrides = {**settings, "frameworks": _names(frameworks, "frameworks"),
+                 "workloads": _names(workloads, "workloads"), "precisions": _names(precisions, "precisions")}
     cost = {k: v for k, v in (("price_per_hour", price_per_hour), ("currency", currency)) if v is not None}
     from amp_suite.progress import SweepProgress
     from amp_suite.sweep import request_checks  # the CLI's messages for the same mistakes
@@ -231,7 +231,7 @@ def run_numerics(workloads: str | Iterable[str], frameworks: str | Iterable[str]
     from amp_suite.sweep import request_checks
 
     def names(label: str, value: Any) -> tuple[str, ...]:
-        given = _names(value)
+        given = _names(value, label)
         if not isinstance(given, tuple) or not all(isinstance(item, str) for item in given):
             raise UsageError(f"{label} must be a name, a comma-separated text or a list of names, got {value!r}")
         return given

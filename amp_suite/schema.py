@@ -14,6 +14,7 @@ letters, digits, ``_``, ``-``, ``.`` and ``@`` (``torch@2.12``, an environment).
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import math
 import re
@@ -68,6 +69,30 @@ def shown(value: Any) -> str:
     """``repr(value)`` cut short enough for a one-line message."""
     text = repr(value)
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...'"
+
+
+class ListTextError(UsageError, argparse.ArgumentTypeError):
+    """A comma-separated list with an empty entry; argparse puts the flag's name before the message."""
+
+
+def comma_separated(text: str, flag: str = "") -> tuple[str, ...]:
+    """``torch, keras`` -> ("torch", "keras"); blank text is the empty list.  ``flag`` names the option in the
+    message (argparse, calling this as a flag's type, names it itself).
+
+    An empty entry (``fp32,,amp_bf16``, a trailing comma) is refused in one line: it is a typo more often
+    than a wish, and dropping it in silence would run a different sweep than the one typed.
+    """
+    if not text.strip():
+        return ()
+    parts = tuple(part.strip() for part in text.split(","))
+    named = [part for part in parts if part]
+    named_by = flag if not flag or flag.endswith("=") else f"{flag} "  # "--frameworks 'x'", "frameworks='x'"
+    if not named:
+        raise ListTextError(f"{named_by}{shown(text)} names nothing between its commas")
+    if len(named) < len(parts):
+        raise ListTextError(f"{named_by}{shown(text)} has an empty entry between commas; "
+                            f"did you mean {shown(','.join(named))}?")
+    return parts
 
 
 def closest(word: str, candidates: list[str] | tuple[str, ...]) -> str:

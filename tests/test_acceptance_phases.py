@@ -42,7 +42,11 @@ def test_checks_are_chosen_by_key_number_or_prefix(tmp_path):
     with pytest.raises(UsageError, match="no check number 12; allowed: 1 to 9"):
         select(keys, ["12"])
     with pytest.raises(UsageError, match="names no check"):
+        parse_checks("  ")
+    with pytest.raises(UsageError, match="--checks ' , ' names nothing between its commas"):
         parse_checks(" , ")
+    with pytest.raises(UsageError, match="--checks '1,,2' has an empty entry between commas; did you mean '1,2'"):
+        parse_checks("1,,2")
 
 
 def test_the_budget_takes_checks_in_order_counting_a_shared_command_once(tmp_path):

@@ -62,6 +62,10 @@ def test_run_refuses_unknown_settings_and_bad_values(tiny_config):
         amp_suite.run(frameworks="fake", config=tiny_config, plugins=["fakefw"], stpes=3)
     with pytest.raises(UsageError, match="steps must be an integer"):
         amp_suite.run(frameworks="fake", config=tiny_config, plugins=["fakefw"], steps=2.5)
+    with pytest.raises(UsageError, match="precisions='fp32,,amp_bf16' has an empty entry between commas"):
+        amp_suite.run(frameworks="fake", config=tiny_config, plugins=["fakefw"], precisions="fp32,,amp_bf16")
+    with pytest.raises(UsageError, match="plugins='fakefw,' has an empty entry"):
+        amp_suite.run(frameworks="fake", config=tiny_config, plugins="fakefw,")
 
 
 def test_load_of_a_directory_without_results_is_a_usage_error(tmp_path):

@@ -63,7 +63,12 @@ CLI_CASES = [
     (["--out", ""], "out must not be empty"),
     (["--out", "   "], "out must not be empty"),
     (["--frameworks", "fake,fake"], "frameworks lists 'fake' more than once"),
-    (["--frameworks", ","], "frameworks must name at least one"),
+    (["--frameworks", ","], "argument --frameworks: ',' names nothing between its commas"),
+    (["--frameworks", "   "], "frameworks must name at least one"),
+    (["--precisions", "fp32,,amp_bf16"], "'fp32,,amp_bf16' has an empty entry between commas; did you mean "
+                                          "'fp32,amp_bf16'?"),  # an empty entry was dropped in silence
+    (["--frameworks", "fake,"], "'fake,' has an empty entry between commas"),
+    (["--val-split", "garbage["], "malformed split 'garbage['"),  # synthetic data: the text is still checked
     (["--frameworks", "fa|ke"], "may hold only letters, digits"),
     (["--workloads", "x" * 300], "is longer than 64 characters"),
     (["--workloads", "tiny,tiny"], "workloads lists 'tiny' more than once"),
@@ -237,3 +242,17 @@ def test_names_with_table_characters_cannot_break_the_report():
     # every run's table names a workload all its rows share once, above it, on one line
     assert "Every run shares workload two lines, devices 1." in text
     assert "- two lines / fa|ke / fp32 / repeat 0: **failed** — bad | worse worst" in text
+
+
+@pytest.mark.parametrize("args", [
+    ["numerics", "--workloads", "tiny", "--frameworks", "fake,,jax", "--precisions", "amp_fp16"],
+    ["calibrate", "--frameworks", "fake,,jax"],
+    ["doctor", "--frameworks", "fake,,jax"],
+])
+def test_every_command_refuses_an_empty_list_entry(tmp_path, capsys, monkeypatch, args):
+    monkeypatch.chdir(tmp_path)
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 2 and err.strip() == ("amp-suite: error: --frameworks 'fake,,jax' has an empty entry between "
+                                         "commas; did you mean 'fake,jax'?"), err
+    assert list(tmp_path.iterdir()) == []  # nothing measured, nothing written

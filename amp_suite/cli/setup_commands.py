@@ -103,7 +103,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     known = _host(args.plugin).frameworks()
     config_path = find_config(args.config)
     declared = load_config(config_path).environments
-    asked = _csv(args.frameworks)
+    asked = _csv(args.frameworks, "--frameworks")
     if asked:
         check_names("framework", asked, [*known, *declared])
     names = tuple(n for n in asked if n in known) if asked else tuple(known)
@@ -127,7 +127,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
         if args.budget is not None and (not math.isfinite(args.budget) or args.budget <= 0):
             raise UsageError(f"--budget must be a finite number of seconds above 0, got {args.budget:g}")
-        return run_acceptance(device=args.device, frameworks=_csv(args.frameworks), known=known,
+        return run_acceptance(device=args.device, frameworks=_csv(args.frameworks, "--frameworks"), known=known,
                               run_command=partial(run_supervised_command, program=own_command()),
                               report=args.report, plugins=args.plugin, force=args.force,
                               emit=lambda line: print(line, flush=True),

@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from amp_suite.config.settings import parse_list
+from amp_suite.schema import comma_separated
 
 
-def _csv(text: str | None) -> tuple[str, ...] | None:
-    return None if text is None else parse_list(text)
+def _csv(text: str | None, flag: str) -> tuple[str, ...] | None:
+    return None if text is None else comma_separated(text, flag)
 
 
 def _one_line_text(exc: BaseException) -> str:

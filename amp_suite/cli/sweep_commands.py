@@ -145,7 +145,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from amp_suite.calibration.ceiling import calibrate
 
     config_path = find_config(args.config)
-    return calibrate(frameworks=_csv(args.frameworks), device=args.device, force=args.force,
+    return calibrate(frameworks=_csv(args.frameworks, "--frameworks"), device=args.device, force=args.force,
                      host=_host(args.plugin), budget_s=args.budget, config_path=config_path,
                      environments=load_config(config_path).environments)
 

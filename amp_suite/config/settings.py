@@ -31,15 +31,15 @@ from typing import Any
 from amp_suite.errors import UsageError
 from amp_suite.modes import LEARNING_RATE_RULES, MODES
 from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
-from amp_suite.schema import Field, check_value, closest, counted, shown
+from amp_suite.schema import Field, check_value, closest, comma_separated, counted, shown
 
 # How a setting's value is read from its command-line text, when not by its type.
 Parse = Callable[[str], Any]
 
 
 def parse_list(text: str) -> tuple[str, ...]:
-    """``torch, keras`` -> ("torch", "keras")."""
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+    """``torch, keras`` -> ("torch", "keras"); an empty entry is a one-line error (:func:`comma_separated`)."""
+    return comma_separated(text)
 
 
 def parse_device_counts(text: str) -> tuple[int | str, ...]:

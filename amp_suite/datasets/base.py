@@ -86,7 +86,9 @@ def check_request(name: str, workload: Workload | None, train_split: str, val_sp
     inverted range (``test[9000:100]``, ``test[:0]``) and a training split
     smaller than one batch are refused before any cell runs.
     """
-    if name == "synthetic":
+    if name == "synthetic":  # generated from the seed: the split texts select nothing, but are still checked
+        for text in (train_split, val_split):
+            parse_split(text, None)
         return
     if name == "text":
         _check_text_request(workload, train_split, val_split, batch_size)

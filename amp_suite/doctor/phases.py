@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from amp_suite.errors import UsageError
+from amp_suite.schema import comma_separated
 
 # Skip reasons that leave a check pending: a later ``--resume`` runs it.
 NOT_ASKED = "not asked for (--checks)"
@@ -62,7 +63,7 @@ def parse_checks(text: str | None) -> tuple[str, ...]:
     """``--checks devices,3,sweep-torch`` as its words; ``None`` or blank is every check."""
     if text is None:
         return ()
-    words = tuple(w.strip() for w in text.split(",") if w.strip())
+    words = comma_separated(text, "--checks")
     if not words:
         raise UsageError(f"--checks {text!r} names no check; give keys or numbers, comma-separated")
     return words

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from amp_suite.config.settings import parse_list
+from amp_suite.schema import comma_separated
 from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_OUT, DEFAULT_STEPS, DEFAULT_TOLERANCE, NumericsRequest
 
 
@@ -55,8 +55,9 @@ def cmd_numerics(args: argparse.Namespace) -> int:
     from amp_suite.shadow.report import summarise, worst_layer_sentences
 
     request = NumericsRequest(
-        workloads=parse_list(args.workloads), frameworks=parse_list(args.frameworks),
-        precisions=parse_list(args.precisions), steps=args.steps, out=args.out, batch_size=args.batch_size,
+        workloads=comma_separated(args.workloads, "--workloads"),
+        frameworks=comma_separated(args.frameworks, "--frameworks"),
+        precisions=comma_separated(args.precisions, "--precisions"), steps=args.steps, out=args.out, batch_size=args.batch_size,
         seed=args.seed, device=args.device, timeout=args.timeout, config=args.config,
         plugins=tuple(args.plugin), inline=args.inline, dataset=args.dataset, bisect=args.bisect,
         tolerance=args.tolerance, max_runs=args.max_runs, force=args.force)

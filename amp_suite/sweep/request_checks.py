@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite.errors import UsageError
-from amp_suite.schema import shown
+from amp_suite.schema import comma_separated, shown
 
 
 def flag(name: str, value: Any) -> bool:
@@ -32,7 +32,7 @@ def plugin_names(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
-        return tuple(part.strip() for part in value.split(",") if part.strip())
+        return comma_separated(value, "plugins=")
     items = listed(value)
     if isinstance(items, tuple) and all(isinstance(item, str) for item in items):
         return items

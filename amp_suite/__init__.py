@@ -16,7 +16,8 @@ Notebooks use :func:`amp_suite.run`, :func:`amp_suite.load`, :func:`amp_suite.co
 :func:`amp_suite.equivalence`, :func:`amp_suite.learning_curves`, :func:`amp_suite.run_numerics` and
 :func:`amp_suite.numerics_report` (see
 :mod:`amp_suite.api`); they are imported on first use, so ``import amp_suite``
-stays cheap and imports neither pandas nor a framework.  The root is the top
+stays cheap and imports neither pandas nor a framework (nor pluggy, until a
+marker is asked for).  The root is the top
 floor of the layering (docs/architecture.md, checked by tests/test_layering.py
 like every module): it may import any module, and no module of the package
 imports it.
@@ -24,13 +25,26 @@ imports it.
 
 from __future__ import annotations
 
-from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookimpl, hookspec
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from amp_suite.api import compare, equivalence, learning_curves, load, numerics_report, run, run_numerics
+    from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME, __version__, hookimpl, hookspec
 
 __all__ = ["__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP", "run", "load", "compare",
            "equivalence", "learning_curves", "run_numerics", "numerics_report"]
 
 
+# The markers too are handed out on first use: the command line (amp_suite.__main__) loads this root before it
+# can catch a Ctrl-C, and the markers import pluggy.
+_FROM_MARKERS = ("__version__", "hookimpl", "hookspec", "PROJECT_NAME", "ENTRY_POINT_GROUP")
+
+
 def __getattr__(name: str):
+    if name in _FROM_MARKERS:
+        from amp_suite import markers
+
+        return getattr(markers, name)
     if name in ("run", "load", "compare", "equivalence", "learning_curves", "run_numerics", "numerics_report"):
         from amp_suite import api
 

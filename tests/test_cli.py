@@ -263,16 +263,29 @@ def test_a_defaults_table_without_a_dataset_says_its_cells_train_on_synthetic_da
     assert asked.returncode == 0 and "synthetic data:" not in asked.stderr.splitlines()[0], asked.stderr
 
 
-def test_ctrl_c_while_the_command_line_loads_ends_it_in_one_line_with_130():
+@pytest.mark.parametrize("module", ["amp_suite.cli", "pluggy"])
+def test_ctrl_c_while_the_command_line_loads_ends_it_in_one_line_with_130(module):
     """``amp-suite`` (the console script and ``python -m amp_suite``) is :func:`amp_suite.__main__.entry`: a
-    Ctrl-C that lands while Python imports the command line is one line and exit 130, not a traceback."""
+    Ctrl-C that lands while Python imports the command line is one line and exit 130, not a traceback.  That
+    includes pluggy, which the package root once imported before ``entry`` could catch anything."""
     code = ("import sys\n"
             "class Interrupt:\n"
             "    def find_spec(self, name, path=None, target=None):\n"
-            "        if name == 'amp_suite.cli':\n"
+            f"        if name == {module!r}:\n"
             "            raise KeyboardInterrupt\n"
             "sys.meta_path.insert(0, Interrupt())\n"
             "from amp_suite.__main__ import entry\n"
             "sys.exit(entry())\n")
     done = subprocess.run([sys.executable, "-c", code, "list"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 130 and done.stderr == "amp-suite: interrupted by SIGINT\n", done.stderr
+
+
+def test_the_package_root_hands_out_its_markers_on_first_use():
+    code = ("import sys, amp_suite, amp_suite.__main__\n"
+            "assert 'pluggy' not in sys.modules, 'the root imported pluggy'\n"
+            "from amp_suite import hookimpl, __version__, ENTRY_POINT_GROUP\n"
+            "import amp_suite.markers as markers\n"
+            "assert hookimpl is markers.hookimpl and __version__ == markers.__version__ and ENTRY_POINT_GROUP\n"
+            "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "ok\n", done.stderr

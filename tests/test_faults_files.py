@@ -315,7 +315,7 @@ def test_the_api_accepts_generators_where_it_declares_iterables():
     from amp_suite.api import _names
     from amp_suite.sweep.request_checks import plugin_names
 
-    assert _names(name for name in ["torch", "jax"]) == ("torch", "jax")
+    assert _names((name for name in ["torch", "jax"]), "frameworks") == ("torch", "jax")
     assert plugin_names(name for name in ["fakefw"]) == ("fakefw",)
     with pytest.raises(UsageError, match="unknown framework"):  # the generator's names reach the name check
         amp_suite.run(frameworks=(name for name in ["no-such-framework"]), steps=3, warmup=1)

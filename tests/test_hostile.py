@@ -271,31 +271,57 @@ def test_files_of_other_programs_with_the_suites_names_do_not_make_a_directory_i
         == before
 
 
-@pytest.mark.parametrize("name, text", [
-    ("report.md", "# My edited analysis\n"), ("results.csv", "my,data\n"), ("results.json", '{"mine": 1}'),
-    ("report.html", "<html><title>my notes</title></html>"), ("charts.json", '["mine"]'),
-    ("chart-speedup.png", "not the suite's chart"),
+@pytest.mark.parametrize("name, text, digests", [
+    ("report.md", "# My edited analysis\n", "recorded"), ("results.csv", "my,data\n", "recorded"),
+    ("results.json", '{"mine": 1}', "recorded"), ("report.html", "<html><title>my notes</title></html>", "recorded"),
+    ("charts.json", '["mine"]', "recorded"), ("chart-speedup.png", "not the suite's chart", "recorded"),
+    # a folder from before the record of digests: its files are judged by how they begin
+    ("report.md", "# My edited analysis\n", "older folder"), ("results.csv", "my,data\n", "older folder"),
+    ("charts.json", '["mine"]', "older folder"), ("chart-speedup.png", "not the suite's chart", "older folder"),
 ])
 def test_a_report_file_amp_suite_did_not_write_is_replaced_only_with_force(tiny_config, tmp_path, clean_fake_env,
-                                                                          name, text):
+                                                                          name, text, digests):
     """In an amp-suite output directory, run (--resume or not) and report leave a report file they did not
-    write alone, naming it in one line before any cell runs; --force replaces it."""
+    write alone, naming it in one line before any cell runs; --force replaces it.  A file whose digest the
+    folder records is judged by its digest; in a folder from before that record, by how it begins."""
     assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "-q").returncode == 0
     out = tmp_path / "out"
+    if digests == "older folder":
+        (out / "report-digests.json").unlink()
     if name == "chart-speedup.png":
         charts = json.loads((out / "charts.json").read_text())
         charts.pop("speedup")
         (out / "charts.json").write_text(json.dumps(charts))  # the index no longer names the chart
     (out / name).write_text(text)
     rows = (out / "results.jsonl").read_text()
+    why = "was changed after amp-suite wrote it" if digests == "recorded" else "exists and is not a file amp-suite wrote"
     for command in (("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume"),
                     ("report", str(out), *FAKE)):
-        _one_error(run_cli(*command), f"{name}' exists and is not a file amp-suite wrote")
+        _one_error(run_cli(*command), f"{name}' {why}")
         assert (out / name).read_text() == text and (out / "results.jsonl").read_text() == rows
     forced = run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume", "--force", "-q")
     assert forced.returncode == 0, forced.stderr
     assert (out / name).read_bytes() != text.encode()
     assert run_cli("report", str(out), *FAKE).returncode == 0  # all amp-suite's again: no --force needed
+
+
+def test_an_edit_below_the_first_line_of_the_report_is_seen(tiny_config, tmp_path, clean_fake_env):
+    """A hostile trial saw report.md edited below its unchanged first line replaced without a word: the folder's
+    record of digests now tells amp-suite's bytes from yours, anywhere in the file."""
+    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "-q").returncode == 0
+    out = tmp_path / "out"
+    edited = (out / "report.md").read_text() + "\nMy conclusion: ship AMP.\n"
+    (out / "report.md").write_text(edited)
+    for command in (("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume"),
+                    ("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32"), ("report", str(out), *FAKE)):
+        _one_error(run_cli(*command), "report.md' was changed after amp-suite wrote it; left alone (pass --force")
+        assert (out / "report.md").read_text() == edited
+    assert run_cli("report", str(out), *FAKE, "--force").returncode == 0
+    assert "My conclusion" not in (out / "report.md").read_text()
+    assert run_cli("report", str(out), *FAKE).returncode == 0  # amp-suite's again
+    (out / "report-digests.json").write_text('{"my": "notes"}')
+    _one_error(run_cli("report", str(out), *FAKE), "report-digests.json' exists and is not a file amp-suite wrote")
+    assert (out / "report-digests.json").read_text() == '{"my": "notes"}'
 
 
 def test_data_missing_with_downloads_off_says_both_ways_out_and_leaves_no_output_directory(tiny_config, tmp_path,

@@ -195,6 +195,14 @@ def test_an_output_directory_of_something_else_is_refused(tmp_path: Path) -> Non
     assert "neither empty nor an output of amp-suite numerics" in one_line_error(lambda: _numerics(tmp_path))
 
 
+def test_the_output_path_is_checked_as_run_checks_it(tmp_path: Path) -> None:
+    """numerics and run share their output path's checks (sweep.output_dir.output_path): a broken link as --out
+    is named as one, as run names it, and nothing is made at its target."""
+    (tmp_path / "numerics").symlink_to(tmp_path / "gone")
+    assert "is a broken symbolic link" in one_line_error(lambda: _numerics(tmp_path))
+    assert not (tmp_path / "gone").exists()
+
+
 def test_an_earlier_runs_results_are_kept_unless_force_replaces_them(tmp_path: Path) -> None:
     _numerics(tmp_path, inline=True)
     out = tmp_path / "numerics"

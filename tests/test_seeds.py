@@ -14,6 +14,7 @@ import amp_suite
 from amp_suite.comparison import compare_results
 from amp_suite.config.catalog import load_config, with_overrides
 from amp_suite.config.settings import SETTINGS_FIELDS, SweepSettings, parse_seeds
+from amp_suite.errors import UsageError
 from amp_suite.records import CellResult, RunSpec
 from amp_suite.report.normalize import render_markdown, results_frame, summary_frame, sweep_verdict
 from amp_suite.report.seeds import equivalence_frame
@@ -60,7 +61,7 @@ def test_the_seed_defines_a_cell_and_the_axis_only_names_it():
     assert cell_definition(RunSpec("torch", "w", "fp32", seed=2, seed_axis=True), workload) != one
 
 
-@pytest.mark.parametrize(("text", "seeds"), [("5", (0, 1, 2, 3, 4)), ("1", (0,)), ("0,3", (0, 3)), ("7,", (7,)),
+@pytest.mark.parametrize(("text", "seeds"), [("5", (0, 1, 2, 3, 4)), ("1", (0,)), ("0,3", (0, 3)), ("7,", (7,)), ("7 , ", (7,)),
                                              (" 2 , 9 ", (2, 9))])
 def test_the_flag_reads_a_count_or_a_list(text, seeds):
     assert parse_seeds(text) == seeds
@@ -383,3 +384,9 @@ def test_the_curve_chart_draws_a_band_per_precision_as_a_stable_png():
     png = curve_chart_png(bands, "w")
     assert png is not None and png.startswith(b"\x89PNG") and png == curve_chart_png(bands, "w")
     assert curve_chart_png(bands, "other") is None
+
+
+@pytest.mark.parametrize("text", ["7,,", ",7", "0,,3", "0,3,"])
+def test_any_other_empty_entry_is_refused_like_every_list(text):
+    with pytest.raises(UsageError, match="has an empty entry between commas"):
+        parse_seeds(text)

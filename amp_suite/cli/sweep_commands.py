@@ -43,6 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from amp_suite.config.cost import cost_settings
     from amp_suite.sweep.output_dir import report_lock
+    from amp_suite.sweep.report_files import record_report_digests
     from amp_suite.sweep.stored import load_results
 
     host = _host(args.plugin)
@@ -53,6 +54,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if cost:
             environment["cost"] = cost
         outcome = host.write_report(results, Path(args.directory), environment)
+        record_report_digests(Path(args.directory), outcome.written)
     if outcome.written:
         print("\n".join(str(p) for p in outcome.written))
     _print_reporter_failures(outcome)

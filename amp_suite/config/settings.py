@@ -54,13 +54,18 @@ def parse_repeats(text: str) -> int | str:
 
 
 def parse_seeds(text: str) -> tuple[int | str, ...]:
-    """``0,1,2`` -> (0, 1, 2); ``5`` (one number, no comma) -> five seeds, (0, 1, 2, 3, 4).
+    """``0,1,2`` -> (0, 1, 2); ``5`` (one number, no comma) -> five seeds, (0, 1, 2, 3, 4); ``7,`` (one
+    number and a comma) -> the one seed 7.
 
     Anything that is not a number stays as written for the schema to refuse,
     naming it; a count below 1 or above :data:`~amp_suite.schema.MAX_COUNT`
-    is refused here, in one line.
+    is refused here, in one line.  Any other empty entry is refused as in
+    every list (:func:`~amp_suite.schema.comma_separated`).
     """
-    values = tuple(int(p) if p.lstrip("-").isascii() and p.lstrip("-").isdigit() else p for p in parse_list(text))
+    listed = text.rstrip()
+    if listed.count(",") == 1 and listed.endswith(","):  # "7,": a list of one seed, not seven seeds
+        listed = listed[:-1]
+    values = tuple(int(p) if p.lstrip("-").isascii() and p.lstrip("-").isdigit() else p for p in parse_list(listed))
     if len(values) == 1 and "," not in text and isinstance(values[0], int):
         return counted("seeds", values[0], SEEDS_FIELD)
     return values
@@ -178,8 +183,9 @@ class SweepSettings:
                         cell="seed", compared=True)
     seeds: tuple[int, ...] = setting(
         (), SEEDS_FIELD,
-        "seeds to sweep, a sweep axis like repeats: a list (0,1,2) or a count (5: seeds 0 to 4); each seed "
-        "changes the initial weights and the data order, the same in every framework; unset: the one seed",
+        "seeds to sweep, a sweep axis like repeats: a list (0,1,2; 7, is the one seed 7) or a count (5: seeds 0 "
+        "to 4); each seed changes the initial weights and the data order, the same in every framework; unset: "
+        "the one seed",
         compared=True, metavar="N|A,B", parse=parse_seeds)
     curve_every: int | None = setting(
         None, Field(int, minimum=0, maximum=1_000_000, optional=True),

@@ -42,7 +42,7 @@ from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_re
 from amp_suite.shadow.report import LAYERS_FILE, RECORD_PREFIX, REPORT_FILES, write_report
 from amp_suite.shadow.traces import TRACE_SUFFIXES, TRACES_DIR, load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
-from amp_suite.sweep.output_dir import expanded_path, refuse_system_directory
+from amp_suite.sweep.output_dir import output_path
 from amp_suite.sweep.resolve import absent_plugins, make_host, worker_env, worker_plugin_modules
 from amp_suite.sweep.runner import gpu_numbering, one_gpu_visible
 
@@ -71,17 +71,12 @@ def prepare_out(text: str | Path, *, force: bool = False) -> Path:
     """The output directory, checked and created: empty, new, or one this command wrote before (``force`` to
     replace what an earlier run there wrote).
 
-    Refused, each in one line before any run starts: ``/``, the home directory and the current filesystem's
-    root; a file; a directory holding other things; an earlier run's results without ``force``; and a link or
+    Refused, each in one line before any run starts: what :func:`~amp_suite.sweep.output_dir.output_path`
+    refuses (``/``, the home directory, a broken link, a file, ...); a directory holding other things; an earlier run's results without ``force``; and a link or
     special file where this command writes (its reports, ``logs/``, ``traces/``), which it never follows.
     """
-    if not str(text).strip() or "\0" in str(text):
-        raise UsageError(f"the output directory must be a path, got {str(text)!r}")
-    directory = expanded_path(text)
-    refuse_system_directory(directory)
+    directory = output_path(text)
     try:
-        if directory.exists() and not directory.is_dir():
-            raise UsageError(f"output directory {str(directory)!r} is a file, not a directory")
         if directory.is_dir():
             _refuse_foreign_or_earlier(directory, force)
         for folder in (LOGS_DIR, TRACES_DIR):

@@ -30,6 +30,7 @@ from amp_suite.records import BENIGN_STATUSES, CellResult
 from amp_suite.report.text import path_text
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
 from amp_suite.sweep.plan import SweepPlan, SweepRequest
+from amp_suite.sweep.report_files import record_report_digests
 from amp_suite.sweep.resolve import resolve, worker_env
 from amp_suite.sweep.stored import warn_about_other_settings, warn_skipped_lines
 
@@ -200,6 +201,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
             print(f"amp-suite: warning: cannot update {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}",
                   file=sys.stderr)
     report = host.write_report(outcome.results, out_dir, environment)
+    record_report_digests(out_dir, report.written)  # an edit of these files is then seen (report_files)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
     print_verdict(outcome.results, environment)  # the answer first, then where the files are
     print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "

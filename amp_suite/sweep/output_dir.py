@@ -46,10 +46,13 @@ LOCK_FILE = ".amp-suite.lock"
 PROBE_PREFIX = ".amp-suite-probe-"
 LOGS_DIR = "logs"
 ENVIRONMENT_FILE = "environment.json"
+# The record of each report file's digest, written after each report (amp_suite.sweep.report_files).
+REPORT_DIGESTS_FILE = "report-digests.json"
 # Files a sweep (its built-in reporters included) writes at the top of its output directory.
 SWEEP_FILES = (RESULTS_FILE, LOCK_FILE, ENVIRONMENT_FILE, "report.md", "report.html", "results.csv",
-               "results.json", "charts.json", "chart-speedup.png", "chart-speedup-over-tf32.png", "chart-memory.png",
-               "chart-loss.png", "chart-accuracy.png", "chart-batch.png")
+               "results.json", "charts.json", REPORT_DIGESTS_FILE, "chart-speedup.png",
+               "chart-speedup-over-tf32.png", "chart-memory.png", "chart-loss.png", "chart-accuracy.png",
+               "chart-batch.png")
 # The charts named after a workload (chart-curve-WORKLOAD.png): every one already there is checked too.
 CHART_PATTERN = "chart-*.png"
 # Files of a sweep that nothing can rebuild: no command replaces them, whatever it is told.
@@ -206,12 +209,10 @@ def expanded_path(text: str | os.PathLike[str]) -> Path:
     return Path(os.path.expanduser(os.fspath(text)))
 
 
-def check_output_dir(text: str | os.PathLike[str]) -> Path:
-    """The output directory a sweep may write, checked and left as it is; a one-line :class:`UsageError` if not.
-
-    The checks of :func:`prepare_output_dir` that change nothing, so a plan
-    (``amp-suite run --dry-run``) refuses what the sweep would refuse.
-    """
+def output_path(text: str | os.PathLike[str]) -> Path:
+    """The path a command's output directory goes to (``run``'s and ``numerics``' ``--out``), before whether it
+    is the command's own is asked: a one-line :class:`UsageError` for empty text, a NUL, ``/``, the home
+    directory, the current filesystem's root, a broken link and a file."""
     if not str(text).strip():
         raise UsageError("the output directory is empty; pass --out DIR (an unset variable?)")
     if "\0" in str(text):
@@ -224,6 +225,19 @@ def check_output_dir(text: str | os.PathLike[str]) -> Path:
                              f"{os.readlink(directory)!r}); remove it or choose another --out")
         if directory.exists() and not directory.is_dir():
             raise UsageError(f"output directory {str(directory)!r} is a file, not a directory")
+    except OSError as exc:
+        raise UsageError(f"cannot check the output directory {str(directory)!r}: {_reason(exc)}") from None
+    return directory
+
+
+def check_output_dir(text: str | os.PathLike[str]) -> Path:
+    """The output directory a sweep may write, checked and left as it is; a one-line :class:`UsageError` if not.
+
+    The checks of :func:`prepare_output_dir` that change nothing, so a plan
+    (``amp-suite run --dry-run``) refuses what the sweep would refuse.
+    """
+    directory = output_path(text)
+    try:
         if directory.is_dir():
             refuse_foreign_directory(directory)
         check_real_directory(directory / LOGS_DIR)

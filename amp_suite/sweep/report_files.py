@@ -1,27 +1,35 @@
 """Which report files of an output directory amp-suite wrote, and so may write again without ``--force``.
 
 amp-suite replaces a file only when it wrote it or you say so (docs/usage.md).
-A built-in report file is amp-suite's when it begins as its writer begins it
-(``report.md`` with ``# amp-suite report``, ``results.csv`` with its header,
-``results.json`` with the environment's ``amp_suite_version``, ``report.html``
-with its title); ``charts.json`` when it is the charts reporter's index (an
-object of charts, each naming its ``file``); a ``chart-*.png`` when that index
-names it.  Anything else with one of these names (your own ``results.csv``, a
-report whose first line you changed) is left alone unless ``--force`` says to
-replace it.  Only the beginning is read: an edit below an unchanged first line
-is not seen.
+After each report, ``report-digests.json`` records the SHA-256 of every
+built-in report file just written; a file it names is amp-suite's while its
+bytes still have that digest, so an edit anywhere in ``report.md`` is seen.
+A file it does not name (a folder written before the record existed) is
+judged by how it begins: a built-in report file is amp-suite's when it begins
+as its writer begins it (``report.md`` with ``# amp-suite report``,
+``results.csv`` with its header, ``results.json`` with the environment's
+``amp_suite_version``, ``report.html`` with its title); ``charts.json`` when
+it is the charts reporter's index (an object of charts, each naming its
+``file``); a ``chart-*.png`` when that index names it.  Anything else with
+one of these names (your own ``results.csv``, a report you edited) is left
+alone unless ``--force`` says to replace it.
 Links and special files are refused earlier and always
 (:func:`amp_suite.sweep.output_dir.check_sweep_paths`).
 """
 
 from __future__ import annotations
 
+import fnmatch
+import hashlib
 import json
 import re
+import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
-from amp_suite.sweep.output_dir import CHART_PATTERN
+from amp_suite.safe_files import write_file_atomically
+from amp_suite.sweep.output_dir import CHART_PATTERN, REPORT_DIGESTS_FILE
 
 # How each built-in report file begins as amp-suite writes it (its first KiB is read).
 _STARTS = {
@@ -33,6 +41,60 @@ _STARTS = {
 _HEAD_BYTES = 1024
 # The charts reporter's index of the charts it drew.
 CHARTS_INDEX = "charts.json"
+# The key that marks a report-digests.json as amp-suite's record.
+_DIGESTS_MARK = "amp_suite_report_digests"
+# Largest report file read to check its digest (a chart is well below it; a bigger file is not one of ours).
+_DIGESTED_BYTES = 256 << 20
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _is_report_file(name: str) -> bool:
+    return name in _STARTS or name == CHARTS_INDEX or fnmatch.fnmatchcase(name, CHART_PATTERN)
+
+
+def _recorded_digests(directory: Path) -> dict[str, str] | None:
+    """``report-digests.json``'s name -> SHA-256; ``{}`` when there is none, None when the file there is not
+    amp-suite's record."""
+    data = read_private_file(directory, REPORT_DIGESTS_FILE, 1 << 20)
+    if data is None:
+        return {}
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    files = record.get("files") if isinstance(record, dict) and record.get(_DIGESTS_MARK) == 1 else None
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        return None
+    return files
+
+
+def record_report_digests(directory: Path, written: Iterable[Path]) -> None:
+    """Record the digest of each built-in report file among ``written`` (what a report just wrote in
+    ``directory``), keeping the record of earlier files still as written; a record that cannot be written is a
+    warning (the next report then judges those files by how they begin)."""
+    directory = Path(directory)
+    digests = {name: value for name, value in (_recorded_digests(directory) or {}).items()
+               if _digest_of(directory, name) == value}
+    for path in written:
+        path = Path(path)
+        if path.parent == directory and _is_report_file(path.name):
+            current = _digest_of(directory, path.name)
+            if current is not None:
+                digests[path.name] = current
+    text = json.dumps({_DIGESTS_MARK: 1, "files": dict(sorted(digests.items()))}, indent=1) + "\n"
+    try:
+        write_file_atomically(directory / REPORT_DIGESTS_FILE, text)
+    except OSError as exc:
+        print(f"amp-suite: warning: cannot record the report's digests in {str(directory)[:300]!r}: "
+              f"{exc.strerror or exc}", file=sys.stderr)
+
+
+def _digest_of(directory: Path, name: str) -> str | None:
+    data = read_private_file(directory, name, _DIGESTED_BYTES)
+    return None if data is None else _digest(data)
 
 
 def _indexed_charts(directory: Path) -> set[str] | None:
@@ -51,21 +113,34 @@ def _indexed_charts(directory: Path) -> set[str] | None:
     return {chart["file"] for chart in index.values()}
 
 
-def foreign_report_files(directory: Path) -> list[Path]:
-    """The built-in report files in ``directory`` that amp-suite did not write (regular files only)."""
-    foreign = []
+def foreign_report_files(directory: Path) -> list[tuple[Path, str]]:
+    """The built-in report files in ``directory`` that amp-suite did not write, or that changed since it did
+    (regular files only), each with what is wrong with it."""
+    digests = _recorded_digests(directory)
+    foreign: list[tuple[Path, str]] = []
+    if digests is None:
+        foreign.append((directory / REPORT_DIGESTS_FILE, _NOT_OURS))
+        digests = {}
+    changed = {name for name, value in digests.items() if _digest_of(directory, name) not in (None, value)}
+    foreign.extend((directory / name, _CHANGED) for name in sorted(changed))
     for name, start in _STARTS.items():
         head = read_private_file(directory, name, _HEAD_BYTES)
-        if head is not None and start.match(head) is None:
-            foreign.append(directory / name)
+        if name not in digests and head is not None and start.match(head) is None:
+            foreign.append((directory / name, _NOT_OURS))
     charts = _indexed_charts(directory)
     if charts is None:
-        foreign.append(directory / CHARTS_INDEX)
+        if CHARTS_INDEX not in digests:
+            foreign.append((directory / CHARTS_INDEX, _NOT_OURS))
         charts = set()
     for chart in sorted(directory.glob(CHART_PATTERN)):
-        if chart.name not in charts and read_private_file(directory, chart.name, 1) is not None:
-            foreign.append(chart)
+        if chart.name not in charts and chart.name not in digests \
+                and read_private_file(directory, chart.name, 1) is not None:
+            foreign.append((chart, _NOT_OURS))
     return foreign
+
+
+_NOT_OURS = "exists and is not a file amp-suite wrote"
+_CHANGED = "was changed after amp-suite wrote it"
 
 
 def check_report_files_replaceable(directory: Path, *, force: bool) -> None:
@@ -75,6 +150,7 @@ def check_report_files_replaceable(directory: Path, *, force: bool) -> None:
         return
     foreign = foreign_report_files(directory)
     if foreign:
-        more = f" (nor {', '.join(p.name for p in foreign[1:])})" if len(foreign) > 1 else ""
-        raise NotOursError(f"{str(foreign[0])[:300]!r} exists and is not a file amp-suite wrote{more}; left alone "
+        (first, why), rest = foreign[0], foreign[1:]
+        more = f" (nor {', '.join(path.name for path, _ in rest)})" if rest else ""
+        raise NotOursError(f"{str(first)[:300]!r} {why}{more}; left alone "
                            f"(pass {FORCE_FLAG} to replace it, or choose another --out)")

@@ -294,7 +294,8 @@ def test_a_report_file_amp_suite_did_not_write_is_replaced_only_with_force(tiny_
         (out / "charts.json").write_text(json.dumps(charts))  # the index no longer names the chart
     (out / name).write_text(text)
     rows = (out / "results.jsonl").read_text()
-    why = "was changed after amp-suite wrote it" if digests == "recorded" else "exists and is not a file amp-suite wrote"
+    why = ("was changed after amp-suite wrote it" if digests == "recorded"
+           else "exists and is not a file amp-suite wrote")
     for command in (("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume"),
                     ("report", str(out), *FAKE)):
         _one_error(run_cli(*command), f"{name}' {why}")

@@ -61,7 +61,8 @@ def test_the_seed_defines_a_cell_and_the_axis_only_names_it():
     assert cell_definition(RunSpec("torch", "w", "fp32", seed=2, seed_axis=True), workload) != one
 
 
-@pytest.mark.parametrize(("text", "seeds"), [("5", (0, 1, 2, 3, 4)), ("1", (0,)), ("0,3", (0, 3)), ("7,", (7,)), ("7 , ", (7,)),
+@pytest.mark.parametrize(("text", "seeds"), [("5", (0, 1, 2, 3, 4)), ("1", (0,)), ("0,3", (0, 3)), ("7,", (7,)),
+                                             ("7 , ", (7,)),
                                              (" 2 , 9 ", (2, 9))])
 def test_the_flag_reads_a_count_or_a_list(text, seeds):
     assert parse_seeds(text) == seeds

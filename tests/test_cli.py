@@ -141,6 +141,27 @@ def test_run_writes_report_csv_and_jsonl_then_report_rerenders(tiny_config, tmp_
     assert (result_dir / "report.md").read_text() == report
 
 
+def test_a_run_into_a_folder_with_other_cells_says_its_report_leaves_them_out(tiny_config, tmp_path,
+                                                                              clean_fake_env):
+    """fp32 first, then amp_bf16 into the same folder: the second run's report (of its own cells) said the fp32
+    baseline "did not run" without a word about the one in results.jsonl; now it names what it leaves out and
+    how to see everything, and `report DIR` (every result) pairs them without that note."""
+    assert run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32").returncode == 0
+    second = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "amp_bf16")
+    out = tmp_path / "out"
+    assert second.returncode == 0, second.stderr
+    assert (f"amp-suite: note: results.jsonl also holds 1 result of cells this run did not plan (fake/tiny/fp32/r0), "
+            f"left out of its report: amp-suite report {out} renders them all together") in second.stderr
+    own = (out / "report.md").read_text()
+    assert "**Not in this report:** `results.jsonl` also holds 1 result of cells this run did not plan " \
+           "(fake/tiny/fp32/r0)" in own and "| fake | amp_bf16 | n/a" in own
+    assert "other_results" not in (out / "environment.json").read_text()  # told to this report only
+    assert run_cli("report", str(out), "-p", "fakefw").returncode == 0
+    report = (out / "report.md").read_text()
+    assert "Not in this report" not in report and "| fake | amp_bf16 | n/a" not in report  # paired with fp32
+    assert "fp32 baseline did not run" not in report
+
+
 def test_any_failed_cell_makes_exit_1(tiny_config, clean_fake_env):
     out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw",
                   env={"FAKEFW_MODE": "raise", "FAKEFW_TARGET": "amp_bf16"})

@@ -149,6 +149,23 @@ def incomplete_lines(environment: dict[str, Any]) -> list[str]:
             "only the cells that ran; the same command with `--resume` runs the rest.", ""]
 
 
+def other_results_lines(environment: dict[str, Any]) -> list[str]:
+    """A note for the report's header when the folder's ``results.jsonl`` holds results of cells this run did not
+    plan (``environment["other_results"]``, given by ``run`` to its own report and never stored): without it an
+    fp32 run earlier into the same folder reads as a baseline that "did not run"."""
+    info = environment.get("other_results")
+    if not isinstance(info, dict):
+        return []
+    keys = info.get("keys")
+    others = [flat_text(key) for key in (keys if isinstance(keys, list) else []) if isinstance(key, str)]
+    if not others:
+        return []
+    shown = ", ".join(others[:6]) + (f" and {len(others) - 6} more" if len(others) > 6 else "")
+    return [f"> **Not in this report:** `results.jsonl` also holds {len(others)} result"
+            f"{'' if len(others) == 1 else 's'} of cells this run did not plan ({shown}); "
+            "`amp-suite report DIR` renders every result in the folder together.", ""]
+
+
 def busy_lines(cells: pd.DataFrame) -> list[str]:
     """A warning for the report's header when cells ran on a busy machine."""
     if cells.empty or "machine_busy" not in cells:

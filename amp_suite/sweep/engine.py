@@ -28,7 +28,7 @@ from amp_suite.config.workload_datasets import DatasetChoice
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult
 from amp_suite.report.text import path_text
-from amp_suite.sweep.output_dir import ENVIRONMENT_FILE
+from amp_suite.sweep.output_dir import ENVIRONMENT_FILE, RESULTS_FILE
 from amp_suite.sweep.plan import SweepPlan, SweepRequest
 from amp_suite.sweep.report_files import record_report_digests
 from amp_suite.sweep.resolve import resolve, worker_env
@@ -200,13 +200,20 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
         except OSError as exc:
             print(f"amp-suite: warning: cannot update {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}",
                   file=sys.stderr)
-    report = host.write_report(outcome.results, out_dir, environment)
+    reported = {result.key for result in outcome.results}
+    others = [key for key in store.latest_by_key() if key not in reported]
+    report_environment = {**environment, "other_results": {"keys": others}} if others else environment
+    report = host.write_report(outcome.results, out_dir, report_environment)
     record_report_digests(out_dir, report.written)  # an edit of these files is then seen (report_files)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
     print_verdict(outcome.results, environment)  # the answer first, then where the files are
     print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "
           f"{time.perf_counter() - started:.0f} s; wrote "
           + (", ".join(path_text(p) for p in report.written) or "no report"), file=sys.stderr)
+    if others:
+        print(f"amp-suite: note: {RESULTS_FILE} also holds {len(others)} result{'' if len(others) == 1 else 's'} "
+              f"of cells this run did not plan ({', '.join(others[:3])}{', ...' if len(others) > 3 else ''}), left "
+              f"out of its report: amp-suite report {path_text(out_dir)} renders them all together", file=sys.stderr)
     for failure in report.failures:
         print(f"amp-suite: error: reporter {failure.plugin!r} failed: {failure.error}", file=sys.stderr)
     return outcome

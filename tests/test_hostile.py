@@ -562,3 +562,13 @@ def test_load_on_an_over_long_path_is_a_usage_error():
 
     with pytest.raises(UsageError, match="File name too long"):
         amp_suite.load("/tmp/" + "a" * 300)
+
+
+def test_report_lists_each_file_of_a_folder_named_with_a_newline_on_one_line(tiny_config, tmp_path, clean_fake_env):
+    out = tmp_path / "a\nb"
+    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--out", str(out),
+                   "-q").returncode == 0
+    listed = run_cli("report", str(out), *FAKE)
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines and all(line.startswith(str(tmp_path / "a\\nb") + "/") for line in lines), lines

@@ -18,6 +18,9 @@ from amp_suite.config.catalog import find_config, load_config
 from amp_suite.config.settings import overrides_from_flags
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, UsageError
 
+# Longest path `report` prints whole (Linux's PATH_MAX): a listing of files is not cut like a message.
+PATH_MAX = 4096
+
 
 def cmd_run(args: argparse.Namespace) -> int:
     from amp_suite.progress import SweepProgress
@@ -42,6 +45,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from amp_suite.config.cost import cost_settings
+    from amp_suite.report.text import path_text
     from amp_suite.sweep.output_dir import report_lock
     from amp_suite.sweep.report_files import record_report_digests
     from amp_suite.sweep.stored import load_results
@@ -55,8 +59,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             environment["cost"] = cost
         outcome = host.write_report(results, Path(args.directory), environment)
         record_report_digests(Path(args.directory), outcome.written)
-    if outcome.written:
-        print("\n".join(str(p) for p in outcome.written))
+    if outcome.written:  # a line each: a newline in the folder's name is shown escaped, never splits one
+        print("\n".join(path_text(p, limit=PATH_MAX) for p in outcome.written))
     _print_reporter_failures(outcome)
     if args.open and not _open_html_report(outcome.written):
         return EXIT_USAGE

@@ -74,6 +74,22 @@ def test_learning_rate_rules():
         scaled_learning_rate("cubic", 0.1, 512, 128)
 
 
+def test_a_cell_the_sweep_ends_keeps_the_mode_it_would_have_run_in(tmp_path):
+    """A trial's torch amp_bf16 cell timed out and was stored without a mode: the report made it a row of its
+    own and said the fp32 baseline "did not run".  A result the sweep makes itself is in the framework's
+    default mode, beside the cells that ran."""
+    config = tiny_config_file(tmp_path)
+    out = tmp_path / "out"
+    done = run_cli("run", "--config", str(config), "-p", "modalfw", "--frameworks", "modal", "--precisions",
+                   "fp32,amp_bf16", "--timeout", "10", "-q", env={"MODALFW_HANG": "amp_bf16"})
+    assert done.returncode == 1, done.stderr
+    rows = {r["precision"]: r for r in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert (rows["fp32"]["status"], rows["amp_bf16"]["status"]) == ("ok", "timeout")
+    assert rows["fp32"]["mode"] == rows["amp_bf16"]["mode"] == "eager"
+    report = (out / "report.md").read_text()
+    assert "fp32 baseline did not run" not in report and "| – |" not in report
+
+
 def test_a_sweep_over_modes_and_batches_keeps_going_past_unsupported_modes_and_out_of_memory(tmp_path):
     """modal has eager and compiled on a CPU; fake declares no modes; a batch of 64 does not fit modal."""
     config = tiny_config_file(tmp_path)

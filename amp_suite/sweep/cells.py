@@ -44,7 +44,7 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                explicit_steps: int | None = None, launchers: dict[str, str] | None = None,
                placements: dict[str, Placement] | None = None,
                environments: dict[str, dict[str, Any]] | None = None, dataset_given: bool = False,
-               launcher_programs: dict[str, str] | None = None):
+               launcher_programs: dict[str, str] | None = None, default_modes: dict[str, str] | None = None):
     """Every cell of the sweep, repeats interleaved so slow drifts spread over all cells.
 
     Every cell's repeat 0 runs, then every cell's repeat 1, and so on; within
@@ -59,7 +59,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
     a framework to its :attr:`FrameworkInfo.launcher` (how its data-parallel
     cells start; empty: it has none, and those cells end ``unsupported``);
     one-device cells always run in one process.  ``launcher_programs`` maps a
-    framework to its :attr:`FrameworkInfo.launcher_program`.  ``environments`` maps a
+    framework to its :attr:`FrameworkInfo.launcher_program`, ``default_modes`` to its
+    :attr:`FrameworkInfo.default_mode` (the mode of a result the sweep makes itself, a timeout's).  ``environments`` maps a
     requested framework name to the environment part of its cells' definitions
     (:func:`environment_records`; missing: the environment's name alone).
     Each cell's dataset and
@@ -103,7 +104,8 @@ def plan_cells(config: SuiteConfig, settings: SweepSettings, plugin_modules: tup
                     python=place.python, pool=pool,
                 )
                 cells.append(Cell(run, workload, unavailable=place.problem,
-                                  environment=dict((environments or {}).get(name, {}))))
+                                  environment=dict((environments or {}).get(name, {})),
+                                  default_mode=(default_modes or {}).get(framework, "")))
     return cells
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from amp_suite.records import RunSpec, Workload
+from amp_suite.records import CellResult, RunSpec, Workload, cell_for_run
 
 
 @dataclass(frozen=True)
@@ -16,13 +16,23 @@ class Cell:
     built): the runner then stores it ``unavailable`` with that reason and
     starts no worker.  ``environment`` is the environment part of the cell's
     definition (:func:`amp_suite.sweep.fingerprint.environment_record`; empty:
-    the environment's name alone).
+    the environment's name alone).  ``default_mode`` is the mode the
+    framework runs when the run asks for none (its
+    :attr:`~amp_suite.records.FrameworkInfo.default_mode`).
     """
 
     run: RunSpec
     workload: Workload
     unavailable: str = ""
     environment: dict[str, Any] = field(default_factory=dict)
+    default_mode: str = ""
+
+    def result(self, status: str, **fields: Any) -> CellResult:
+        """A result of this cell that the sweep makes itself (a timeout, a worker that died, an unavailable
+        environment): in the mode the cell would have run, so the report puts it beside the cells that ran (a
+        timed-out amp_bf16 cell without its mode had made a row of its own and an fp32 baseline that "did not
+        run")."""
+        return cell_for_run(self.run, status, **{"mode": self.run.mode or self.default_mode, **fields})
 
     @property
     def definition(self) -> dict[str, Any]:

@@ -269,6 +269,7 @@ def resolve(request: SweepRequest) -> SweepPlan:
                           explicit_steps=explicit_steps,
                           launchers={name: info.launcher for name, info in frameworks.items()},
                           launcher_programs={name: info.launcher_program for name, info in frameworks.items()},
+                          default_modes={name: info.default_mode for name, info in frameworks.items()},
                           placements=placements, environments=definitions, dataset_given=dataset_given)
 
     cells = cells_of(settings.repeats)

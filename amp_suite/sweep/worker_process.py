@@ -28,7 +28,7 @@ from amp_suite.host_watch import HOST_PID_ENV
 from amp_suite.launchers import launcher_for
 from amp_suite.launchers.single import OWN_PATH, import_root, worker_import_path
 from amp_suite.processes import tree as process_tree
-from amp_suite.records import CellResult, RunSpec, cell_for_run
+from amp_suite.records import CellResult, RunSpec
 from amp_suite.safe_files import create_new, open_for_writing, open_regular, read_regular
 from amp_suite.sweep.planned_cell import Cell
 from amp_suite.sweep.store import TEXT_FIGURE_CHARS, parse_lines
@@ -271,7 +271,7 @@ def _read_and_remove(path: Path) -> bytes:
 
 
 def _failure(cell: Cell, status: str, error: str, started: float, log_path: Path) -> CellResult:
-    return with_log(cell_for_run(cell.run, status, error=error, wall_time_s=time.perf_counter() - started),
+    return with_log(cell.result(status, error=error, wall_time_s=time.perf_counter() - started),
                     log_path)
 
 

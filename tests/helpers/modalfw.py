@@ -4,11 +4,14 @@ Framework ``modal`` declares modes ``eager`` and ``compiled`` on a CPU (its
 default ``eager``), trains the same softmax regression as ``fakefw`` in both
 (so their losses agree), runs out of memory building a model for a batch
 above :data:`MAX_BATCH`, and reports the learning rate it was given as the
-figure ``seen_learning_rate``.
+figure ``seen_learning_rate``.  ``MODALFW_HANG=PRECISION`` makes that
+precision's training hang (a cell the sweep's timeout ends).
 """
 
 from __future__ import annotations
 
+import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +71,8 @@ def stage_batches(run, model, batches) -> list | None:
 def train_epoch(run, model, staged, epoch) -> EpochResult | None:
     if run.framework != NAME:
         return None
+    if os.environ.get("MODALFW_HANG") == run.precision:
+        time.sleep(3600)
 
     def step(batch) -> tuple[float, bool]:
         x, y = batch

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from amp_suite.records import CellResult, cell_for_run, cell_from_dict
+from amp_suite.records import CellResult, cell_from_dict
 from amp_suite.sweep.executors.node import cell_payload
 
 if TYPE_CHECKING:
@@ -101,7 +101,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
         for cell in todo:
             log_path = cell_log_path(store.directory, cell.run)
             if cell.run.key in unplaceable:
-                result = with_log(cell_for_run(cell.run, "unavailable", error=unplaceable[cell.run.key]), log_path)
+                result = with_log(cell.result("unavailable", error=unplaceable[cell.run.key]), log_path)
                 result = store_result(store, cell, result)
                 count += 1
                 if progress:
@@ -112,7 +112,7 @@ def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, r
             try:
                 inflight[scheduler.submit(cell, cell_payload(cell, log_path, env))] = (cell, 1, time.monotonic())
             except SubmitRefused as exc:
-                result = with_log(cell_for_run(cell.run, "failed", error=str(exc)), log_path)
+                result = with_log(cell.result("failed", error=str(exc)), log_path)
                 result = store_result(store, cell, result)
                 count += 1
                 if progress:
@@ -161,7 +161,7 @@ def _result_of(cell: Cell, outcome: Finished, seconds: float, store: ResultStore
 
     if outcome.result is not None:
         return cell_from_dict(outcome.result)
-    result = cell_for_run(cell.run, "failed", error=outcome.error, wall_time_s=seconds)
+    result = cell.result("failed", error=outcome.error, wall_time_s=seconds)
     return with_log(result, cell_log_path(store.directory, cell.run))
 
 

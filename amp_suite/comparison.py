@@ -11,11 +11,13 @@ verdict.
 The two sweeps ran apart, so nothing pairs their repeats: each side is a log
 mean with the variance of that mean (:class:`~amp_suite.report.intervals.LogEstimate`)
 and the ratio's interval is Welch's t-interval on the difference of the log
-means.  Each side's spread comes from its repeats (two or more fresh
-processes) and, in a sweep with seeds, from its seeds: a seed is one more
-run of the same cell, so accuracy's spread over seeds is part of its
-interval.  A side with one run falls back on the spread of its process's
-timed windows, which misses the process-to-process variation and is said so.
+means.  BASE and NEW are each side's geometric mean over its runs (the exp of
+its log mean), so NEW/BASE is their ratio.  Each side's spread comes from its
+repeats (two or more fresh processes) and, in a sweep with seeds, from its
+seeds: a seed is one more run of the same cell, so accuracy's spread over
+seeds is part of its interval.  A side with one run shows that run's figure
+and falls back on the spread of its process's timed windows (centred on the
+figure), which misses the process-to-process variation and is said so.
 A speed-up's repeats are the paired per-repeat ratios of that sweep.  A ratio
 whose interval contains 1.0 is "no measurable difference"; where either
 side has no spread to judge by (one repeat of one timed window), the ratio
@@ -25,7 +27,7 @@ gets no verdict.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -125,15 +127,17 @@ def _sides(results: list[CellResult]) -> dict[tuple, Side]:
     return out
 
 
-def _median(values: dict[tuple[int, int], float]) -> float:
-    return float(pd.Series(list(values.values()), dtype=float).median()) if values else math.nan
+def _centred(estimate: LogEstimate | None, value: float) -> LogEstimate | None:
+    """A one-run side's estimate centred on the run's own figure: its timed windows give only the spread."""
+    return replace(estimate, mean=math.log(value)) if estimate is not None and value > 0 else None
 
 
 def _estimate(side: Side, metric: str, sides: dict[tuple, Side], key: tuple) -> tuple[float, LogEstimate | None]:
-    """The side's figure and its log estimate (None: no spread to judge by).
+    """The side's figure and its log estimate (None: no spread to judge by), the estimate centred on the figure.
 
-    A figure is the median over repeats; a speed-up, the geometric mean of the
-    paired per-repeat ratios, the figure the report shows for the same sweep.
+    A figure is the geometric mean over the side's runs (repeats and seeds; one
+    run: its own figure); a speed-up, the geometric mean of the paired
+    per-repeat ratios, the figure the report shows for the same sweep.
     """
     if metric == "speedup":
         base = sides.get((*key[:2], BASELINE, *key[3:]))
@@ -146,15 +150,18 @@ def _estimate(side: Side, metric: str, sides: dict[tuple, Side], key: tuple) -> 
         if len(ratios) >= 2:
             return value, LogEstimate.of(ratios, "repeats")
         mine, theirs = _window_estimate(side), _window_estimate(base)
-        return value, (mine - theirs) if mine is not None and theirs is not None else None
+        return value, _centred(mine - theirs, value) if mine is not None and theirs is not None else None
     values = side.figures.get(metric, {})
     if not values:
         return math.nan, None
-    if len(values) >= 2:
-        return _median(values), LogEstimate.of(values.values(), "repeats")
-    if metric == "throughput":
-        return _median(values), _window_estimate(side)
-    return _median(values), None
+    estimate = LogEstimate.of(values.values(), "repeats")
+    if estimate is not None:
+        return math.exp(estimate.mean), estimate
+    # One run, or runs of which at most one is above zero: the others have no logarithm, as in the estimate.
+    value = max(values.values())
+    if metric == "throughput" and len(values) == 1:
+        return value, _centred(_window_estimate(side), value)
+    return value, None
 
 
 def _window_estimate(side: Side) -> LogEstimate | None:
@@ -187,7 +194,7 @@ def compare_results(base: list[CellResult], new: list[CellResult]) -> pd.DataFra
             n_value, n_est = _estimate(new_sides[key], metric, new_sides, key)
             if math.isnan(b_value) or math.isnan(n_value):
                 continue
-            ratio = n_value / b_value if b_value else math.nan
+            ratio = n_value / b_value if b_value else math.nan  # the estimates are centred on these figures
             if b_est is not None and n_est is not None:
                 interval = (n_est - b_est).interval()
                 basis = interval.basis
@@ -196,7 +203,7 @@ def compare_results(base: list[CellResult], new: list[CellResult]) -> pd.DataFra
             rows.append({"metric": metric, "workload": key[0], "framework": key[1], "precision": key[2],
                          "devices": key[3], "device_kind": key[4], "mode": key[5], "batch_size": key[6],
                          "base": b_value, "new": n_value,
-                         "ratio": interval.value if interval.known else ratio,
+                         "ratio": ratio,
                          "low": interval.low, "high": interval.high, "basis": basis,
                          "verdict": _verdict(interval, better, words, exact=b_value == n_value)})
     return pd.DataFrame(rows, columns=COLUMNS)
@@ -328,9 +335,10 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
     for name, results in (("BASE", base[0]), ("NEW", new[0])):
         busy = _busy(results)
         if busy:
-            out += [f"> **{name} ran on a busy machine:** {busy} of its cells {'was' if busy == 1 else 'were'} flagged (other processes "
-                    "competed for the CPU); their figures are likely low and noisy.", ""]
-    out += ["NEW/BASE is the ratio with its 95% interval: Welch's t-interval on log figures, each side's spread "
+            out += [f"> **{name} ran on a busy machine:** {busy} of its cells {'was' if busy == 1 else 'were'} "
+                    "flagged (other processes competed for the CPU); their figures are likely low and noisy.", ""]
+    out += ["BASE and NEW are each sweep's geometric mean over its repeats (a single repeat: its own figure), and "
+            "NEW/BASE is their ratio with its 95% interval: Welch's t-interval on log figures, each side's spread "
             "from its repeats or, for a side with a single repeat, from its process's timed windows (which miss "
             "the variation between processes: run both with `--repeats 3` for a fair verdict). A verdict is "
             f"given only outside the noise: an interval containing 1.0 is \"{NO_DIFFERENCE}\".", ""]

@@ -138,3 +138,40 @@ def test_a_sweep_of_the_fake_framework_compared_with_itself_has_no_difference(ti
     assert (frame.verdict == NO_DIFFERENCE).all() and (frame.ratio == 1.0).all()
     assert environment_differences(json.loads((out / "environment.json").read_text()),
                                    json.loads((out / "environment.json").read_text())) == []
+
+
+def _shown_table(markdown: str, title: str) -> list[dict[str, str]]:
+    """The rows of one of the comparison's tables, as the markdown shows them."""
+    lines = markdown.split(f"## {title}", 1)[1].splitlines()
+    table = lines[2:lines.index("", 2)]  # the title's line, a blank line, the table, a blank line
+    header = [cell.strip() for cell in table[0].strip("|").split("|")]
+    return [dict(zip(header, [cell.strip() for cell in line.strip("|").split("|")], strict=True)) for line in table[2:]]
+
+
+def test_the_shown_base_and_new_reproduce_the_shown_ratio(tmp_path):
+    # five repeats against two, skewed so that each side's median and geometric mean differ by 5% or more
+    base = [_cell("fake", "fp32", r, t) for r, t in enumerate((1000.0, 1020.0, 1040.0, 600.0, 610.0))]
+    base += [_cell("fake", "amp_bf16", r, t) for r, t in enumerate((700.0, 720.0, 740.0, 400.0, 410.0))]
+    new = [_cell("fake", "fp32", r, t) for r, t in enumerate((500.0, 1000.0))]
+    new += [_cell("fake", "amp_bf16", r, t) for r, t in enumerate((300.0, 700.0))]
+    frame = amp_suite.compare(_write(tmp_path / "base", base, ENV), _write(tmp_path / "new", new, ENV))
+    rows = _shown_table(frame.attrs["markdown"], "Throughput, images/s")
+    assert [row["precision"] for row in rows] == ["fp32", "amp_bf16"]
+    for row in rows:
+        shown_base, shown_new = float(row["BASE"].replace(",", "")), float(row["NEW"].replace(",", ""))
+        ratio, interval = row["NEW/BASE (95%)"].split(" ", 1)
+        low, high = map(float, interval.strip("()").split("–"))
+        # the figures are shown to the unit and the ratio to the third decimal: that much rounding, and no more
+        slack = shown_new / shown_base * (0.5 / shown_base + 0.5 / shown_new) + 0.0005
+        assert abs(shown_new / shown_base - float(ratio)) <= slack, row
+        assert low <= float(ratio) <= high and row["verdict"] == NO_DIFFERENCE  # the verdict is the interval's
+    assert "geometric mean" in frame.attrs["markdown"]  # the note says which figure BASE and NEW are
+
+
+def test_a_single_run_shows_its_own_figure_and_its_windows_spread_around_it():
+    # the run's throughput (samples over time) is not its windows' geometric mean, about 1,010 here
+    base = [_cell("fake", "fp32", 0, 1000.0, windows=[800.0, 1100.0, 1150.0])]
+    new = [_cell("fake", "fp32", r, t) for r, t in enumerate((880.0, 900.0, 920.0))]
+    row = _row(compare_results(base, new), "throughput", "fp32")
+    assert row.base == 1000.0 and row.basis == "repeats and timed windows"
+    assert row.ratio == pytest.approx(row.new / row.base) and row.ratio == pytest.approx((row.low * row.high) ** 0.5)

@@ -282,7 +282,9 @@ def test_compare_keeps_every_seed_as_a_run_of_the_cell(tmp_path):
 
     frame = compare_results(sweep([0.90, 0.92, 0.94]), sweep([0.91, 0.93, 0.95]))
     accuracy = frame[frame["metric"] == "val_accuracy"].iloc[0]
-    assert accuracy["base"] == pytest.approx(0.92) and accuracy["new"] == pytest.approx(0.93)  # medians over seeds
+    geometric_mean = (0.90 * 0.92 * 0.94) ** (1 / 3), (0.91 * 0.93 * 0.95) ** (1 / 3)  # over the seeds
+    assert (accuracy["base"], accuracy["new"]) == pytest.approx(geometric_mean)
+    assert accuracy["ratio"] == pytest.approx(accuracy["new"] / accuracy["base"])
     assert accuracy["basis"] == "repeats" and not math.isnan(accuracy["low"])
 
 

@@ -105,6 +105,24 @@ def test_a_failed_baseline_judges_nothing_and_a_large_accuracy_drop_is_named():
     assert "-5.00 pt below fp32's" in drop.frameworks[0].sentence
 
 
+def test_an_interrupted_sweep_names_the_amp_precisions_it_did_not_reach():
+    """A trial stopped a fp32,amp_bf16 sweep after fp32: its verdict read "no AMP precision gave a speed-up", as
+    if amp_bf16 had run and lost.  The stopped sweep's record of what did not run reaches the verdict."""
+    results = [cell("jax", "fp32")]
+    environment = {"incomplete": {"reason": "interrupted by SIGINT", "planned": 2, "not_run": ["jax/w/amp_bf16/r0"],
+                                  "not_run_cells": [["jax", "w", "amp_bf16"], ["torch", "w", "amp_bf16"]]}}
+    [verdict] = sweep_verdict(results, environment).frameworks
+    assert verdict.sentence == ("jax: fp32 is the only figure: no AMP precision gave a speed-up (amp_bf16 not run "
+                                "(the sweep stopped first)).")
+    report = render_markdown(results, environment)
+    assert "amp_bf16 not run (the sweep stopped first)" in report.split("## Environment")[0]
+
+
+def test_a_sweep_of_fp32_alone_says_there_was_nothing_to_compare():
+    [verdict] = sweep_verdict([cell("jax", "fp32")], {}).frameworks
+    assert verdict.sentence == "jax: fp32 is the only precision that ran: no AMP precision to compare with."
+
+
 def test_synthetic_data_has_no_accuracy_change():
     verdict = sweep_verdict([cell("torch", "fp32", dataset="synthetic"),
                              cell("torch", "amp_bf16", dataset="synthetic")], {})

@@ -41,7 +41,7 @@ from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
 from amp_suite.report.notes import busy_lines, incomplete_lines, other_results_lines
 from amp_suite.report.seeds import margin_of
 from amp_suite.report.summary import summary_frame
-from amp_suite.report.verdict import build_verdict
+from amp_suite.report.verdict import build_verdict, not_run_cells
 
 # The pieces are html_parts.py's, the sections html_sections.py's; this module is the page.
 __all__ = ["CSP", "SCRIPT", "SCRIPT_RAN", "STYLE", "Cell", "Chart", "added_html", "applied_html", "charts_html",
@@ -150,7 +150,7 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
     """The whole ``report.html``: one self-contained page."""
     summary = summary_frame(results, environment)
     cells = results_frame(results, environment)
-    verdict = build_verdict(summary, cells)
+    verdict = build_verdict(summary, cells, not_run_cells(environment))
     body = ["<h1>amp-suite report</h1>", '<h2 id="verdict-section">Verdict</h2>', *verdict_html(verdict)]
     body += paragraphs(incomplete_lines(environment) + other_results_lines(environment) + busy_lines(cells))
     if not summary.empty:

@@ -50,9 +50,10 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     from amp_suite.report.keras_backends import KERAS_COST_NOTE, backend_lines, keras_cost_table
     from amp_suite.report.variants import VARIANT_NOTE, variant_table
     from amp_suite.report.variants import environment_lines as variant_environment_lines
-    from amp_suite.report.verdict import build_verdict, markdown_lines
+    from amp_suite.report.verdict import build_verdict, markdown_lines, not_run_cells
 
-    out = [REPORT_FIRST_LINE, "", "## Verdict", "", *markdown_lines(build_verdict(summary, cells), table_text),
+    verdict = build_verdict(summary, cells, not_run_cells(environment))
+    out = [REPORT_FIRST_LINE, "", "## Verdict", "", *markdown_lines(verdict, table_text),
            "## Environment", "", *environment_lines(environment),
            *runtime_lines(results), *variant_environment_lines(cells), *backend_lines(cells), ""]
     if not cells.empty:

@@ -248,6 +248,7 @@ def _extreme(column: pd.Series, how) -> float:
 
 def sweep_verdict(results: list[CellResult], environment: dict[str, Any] | None = None) -> Verdict:
     """The verdict of ``results`` (:mod:`amp_suite.report.verdict`): what the terminal prints after a sweep."""
-    from amp_suite.report.verdict import build_verdict
+    from amp_suite.report.verdict import build_verdict, not_run_cells
 
-    return build_verdict(summary_frame(results, environment), results_frame(results, environment))
+    return build_verdict(summary_frame(results, environment), results_frame(results, environment),
+                         not_run_cells(environment))

@@ -196,15 +196,28 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
         marks=tuple(marks), cautions=tuple(cautions), emulated=bool(row.get("emulated")))
 
 
-def build_verdict(summary: pd.DataFrame, cells: pd.DataFrame) -> Verdict:
-    """The verdict of a sweep from its summary frame and its per-cell frame."""
+def not_run_cells(environment: dict[str, Any] | None) -> tuple[tuple[str, str, str], ...]:
+    """The framework, workload and precision of each planned cell a stopped sweep did not run
+    (``environment["incomplete"]["not_run_cells"]``; none when the sweep finished)."""
+    info = (environment or {}).get("incomplete")
+    listed = info.get("not_run_cells") if isinstance(info, dict) else None
+    if not isinstance(listed, list):
+        return ()
+    return tuple((item[0], item[1], item[2]) for item in listed
+                 if isinstance(item, list) and len(item) == 3 and all(isinstance(part, str) for part in item))
+
+
+def build_verdict(summary: pd.DataFrame, cells: pd.DataFrame,
+                  not_run: tuple[tuple[str, str, str], ...] = ()) -> Verdict:
+    """The verdict of a sweep from its summary frame and its per-cell frame; ``not_run`` (:func:`not_run_cells`)
+    names the precisions a stopped sweep did not reach, so its verdict does not read as AMP tried and lost."""
     if summary.empty:
         return Verdict((), ())
     varying = {column: summary[column].nunique() > 1 for column in PLACE_COLUMNS}
     # A mode is named where the sweep has a mode axis or a framework ran in several (as the tables do).
     varying["mode"] = bool(summary["mode_axis"].fillna(False).astype(bool).any()) \
         or bool((summary.groupby(["workload", "framework"])["mode"].nunique() > 1).any())
-    precisions = list(dict.fromkeys(summary["precision"]))
+    precisions = list(dict.fromkeys([*summary["precision"], *(precision for _, _, precision in not_run)]))
     order = {p: i for i, p in enumerate(_precision_order(precisions))}
     lines: list[VerdictLine] = []
     frameworks: list[FrameworkVerdict] = []
@@ -215,7 +228,11 @@ def build_verdict(summary: pd.DataFrame, cells: pd.DataFrame) -> Verdict:
         baseline = next((r for r in rows if r["precision"] == BASELINE), None)
         mine = [_line(r, cells, place) for r in rows if r["precision"] != BASELINE]
         lines += mine
-        frameworks.append(_framework_verdict(place, baseline, mine))
+        measured = {r["precision"] for r in rows}
+        missing = sorted({precision for framework, workload, precision in not_run
+                          if (framework, workload) == (first["framework"], first["workload"])
+                          and precision != BASELINE and precision not in measured}, key=lambda p: order.get(p, 99))
+        frameworks.append(_framework_verdict(place, baseline, mine, missing))
     return Verdict(tuple(lines), tuple(frameworks))
 
 
@@ -234,7 +251,8 @@ def _speedup_text(line: VerdictLine) -> str:
     return format_ratio(interval)
 
 
-def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> FrameworkVerdict:
+def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine],
+                       not_run: list[str] | None = None) -> FrameworkVerdict:
     emulated = [line.precision for line in lines if line.emulated and line.status == "ok"]
     if baseline is None or baseline["status"] != "ok":
         status = "did not run" if baseline is None else f"is {baseline['status']}"
@@ -242,7 +260,11 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine]) -> F
                                            "judged against it." + _emulated_text(emulated))
     measured = [line for line in lines if line.speedup is not None and not line.emulated]
     failed = [f"{line.precision} {line.status}" for line in lines if line.status != "ok"]
+    failed += [f"{precision} not run (the sweep stopped first)" for precision in not_run or ()]
     if not measured:
+        if not failed and not emulated:
+            return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only precision that ran: no AMP "
+                                                     "precision to compare with.")
         why = f" ({', '.join(failed)})" if failed else ""
         return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only figure: no AMP precision gave a "
                                                  f"speed-up{why}." + _emulated_text(emulated))

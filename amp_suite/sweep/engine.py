@@ -192,7 +192,10 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
         environment["incomplete"] = {
             "reason": (f"interrupted by {signal.Signals(outcome.stopped_by).name}" if outcome.stopped_by is not None
                        else "stopped: a result could not be stored"),
-            "planned": len(cells), "not_run": [cell.run.key for cell in cells if cell.run.key not in finished]}
+            "planned": len(cells), "not_run": [cell.run.key for cell in cells if cell.run.key not in finished],
+            # each as framework, workload, precision: the verdict names an AMP precision that did not run
+            "not_run_cells": [[cell.run.label, cell.run.workload, cell.run.precision] for cell in cells
+                              if cell.run.key not in finished]}
     # what the cluster's nodes of each pool are, learnt while the cells ran; or what did not run
     if "pools" in environment or "incomplete" in environment:
         try:

@@ -256,7 +256,8 @@ def numerics_report(directory: str | Path) -> pd.DataFrame:
     import pandas as pd
 
     from amp_suite.numerics.records import LayerNumerics
-    from amp_suite.shadow.report import LAYERS_FILE, read_numerics_and_search
+    from amp_suite.shadow.report import LAYERS_FILE
+    from amp_suite.shadow.stored import read_numerics_and_search
     from amp_suite.sweep import request_checks
 
     directory = request_checks.directory_path("directory", directory)

@@ -113,7 +113,8 @@ def test_a_failing_amp_run_ends_the_search_with_its_error_and_the_report_is_stil
 def test_a_diverged_runs_losses_are_read_back_as_floats_nan_included(tmp_path: Path) -> None:
     # numerics.jsonl holds a non-finite float as the text "nan" (to_plain): inside a list of losses too
     from amp_suite.numerics.records import BisectOutcome, BisectTrial, NumericsRun
-    from amp_suite.shadow.report import read_numerics_and_search, write_report
+    from amp_suite.shadow.report import write_report
+    from amp_suite.shadow.stored import read_numerics_and_search
 
     run = NumericsRun("torch", "tiny", "amp_fp16", "ok", steps=2, losses=(2.5, math.nan), loss_scales=(65536.0, None),
                       layers=("dense",))

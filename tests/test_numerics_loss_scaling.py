@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 import amp_suite
-from amp_suite.shadow.report import read_numerics, summarise, worst_layer_sentences
+from amp_suite.shadow.report import summarise, worst_layer_sentences
+from amp_suite.shadow.stored import read_numerics
 from suite_cli import one_line_error, tiny_config_file
 
 

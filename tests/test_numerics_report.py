@@ -19,7 +19,8 @@ from amp_suite.numerics.formats import BFLOAT16, FLOAT16
 from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite.numerics.shares import value_shares
 from amp_suite.shadow.bisect import worst_layer
-from amp_suite.shadow.report import read_numerics, summarise, worst_layer_sentences
+from amp_suite.shadow.report import summarise, worst_layer_sentences
+from amp_suite.shadow.stored import read_numerics
 from suite_cli import one_line_error, run_cli, tiny_config_file
 
 FLOAT16_SMALLEST_NORMAL = float(np.finfo(np.float16).tiny)
@@ -178,7 +179,7 @@ def test_a_run_whose_process_dies_is_a_failed_run_with_its_exit_code(tmp_path: P
     ({"steps": 0}, "steps must be a whole number from 1 to 1000, got 0"),
     ({"device": "tpu"}, "unknown device 'tpu'"),
     ({"dataset": "imagenet22k"}, "unknown dataset 'imagenet22k'"),
-    ({"batch_size": 0}, "batch size must be a whole number from 1 to 1048576, got 0"),
+    ({"batch_size": 0}, "batch size must be a whole number from 1 to 65536, got 0"),
     ({"timeout": -1.0}, "timeout must be a positive number of seconds, got -1.0"),
 ])
 def test_bad_input_is_refused_in_one_line_before_anything_runs(tmp_path: Path, keywords, expected: str) -> None:

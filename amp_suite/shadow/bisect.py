@@ -26,7 +26,7 @@ from amp_suite.numerics.compare import compare_steps
 from amp_suite.numerics.records import BisectOutcome, BisectTrial, LayerNumerics, NumericsRun, StepTrace
 from amp_suite.precision import AMP_PRECISIONS
 from amp_suite.schema import shown
-from amp_suite.shadow.plan import NumericsRequest, PlannedRun
+from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, NumericsRequest, PlannedRun
 from amp_suite.shadow.traces import TRACES_DIR, load_traces
 from amp_suite.workloads.kept import layer_names
 
@@ -48,8 +48,14 @@ class TrialRun(PlannedRun):
 
 def check_bisect(request: NumericsRequest) -> None:
     """A one-line :class:`UsageError` unless ``request`` names one framework, one workload and one AMP precision,
-    a tolerance above 0 and a number of runs from 1 to :data:`MAX_RUNS`."""
+    a tolerance above 0 and a number of runs from 1 to :data:`MAX_RUNS`; without ``bisect``, unless the tolerance
+    and the number of runs are the defaults (a value given for a search that does not run is a mistake)."""
     if not request.bisect:
+        for label, value, default in (("tolerance", request.tolerance, DEFAULT_TOLERANCE),
+                                      ("max_runs", request.max_runs, DEFAULT_MAX_RUNS)):
+            if value != default:
+                raise UsageError(f"{label}={shown(value)} is a setting of the bisect search: it needs bisect=True "
+                                 "(--bisect)")
         return
     for label, names in (("framework", request.frameworks), ("workload", request.workloads),
                          ("precision", request.precisions)):

@@ -17,7 +17,7 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from amp_suite.config.catalog import check_framework_tables, find_config, load_config
@@ -60,6 +60,8 @@ class NumericsOutcome:
     layers: list[LayerNumerics]
     written: list[Path]
     search: BisectOutcome | None = None
+    # A sentence per requested run the report could not set beside its shadow, and why (comparison_gaps).
+    gaps: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -67,13 +69,15 @@ class NumericsOutcome:
         return 0 if all(run.status == "ok" for run in self.runs) else 1
 
 
-def prepare_out(text: str | Path, *, force: bool = False) -> Path:
+def prepare_out(text: str | Path, *, force: bool = False, planned: list[PlannedRun] | None = None) -> Path:
     """The output directory, checked and created: empty, new, or one this command wrote before (``force`` to
     replace what an earlier run there wrote).
 
-    Refused, each in one line before any run starts: what :func:`~amp_suite.sweep.output_dir.output_path`
-    refuses (``/``, the home directory, a broken link, a file, ...); a directory holding other things; an earlier run's results without ``force``; and a link or
-    special file where this command writes (its reports, ``logs/``, ``traces/``), which it never follows.
+    Refused, each in one line before any run starts and before anything is created: what
+    :func:`~amp_suite.sweep.output_dir.output_path` refuses (``/``, the home directory, a broken link, a file,
+    ...); a directory holding other things; an earlier run's results without ``force``; and a link or special
+    file where this command writes (its reports, ``logs/``, ``traces/``, the files of the ``planned`` runs),
+    which it never follows.
     """
     directory = output_path(text)
     try:
@@ -83,6 +87,7 @@ def prepare_out(text: str | Path, *, force: bool = False) -> Path:
             check_real_directory(directory / folder)
         for name in REPORT_FILES:
             check_regular_or_absent(directory / name)
+        check_run_paths(directory, planned or [])
         for made in (directory, directory / LOGS_DIR, directory / TRACES_DIR):
             made.mkdir(parents=True, exist_ok=True)
     except UnsafeFileError as exc:
@@ -176,9 +181,15 @@ def run_inline(planned: PlannedRun, out_dir: Path) -> NumericsRun:
     return outcome
 
 
-def compare_runs(planned: list[PlannedRun], runs: list[NumericsRun], out_dir: Path) -> list[LayerNumerics]:
+def compare_runs(planned: list[PlannedRun], runs: list[NumericsRun], out_dir: Path,
+                 problems: dict[tuple[str, ...], str] | None = None) -> list[LayerNumerics]:
     """Every traced run beside every shadow of its framework and workload that traced (not itself, and a
-    float64 shadow only beside the float32 one and the AMP runs)."""
+    float64 shadow only beside the float32 one and the AMP runs).
+
+    What could not be compared is printed, and kept in ``problems`` where given: under (framework, workload,
+    precision) for traces that cannot be read, under (framework, workload, precision, shadow) for a run that
+    cannot be set beside that shadow."""
+    problems = {} if problems is None else problems
     traces: dict[tuple[str, str, str], list[StepTrace]] = {}
     for plan, run in zip(planned, runs, strict=False):
         if run.status == "ok":
@@ -187,6 +198,8 @@ def compare_runs(planned: list[PlannedRun], runs: list[NumericsRun], out_dir: Pa
                                                                                   / f"{plan.key}.npz")
             except (OSError, ValueError, KeyError) as exc:  # a traces file that cannot be read: say so, go on
                 print(f"amp-suite numerics: cannot read the traces of {plan.key}: {one_line(exc)}", file=sys.stderr)
+                problems[(run.framework, run.workload, run.precision)] = \
+                    f"the traces of the {run.precision} run cannot be read ({one_line(exc)})"
     rows: list[LayerNumerics] = []
     for (framework, workload, precision), steps in traces.items():
         for shadow in SHADOWS:
@@ -202,7 +215,52 @@ def compare_runs(planned: list[PlannedRun], runs: list[NumericsRun], out_dir: Pa
             except ValueError as exc:  # the plugin traced different names in two precisions: say so, go on
                 print(f"amp-suite numerics: {framework}/{workload}/{precision} cannot be set beside its {shadow} "
                       f"shadow: {one_line(exc)}", file=sys.stderr)
+                problems[(framework, workload, precision, shadow)] = \
+                    f"it cannot be set beside the {shadow} shadow ({one_line(exc)})"
     return rows
+
+
+def comparison_gaps(precisions: tuple[str, ...], planned: list[PlannedRun], runs: list[NumericsRun],
+                    layers: list[LayerNumerics], problems: dict[tuple[str, ...], str]) -> list[str]:
+    """A sentence for each requested run (framework, workload and one of ``precisions``) that has no rows beside
+    its first shadow (``fp32``; ``fp64`` for ``fp32`` itself), and why: a run that did not finish or did not
+    run (a stop), traces that cannot be read or set beside each other, or no shadow to set it beside."""
+    ran = {(run.framework, run.workload, run.precision): run for run in runs}
+    compared: dict[tuple[str, str, str], set[str]] = {}
+    for row in layers:
+        compared.setdefault((row.framework, row.workload, row.precision), set()).add(row.shadow)
+    keys = {(plan.run.framework, plan.run.workload, plan.run.precision) for plan in planned}
+
+    def not_traced(key: tuple[str, str, str], label: str) -> str | None:
+        run = ran.get(key)
+        if run is None:
+            return f"{label} did not run (the command was stopped before it)"
+        return None if run.status == "ok" else f"{label} did not finish ({run.status})"
+
+    gaps = []
+    for plan in planned:
+        framework, workload, precision = key = (plan.run.framework, plan.run.workload, plan.run.precision)
+        if precision not in precisions:
+            continue
+        later = SHADOWS[SHADOWS.index(precision) + 1:] if precision in SHADOWS else SHADOWS
+        shadow = next((name for name in later if (framework, workload, name) in keys), None)
+        where = f"{framework} / {workload} / {precision}"
+        if shadow is None:
+            gaps.append(f"Nothing compared for {where}: there is no more exact shadow to set it beside.")
+            continue
+        if shadow in compared.get(key, set()):
+            continue
+        reasons = [reason for reason in (not_traced(key, f"the {precision} run"),
+                                         not_traced((framework, workload, shadow), f"the {shadow} shadow run"))
+                   if reason]
+        if not reasons:
+            reasons = [problems.get(key) or problems.get((framework, workload, shadow)) or problems.get((*key, shadow))
+                       or f"its traces could not be set beside the {shadow} shadow's"]
+        others = sorted(compared.get(key, set()))
+        start = (f"Not compared with the {shadow} shadow for {where} (only with {', '.join(others)})" if others
+                 else f"Nothing compared for {where}")
+        gaps.append(f"{start}: {'; '.join(reasons)}.")
+    return gaps
 
 
 def numerics(request: NumericsRequest) -> NumericsOutcome:
@@ -219,9 +277,9 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
     config = check_framework_tables(config, frameworks, absent=absent_plugins(host))
     check_precision_options(config.framework_options, request.frameworks, request.precisions,
                             {name: config.workloads[name] for name in request.workloads})
-    out_dir = prepare_out(request.out, force=request.force)
+    # every check of the request (the dataset against each workload among them) before the output is created
     planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
-    check_run_paths(out_dir, planned)
+    out_dir = prepare_out(request.out, force=request.force, planned=planned)
     env = worker_env(host)
     runs: list[NumericsRun] = []
     try:
@@ -236,13 +294,19 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
             if run.status != "ok":
                 print(f"amp-suite numerics: {label}: {run.status}: {run.error}", file=sys.stderr)
     except KeyboardInterrupt:  # stopped: the runs that finished are compared and written, then the stop goes on
-        write_report(out_dir, runs, compare_runs(planned, runs, out_dir), planned=len(planned))
+        problems: dict[tuple[str, ...], str] = {}
+        layers = compare_runs(planned, runs, out_dir, problems)
+        write_report(out_dir, runs, layers, planned=len(planned),
+                     gaps=comparison_gaps(request.precisions, planned, runs, layers, problems))
         raise
-    layers = compare_runs(planned, runs, out_dir)
+    problems = {}
+    layers = compare_runs(planned, runs, out_dir, problems)
+    gaps = comparison_gaps(request.precisions, planned, runs, layers, problems)
     search = None
     if request.bisect:
-        write_report(out_dir, runs, layers)  # what is traced so far stays written while the search runs
+        write_report(out_dir, runs, layers, gaps=gaps)  # what is traced so far stays written while the search runs
         search = bisect(request, planned, runs, out_dir,
-                        lambda plan: run_inline(plan, out_dir) if request.inline else run_in_process(plan, out_dir, env))
-    written = write_report(out_dir, runs, layers, search)
-    return NumericsOutcome(out_dir, runs, layers, written, search)
+                        lambda plan: run_inline(plan, out_dir) if request.inline
+                        else run_in_process(plan, out_dir, env))
+    written = write_report(out_dir, runs, layers, search, gaps=gaps)
+    return NumericsOutcome(out_dir, runs, layers, written, search, gaps)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from amp_suite.errors import UsageError
 from amp_suite.schema import comma_separated
 from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_OUT, DEFAULT_STEPS, DEFAULT_TOLERANCE, NumericsRequest
 
@@ -41,32 +42,40 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--bisect", action="store_true",
                         help="search for layers to keep in float32 (keep_fp32) that bring the AMP run's losses within "
                              "--tolerance of float32's: one framework, workload and AMP precision (docs/numerics.md)")
-    parser.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE,
+    # default None: a --tolerance or --max-runs given without --bisect is refused; the real defaults apply after
+    parser.add_argument("--tolerance", type=float,
                         help=f"--bisect: the largest relative loss gap accepted (default {DEFAULT_TOLERANCE:g})")
-    parser.add_argument("--max-runs", type=int, default=DEFAULT_MAX_RUNS,
+    parser.add_argument("--max-runs", type=int,
                         help=f"--bisect: the most AMP runs the search makes (default {DEFAULT_MAX_RUNS})")
     parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
 
 
 def cmd_numerics(args: argparse.Namespace) -> int:
-    """Run the command; print the worst-layer sentences and where the files are."""
+    """Run the command; print the worst-layer sentences (or what was not compared, and why) and where the files
+    are."""
     from amp_suite.shadow.command import numerics
-    from amp_suite.shadow.report import summarise, worst_layer_sentences
+    from amp_suite.shadow.report import summary_lines
 
+    for flag, value in (("--tolerance", args.tolerance), ("--max-runs", args.max_runs)):
+        if value is not None and not args.bisect:
+            raise UsageError(f"{flag} {value:g} is a setting of the --bisect search: it needs --bisect (give both, "
+                             "or leave it out)")
     request = NumericsRequest(
         workloads=comma_separated(args.workloads, "--workloads"),
         frameworks=comma_separated(args.frameworks, "--frameworks"),
-        precisions=comma_separated(args.precisions, "--precisions"), steps=args.steps, out=args.out, batch_size=args.batch_size,
+        precisions=comma_separated(args.precisions, "--precisions"), steps=args.steps, out=args.out,
+        batch_size=args.batch_size,
         seed=args.seed, device=args.device, timeout=args.timeout, config=args.config,
         plugins=tuple(args.plugin), inline=args.inline, dataset=args.dataset, bisect=args.bisect,
-        tolerance=args.tolerance, max_runs=args.max_runs, force=args.force)
+        tolerance=DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance,
+        max_runs=DEFAULT_MAX_RUNS if args.max_runs is None else args.max_runs, force=args.force)
     outcome = numerics(request)
     if outcome.search is not None:
         from amp_suite.shadow.bisect import bisect_sentence
 
         print(bisect_sentence(outcome.search))
-    for sentence in worst_layer_sentences(summarise(outcome.layers)):
+    for sentence in summary_lines(outcome.layers, outcome.gaps):
         print(sentence)
     for path in outcome.written:
         print(f"amp-suite numerics: wrote {path}", file=sys.stderr)

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from amp_suite.config.catalog import SuiteConfig, with_overrides
-from amp_suite.config.settings import CELL_FIELDS, check_names
+from amp_suite.config.settings import CELL_FIELDS, SETTINGS_FIELDS, check_names
 from amp_suite.config.workload_datasets import dataset_choice, splits_for_given_dataset
 from amp_suite.datasets import DATASETS
 from amp_suite.datasets import check_request as check_dataset
@@ -33,6 +33,18 @@ DEFAULT_OUT = "amp-suite-numerics"
 # --bisect: the relative loss gap accepted, and the AMP runs a search makes, unless the request says otherwise.
 DEFAULT_TOLERANCE = 0.01
 DEFAULT_MAX_RUNS = 6
+
+
+def _run_maximum(setting: str) -> int:
+    """The largest value ``amp-suite run`` takes for ``setting``: numerics takes the same range."""
+    maximum = SETTINGS_FIELDS[setting].maximum
+    assert maximum is not None
+    return int(maximum)
+
+
+# The largest seed (2**32 - 1: numpy's, PyTorch's and JAX's seeds all take it) and batch size, as amp-suite run.
+MAX_SEED = _run_maximum("seed")
+MAX_BATCH_SIZE = _run_maximum("batch_size")
 
 
 @dataclass(frozen=True)
@@ -87,16 +99,24 @@ def _count(name: str, value: Any, low: int, high: int) -> int:
 
 
 def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dict[str, FrameworkInfo]) -> None:
-    """Every name and number of ``request`` checked; a one-line :class:`UsageError` for the first bad one."""
+    """Every name and number of ``request`` checked; a one-line :class:`UsageError` for the first bad one.
+
+    A name given twice is refused, as amp-suite run refuses it, rather than dropped in silence.
+    """
     check_names("framework", request.frameworks, frameworks)
     check_names("workload", request.workloads, config.workloads)
     declared = list(dict.fromkeys(name for framework in request.frameworks
                                   for names in frameworks[framework].precisions.values() for name in names))
     check_names("precision", request.precisions, declared)
+    for label, names in (("frameworks", request.frameworks), ("workloads", request.workloads),
+                         ("precisions", request.precisions)):
+        twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
+        if twice is not None:
+            raise UsageError(f"{label} lists {shown(twice)} more than once")
     _count("steps", request.steps, 1, MAX_STEPS)
-    _count("seed", request.seed, 0, 2**31 - 1)
+    _count("seed", request.seed, 0, MAX_SEED)
     if request.batch_size is not None:
-        _count("batch size", request.batch_size, 1, 1 << 20)
+        _count("batch size", request.batch_size, 1, MAX_BATCH_SIZE)
     check_names("device", (request.device,), ("auto", "cpu", "gpu"))
     if request.dataset is not None:
         check_names("dataset", (request.dataset,), DATASETS)

@@ -4,8 +4,8 @@
 :class:`~amp_suite.numerics.records.NumericsRun`) and one per layer, tensor,
 step and shadow (``"record": "layer"``, a
 :class:`~amp_suite.numerics.records.LayerNumerics`), and after ``--bisect``
-one for the search (``"record": "bisect"``); :func:`read_numerics_and_search`
-reads all three back in one pass.  The markdown and the heatmap summarise each layer over the
+one for the search (``"record": "bisect"``);
+:func:`amp_suite.shadow.stored.read_numerics_and_search` reads all three back in one pass.  The markdown and the heatmap summarise each layer over the
 traced steps by its worst step, against the float32 shadow; the sentences
 name the worst layers.  ``docs/numerics.md`` explains how to read them.
 """
@@ -16,11 +16,11 @@ import importlib.util
 import io
 import json
 import math
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from amp_suite.numerics.records import BisectOutcome, BisectTrial, LayerNumerics, NumericsRun
+from amp_suite.numerics.records import BisectOutcome, LayerNumerics, NumericsRun
 from amp_suite.precision import LOSS_SCALED_PRECISIONS
 from amp_suite.records import to_plain
 
@@ -175,6 +175,28 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
     return sentences
 
 
+ALL_CLEAR = "No layer loses values or adds error above the thresholds (docs/numerics.md)."
+
+
+def summary_lines(layers: list[LayerNumerics], gaps: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """What the command prints and numerics.md lists under "Worst layers": the worst-layer sentences, or the
+    all-clear when runs were set beside the float32 shadow and none is worth naming, then ``gaps`` (the runs
+    not compared, and why).  Nothing compared at all is said first, never as an all-clear."""
+    summaries = summarise(layers)
+    sentences = worst_layer_sentences(summaries)
+    lines: list[str] = []
+    if not layers:
+        lines.append("Nothing was compared: no layer of any run was set beside a shadow.")
+    elif sentences:
+        lines += sentences
+    elif any(summary.shadow == SUMMARY_SHADOW for summary in summaries):
+        lines.append(ALL_CLEAR if not gaps else f"Of the runs compared: {ALL_CLEAR[0].lower()}{ALL_CLEAR[1:]}")
+    else:
+        lines.append("No run was set beside the float32 shadow, the one the sentences judge: the tables below hold "
+                     "what was compared.")
+    return lines + list(gaps)
+
+
 def fp8_tables(layers: list[LayerNumerics]) -> list[str]:
     """The lines of one table per run whose layers carry FP8 figures (:mod:`amp_suite.numerics.fp8_scales`): per
     layer, matmul and operand its amax, scale, and the shares its cast saturated and flushed, at the first traced
@@ -212,9 +234,11 @@ def fp8_tables(layers: list[LayerNumerics]) -> list[str]:
     return lines
 
 
-def markdown(runs: list[NumericsRun], layers: list[LayerNumerics], search: BisectOutcome | None = None) -> str:
-    """``numerics.md``: the runs, the search's result (``--bisect``), the worst layers in sentences, a table per
-    AMP run against float32, and the FP8 layers' scales."""
+def markdown(runs: list[NumericsRun], layers: list[LayerNumerics], search: BisectOutcome | None = None, *,
+             gaps: list[str] | tuple[str, ...] = (), heatmap: bool = False) -> str:
+    """``numerics.md``: the runs, the search's result (``--bisect``), the worst layers in sentences (and ``gaps``,
+    the runs not compared), a link to the heatmap where ``heatmap`` says one is written, a table per AMP run
+    against float32, and the FP8 layers' scales."""
     from amp_suite.shadow.bisect import bisect_lines
 
     lines = ["# Numerics: AMP steps beside their float32 and float64 shadows", "",
@@ -230,12 +254,11 @@ def markdown(runs: list[NumericsRun], layers: list[LayerNumerics], search: Bisec
                      f"{note.replace('|', '/')} |")
     if search is not None:
         lines += ["", *bisect_lines(search)]
-    summaries = summarise(layers)
-    sentences = worst_layer_sentences(summaries)
     lines += ["", "## Worst layers", ""]
-    lines += [f"- {s}" for s in sentences] or ["No layer loses values or adds error above the thresholds "
-                                                "(docs/numerics.md)."]
-    lines += ["", f"Heatmap: [{HEATMAP_FILE}]({HEATMAP_FILE})", ""]
+    lines += [f"- {line}" for line in summary_lines(layers, gaps)]
+    lines += ["", f"Heatmap: [{HEATMAP_FILE}]({HEATMAP_FILE})"] if heatmap else []
+    lines.append("")
+    summaries = summarise(layers)
     tables: dict[tuple[str, str, str, str], list[LayerSummary]] = {}
     for summary in summaries:
         tables.setdefault((summary.framework, summary.workload, summary.precision, summary.shadow), []).append(summary)
@@ -308,10 +331,13 @@ def heatmap_png(layers: list[LayerNumerics]) -> bytes | None:
 
 
 def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumerics],
-                 search: BisectOutcome | None = None, *, planned: int | None = None) -> list[Path]:
-    """Write the three files into ``out_dir`` (the heatmap only with matplotlib and rows); their paths.  A search
-    (``--bisect``) is one ``"record": "bisect"`` line of numerics.jsonl and a section of numerics.md.  ``planned``:
-    the runs planned, where a stop ended the command before all of them ran (numerics.md then says so).
+                 search: BisectOutcome | None = None, *, planned: int | None = None,
+                 gaps: list[str] | tuple[str, ...] = ()) -> list[Path]:
+    """Write the three files into ``out_dir`` (the heatmap only with matplotlib and rows against float32: an
+    earlier run's heatmap is removed otherwise); their paths.  A search (``--bisect``) is one ``"record":
+    "bisect"`` line of numerics.jsonl and a section of numerics.md.  ``planned``: the runs planned, where a stop
+    ended the command before all of them ran (numerics.md then says so).  ``gaps``: the sentences of the runs not
+    compared (:func:`summary_lines`).
 
     All are written through temporary files and renamed into place together, never through a link."""
     from amp_suite.safe_files import write_files_atomically
@@ -320,67 +346,15 @@ def write_report(out_dir: Path, runs: list[NumericsRun], layers: list[LayerNumer
     if search is not None:
         lines.append(json.dumps({"record": "bisect", **to_plain(asdict(search))}))
     lines += [json.dumps({"record": "layer", **to_plain(asdict(row))}) for row in layers]
-    text = markdown(runs, layers, search)
+    png = heatmap_png(layers)
+    text = markdown(runs, layers, search, gaps=gaps, heatmap=png is not None)
     if planned is not None:
         title, rest = text.split("\n", 1)
         text = (f"{title}\n\n**Stopped before it ended: {len(runs)} of {planned} planned runs ran**; the runs "
                 f"below are all this output holds.\n{rest}")
     contents: dict[Path, str | bytes] = {out_dir / LAYERS_FILE: "\n".join(lines) + "\n", out_dir / MARKDOWN_FILE: text}
-    png = heatmap_png(layers)
     if png is not None:
         contents[out_dir / HEATMAP_FILE] = png
+    else:  # an earlier run's heatmap (--force) shows what this output does not hold; a link is removed, not followed
+        (out_dir / HEATMAP_FILE).unlink(missing_ok=True)
     return write_files_atomically(contents)
-
-
-def _number_back(value: Any) -> Any:
-    """A float :func:`to_plain` wrote as text (``"nan"``, ``"inf"``) read back as a float."""
-    return float(value) if value in ("nan", "inf", "-inf") else value
-
-
-def _numbers_back(values: list[Any]) -> tuple[Any, ...]:
-    """A list of floats (a diverged run's losses: ``"nan"`` among them) read back as a tuple of floats."""
-    return tuple(_number_back(value) for value in values)
-
-
-def _search(record: dict[str, Any]) -> BisectOutcome:
-    """The ``"record": "bisect"`` line of numerics.jsonl (its ``record`` key taken out) as a :class:`BisectOutcome`."""
-    trials = tuple(BisectTrial(**{**trial, "kept": tuple(trial["kept"]), "losses": _numbers_back(trial["losses"]),
-                                  "loss_gap": float(_number_back(trial["loss_gap"]))})
-                   for trial in record.pop("trials"))
-    found = record.pop("found")
-    return BisectOutcome(**{**record, "reference_losses": _numbers_back(record["reference_losses"]), "trials": trials,
-                            "found": None if found is None else tuple(found)})
-
-
-def read_numerics_and_search(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics],
-                                                             BisectOutcome | None]:
-    """The runs, the layer rows and the search of ``--bisect`` (``None`` when it holds none) of
-    ``DIRECTORY/numerics.jsonl``, read once; a ``FileNotFoundError`` naming it when absent."""
-    path = Path(directory) / LAYERS_FILE
-    runs: list[NumericsRun] = []
-    layers: list[LayerNumerics] = []
-    search: BisectOutcome | None = None
-    run_fields = {f.name for f in fields(NumericsRun)}
-    layer_fields = {f.name for f in fields(LayerNumerics)}
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if not line.strip():
-            continue
-        record = json.loads(line)
-        kind = record.pop("record", "")
-        if kind == "bisect":
-            search = _search(record)
-            continue
-        values = {key: _number_back(value) for key, value in record.items()}
-        if kind == "run":
-            values = {k: (_numbers_back(v) if k in ("losses", "loss_scales") else tuple(v)) if isinstance(v, list)
-                      else v for k, v in values.items() if k in run_fields}
-            runs.append(NumericsRun(**values))
-        elif kind == "layer":
-            layers.append(LayerNumerics(**{k: v for k, v in values.items() if k in layer_fields}))
-    return runs, layers, search
-
-
-def read_numerics(directory: str | Path) -> tuple[list[NumericsRun], list[LayerNumerics]]:
-    """The runs and layer rows of ``DIRECTORY/numerics.jsonl``; a ``FileNotFoundError`` naming it when absent."""
-    runs, layers, _ = read_numerics_and_search(directory)
-    return runs, layers

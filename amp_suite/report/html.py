@@ -38,7 +38,7 @@ from amp_suite.report.html_sections import (
     verdict_html,
 )
 from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
-from amp_suite.report.notes import busy_lines, incomplete_lines, other_results_lines
+from amp_suite.report.notes import busy_lines, incomplete_lines, other_results_lines, settings_lines
 from amp_suite.report.seeds import margin_of
 from amp_suite.report.summary import summary_frame
 from amp_suite.report.verdict import build_verdict, not_run_cells
@@ -152,7 +152,8 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
     cells = results_frame(results, environment)
     verdict = build_verdict(summary, cells, not_run_cells(environment))
     body = ["<h1>amp-suite report</h1>", '<h2 id="verdict-section">Verdict</h2>', *verdict_html(verdict)]
-    body += paragraphs(incomplete_lines(environment) + other_results_lines(environment) + busy_lines(cells))
+    body += paragraphs(incomplete_lines(environment) + other_results_lines(environment) + settings_lines(summary)
+                       + busy_lines(cells))
     if not summary.empty:
         body += ['<h2 id="summary-section">Every framework and precision</h2>', *summary_html(summary)]
     body += seeds_html(cells, margin_of(environment))

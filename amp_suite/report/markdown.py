@@ -25,6 +25,7 @@ from amp_suite.report.notes import (
     memory_noise_lines,
     mode_lines,
     other_results_lines,
+    settings_lines,
 )
 from amp_suite.report.published import published_section
 from amp_suite.report.seeds import margin_of, seeds_lines
@@ -68,7 +69,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                     "(see the data lines above). Accuracy figures do not describe the real dataset.", ""]
         if any(is_synthetic(r) for r in results if r.status == "ok"):
             out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
-    out += incomplete_lines(environment) + other_results_lines(environment) + busy_lines(cells)
+    out += (incomplete_lines(environment) + other_results_lines(environment) + settings_lines(summary)
+            + busy_lines(cells))
     out += ["## Hardware ceiling", "", *ceiling_lines(environment, cells),
             "Beside each speed-up, its ceiling is the measured peak of the AMP dtype over the fp32 peak "
             "(the speed-up a compute-bound model could reach); beside each achieved TFLOP/s, the fraction of "

@@ -166,6 +166,22 @@ def other_results_lines(environment: dict[str, Any]) -> list[str]:
             "`amp-suite report DIR` renders every result in the folder together.", ""]
 
 
+def settings_lines(summary: pd.DataFrame) -> list[str]:
+    """A warning for the report's header naming each AMP row that is not compared with its fp32 row because the
+    two ran other settings (``settings_differ``: cells of several runs in one folder)."""
+    if summary.empty or "settings_differ" not in summary:
+        return []
+    differ = summary[summary["settings_differ"].fillna("") != ""]
+    if differ.empty:
+        return []
+    named = [f"{flat_text(row['framework'])} / {flat_text(row['workload'])} / {flat_text(row['precision'])} "
+             f"{flat_text(row['settings_differ'])}" for _, row in differ.head(6).iterrows()]
+    more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
+    return [f"> **Not compared:** {'; '.join(named)}{more}. This folder holds cells of runs with other settings; "
+            "a gap between them is not AMP's effect alone. Run them again alike (one command, with `--resume`) or "
+            "into separate folders.", ""]
+
+
 def busy_lines(cells: pd.DataFrame) -> list[str]:
     """A warning for the report's header when cells ran on a busy machine."""
     if cells.empty or "machine_busy" not in cells:

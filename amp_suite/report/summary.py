@@ -38,7 +38,7 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
                    "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "emulated",
-                   "error"]
+                   "settings_differ", "error"]
 
 
 @by_content
@@ -136,6 +136,7 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     summary["scaling_speedup"] = scaling
     summary["scaling_efficiency"] = efficiency
     _no_speedup_when_emulated(summary)
+    _no_comparison_across_settings(summary, cells, results)
     return summary
 
 
@@ -152,6 +153,36 @@ def _no_speedup_when_emulated(summary: pd.DataFrame) -> None:
     for column in SPEED_RATIO_COLUMNS:
         if column in summary:
             summary.loc[emulated, column] = math.nan
+
+
+# The figures of a summary row that compare it with its fp32 row: none where the two ran other settings.
+COMPARED_COLUMNS = (*SPEED_RATIO_COLUMNS, "speedup_pairs", "memory_ratio", "memory_ratio_low", "memory_ratio_high",
+                    "accuracy_delta", "accuracy_difference_pt", "accuracy_difference_low_pt",
+                    "accuracy_difference_high_pt")
+
+
+def _no_comparison_across_settings(summary: pd.DataFrame, cells: pd.DataFrame, results: list[CellResult]) -> None:
+    """``settings_differ``: why an AMP row's cells and its fp32 row's cannot be compared (they ran other steps,
+    data or versions: :mod:`amp_suite.report.settings_match`), its comparisons then blanked; "" elsewhere."""
+    from amp_suite.report.settings_match import mismatch_note, settings_key
+
+    ran: dict[tuple, dict[str, CellResult]] = {}
+    for position, result in enumerate(results):
+        if result.status == "ok":
+            row = cells.iloc[position]
+            place = (*(row[column] for column in GROUP), row["precision"])
+            ran.setdefault(place, {}).setdefault(settings_key(result), result)
+    notes = []
+    for _, row in summary.iterrows():
+        place = tuple(row[column] for column in GROUP)
+        notes.append("" if row["precision"] == BASELINE else
+                     mismatch_note(ran.get((*place, BASELINE), {}), ran.get((*place, row["precision"]), {})))
+    summary["settings_differ"] = notes
+    differ = summary["settings_differ"] != ""
+    for column in COMPARED_COLUMNS:
+        if column in summary:
+            summary.loc[differ, column] = math.nan
+    summary.loc[differ, "accuracy_equivalence"] = ""
 
 
 def _over_base_mode(summary: pd.DataFrame) -> None:

@@ -160,6 +160,12 @@ def _flag_reasons(cells: pd.DataFrame, row: Any) -> list[str]:
 
 
 def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
+    differ = str(row.get("settings_differ") or "")
+    if row["status"] == "ok" and differ:  # no comparison with an fp32 of other steps, data or versions
+        return VerdictLine(place=place, framework=str(row["framework"]), precision=str(row["precision"]),
+                           status=f"not compared: {differ}", speedup=None, speedup_low=None, speedup_high=None,
+                           memory_ratio=None, memory_low=None, memory_high=None, accuracy_delta_pt=None,
+                           accuracy_verdict=None, marks=(), cautions=(), emulated=bool(row.get("emulated")))
     ok = row["status"] == "ok"
     speedup = _number(row.get("speedup")) if ok else None
     interval = Interval(speedup if speedup is not None else math.nan,

@@ -1,0 +1,82 @@
+"""Whether an AMP row and its fp32 baseline ran the same cell but for the precision.
+
+A folder's ``results.jsonl`` can hold cells of several runs: fp32 trained for
+6 steps by a later run beside amp_bf16 trained for 3 by an earlier one.  The
+summary pairs rows by workload, framework, device, mode and batch size, which
+would then call a gap of training length an AMP effect.  Each stored result
+carries its definition (everything that determines its figures, without its
+precision: :mod:`amp_suite.sweep.fingerprint`); an AMP row whose ``ok`` cells
+were defined otherwise than its fp32 row's (the seed aside, a paired axis of
+its own) gets no comparison, and the report says which values differ.
+Results stored before definitions existed are not judged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from amp_suite.records import CellResult
+
+# How many differing values a note names.
+SHOWN_DIFFERENCES = 3
+
+
+def _comparable_definition(result: CellResult) -> dict[str, Any] | None:
+    """``result``'s definition without its seed; None when it has none (stored before definitions)."""
+    definition = result.definition
+    if not isinstance(definition, dict) or not definition:
+        return None
+    options = definition.get("options")
+    if isinstance(options, dict):
+        options = {name: value for name, value in options.items() if name != "seed"}
+    return {**definition, "options": options}
+
+
+def settings_key(result: CellResult) -> str:
+    """A short hash of what ``result`` ran but its precision and seed; "" when it records no definition."""
+    definition = _comparable_definition(result)
+    if definition is None:
+        return ""
+    try:
+        text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+    except (TypeError, ValueError, RecursionError):  # a stored line beyond reason: not judged
+        return ""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, Mapping) and value:
+        for name in sorted(value, key=str):
+            yield from _leaves(value[name], f"{path}.{name}" if path else str(name))
+    else:
+        yield path, value
+
+
+def differences(baseline: CellResult, other: CellResult) -> str:
+    """``steps 6 -> 3, warmup 2 -> 1``: the values of ``other``'s definition that differ from ``baseline``'s."""
+    before = dict(_leaves(_comparable_definition(baseline) or {}, ""))
+    after = dict(_leaves(_comparable_definition(other) or {}, ""))
+    changed = [path for path in sorted(before.keys() | after.keys())
+               if before.get(path) != after.get(path)]
+    shown = [f"{path.removeprefix('options.')} {before.get(path, '–')} -> {after.get(path, '–')}"
+             for path in changed[:SHOWN_DIFFERENCES]]
+    more = len(changed) - SHOWN_DIFFERENCES
+    return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
+
+
+def mismatch_note(baseline: Mapping[str, CellResult], other: Mapping[str, CellResult]) -> str:
+    """Why an AMP row's cells (``other``: settings key -> one result) cannot be compared with its fp32 row's
+    (``baseline``); "" when they ran alike, or when either side's cells record no definition."""
+    if not baseline or not other or "" in baseline or "" in other:
+        return ""
+    if set(baseline) == set(other) and len(other) == 1:
+        return ""
+    for cells, whose in ((baseline, "fp32's own"), (other, "its")):
+        if len(cells) > 1:
+            first, second = list(cells.values())[:2]
+            return f"{whose} repeats ran with different settings ({differences(first, second)})"
+    [theirs], [mine] = baseline.values(), other.values()
+    return f"ran with other settings than fp32 ({differences(theirs, mine)})"

@@ -1,0 +1,76 @@
+"""An AMP row is compared with its fp32 row only when both ran the same cell but for the precision (and seed).
+
+A trial ran fp32,amp_bf16 for 3 steps, then fp32 alone for 6 into the same folder: `report DIR` called the
+accuracy gap of 6 steps against 3 an AMP effect of -21.85 points.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from amp_suite.records import CellResult
+from amp_suite.report.normalize import render_markdown, summary_frame, sweep_verdict
+from amp_suite.report.settings_match import differences, settings_key
+
+DEFINITION = {"workload": {"input_size": 28}, "data": {"dataset": "mnist"},
+              "options": {"steps": 6, "warmup": 1, "seed": 0}, "environment": {"jax": "0.10.2"}}
+
+
+def cell(precision, *, throughput, accuracy, repeat=0, seed=0, **options) -> CellResult:
+    definition = copy.deepcopy(DEFINITION)
+    definition["options"].update(seed=seed, **options)
+    return CellResult(key=f"jax/w/{precision}/s{seed}/r{repeat}", framework="jax", workload="w",
+                      precision=precision, repeat=repeat, status="ok",
+                      metrics={"throughput": throughput, "val_accuracy": accuracy, "peak_rss_bytes": 1 << 28},
+                      config={"dataset": "mnist", "batch_size": 8, "seed": seed}, device={"kind": "cpu"},
+                      definition=definition)
+
+
+def _row(results, precision="amp_bf16"):
+    summary = summary_frame(results, {})
+    return summary[summary["precision"] == precision].iloc[0]
+
+
+def test_cells_of_other_steps_are_not_compared_and_the_verdict_says_why():
+    results = [cell("fp32", throughput=100.0, accuracy=0.67), cell("amp_bf16", throughput=97.0, accuracy=0.45,
+                                                                    steps=3)]
+    row = _row(results)
+    assert row["settings_differ"] == "ran with other settings than fp32 (steps 6 -> 3)"
+    assert row["speedup"] != row["speedup"] and row["accuracy_delta"] != row["accuracy_delta"]  # NaN: none
+    assert row["throughput"] == 97.0  # its own figures stay
+    [line] = sweep_verdict(results, {}).lines
+    assert line.speedup is None and line.accuracy_delta_pt is None
+    assert line.status == "not compared: ran with other settings than fp32 (steps 6 -> 3)"
+    report = render_markdown(results, {})
+    assert "> **Not compared:** jax / w / amp_bf16 ran with other settings than fp32 (steps 6 -> 3)" in report
+    assert "-22" not in report.split("## Environment")[0]
+
+
+def test_cells_that_ran_alike_are_compared_seeds_included():
+    results = [cell("fp32", throughput=100.0, accuracy=0.9, seed=s) for s in (0, 1)] + \
+              [cell("amp_bf16", throughput=150.0, accuracy=0.9, seed=s) for s in (0, 1)]
+    row = _row(results)
+    assert row["settings_differ"] == "" and row["speedup"] == pytest.approx(1.5)
+    assert "Not compared" not in render_markdown(results, {})
+
+
+def test_repeats_of_one_precision_with_other_settings_are_named():
+    results = [cell("fp32", throughput=100.0, accuracy=0.9, repeat=0),
+               cell("fp32", throughput=100.0, accuracy=0.9, repeat=1, warmup=2),
+               cell("amp_bf16", throughput=150.0, accuracy=0.9)]
+    assert _row(results)["settings_differ"] == "fp32's own repeats ran with different settings (warmup 1 -> 2)"
+
+
+def test_results_stored_before_definitions_are_not_judged():
+    old = [cell("fp32", throughput=100.0, accuracy=0.9), cell("amp_bf16", throughput=150.0, accuracy=0.9, steps=3)]
+    for result in old:
+        result.definition = {}
+    assert settings_key(old[0]) == "" and _row(old)["speedup"] == pytest.approx(1.5)
+
+
+def test_a_difference_names_at_most_three_values():
+    base = cell("fp32", throughput=1.0, accuracy=0.9)
+    other = cell("fp32", throughput=1.0, accuracy=0.9, steps=1, warmup=0, epochs=2, lr=0.5)
+    assert differences(base, other) == "epochs – -> 2, lr – -> 0.5, steps 6 -> 1 and 1 more"

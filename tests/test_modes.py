@@ -208,6 +208,12 @@ def test_the_batch_chart_plots_the_speedup_and_memory_ratio_per_batch(tmp_path):
     assert tmp_path / charts.CHARTS["batch"] in paths
     assert "chart-batch.png" in charts.report_sections(RESULTS)[0][1]
 
+    one_batch = [r for r in RESULTS if r.config["batch_size"] == 128]  # a later report without the batch axis
+    again = charts.write_report(one_batch, tmp_path, {})
+    assert tmp_path / charts.CHARTS["batch"] not in again
+    assert not (tmp_path / charts.CHARTS["batch"]).exists()  # not left beside a report that links it nowhere
+    assert all(path.exists() for path in again)
+
 
 def test_keras_and_jax_declare_their_modes_and_keras_follows_the_mode_over_its_option():
     from amp_suite_plugins.jax import plugin as jax_plugin

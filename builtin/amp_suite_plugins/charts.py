@@ -149,25 +149,39 @@ def write_report(results: list[CellResult], out_dir: Path, environment: dict[str
         sidecar[file.removesuffix(".png")] = {"file": file}
     contents[out_dir / SIDECAR] = json.dumps(json_safe(sidecar), indent=2, allow_nan=False)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return write_files_atomically(contents)
+    earlier = earlier_charts(out_dir)
+    written = write_files_atomically(contents)
+    # a chart this report does not draw (no --batch-sizes now) would sit beside it, linked from nowhere
+    _remove(out_dir, sorted(earlier - {path.name for path in written}))
+    return written
 
 
-def remove_stale_charts(out_dir: Path) -> None:
-    """Remove the charts an earlier report drew in ``out_dir``: only the chart files its sidecar names, each a
-    regular file (no link followed), then the sidecar."""
+def earlier_charts(out_dir: Path) -> set[str]:
+    """The chart files the sidecar an earlier report wrote in ``out_dir`` names (the built-in charts' names and
+    learning curves only)."""
     from amp_suite.owned_paths import read_private_file
 
     data = read_private_file(out_dir, SIDECAR)
     if data is None:
-        return
+        return set()
     try:
         sidecar = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return
+        return set()
     named = {entry.get("file") for entry in sidecar.values() if isinstance(entry, dict)} \
         if isinstance(sidecar, dict) else set()
-    curves = [n for n in named if isinstance(n, str) and re.fullmatch(r"chart-curve-[A-Za-z0-9_.-]+\.png", n)]
-    for name in [n for n in CHARTS.values() if n in named] + curves + [SIDECAR]:
+    return {name for name in named if isinstance(name, str)
+            and (name in CHARTS.values() or re.fullmatch(r"chart-curve-[A-Za-z0-9_.-]+\.png", name))}
+
+
+def _remove(out_dir: Path, names: list[str]) -> None:
+    """Remove each of ``names`` in ``out_dir`` that is a regular file (no link followed)."""
+    for name in names:
         path = out_dir / name
         if path.is_file() and not path.is_symlink():
             path.unlink(missing_ok=True)
+
+
+def remove_stale_charts(out_dir: Path) -> None:
+    """Remove the charts an earlier report drew in ``out_dir``, then its sidecar."""
+    _remove(out_dir, [*sorted(earlier_charts(out_dir)), SIDECAR])

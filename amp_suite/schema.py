@@ -71,8 +71,12 @@ def shown(value: Any) -> str:
     return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "...'"
 
 
-class ListTextError(UsageError, argparse.ArgumentTypeError):
-    """A comma-separated list with an empty entry; argparse puts the flag's name before the message."""
+class FlagValueError(UsageError, argparse.ArgumentTypeError):
+    """A flag's text that cannot be read as its kind of value; argparse puts the flag's name before the message."""
+
+
+class ListTextError(FlagValueError):
+    """A comma-separated list with an empty entry."""
 
 
 def comma_separated(text: str, flag: str = "") -> tuple[str, ...]:
@@ -96,8 +100,18 @@ def comma_separated(text: str, flag: str = "") -> tuple[str, ...]:
 
 
 def closest(word: str, candidates: list[str] | tuple[str, ...]) -> str:
-    """`` (did you mean 'X'?)`` for the closest candidate, or an empty string."""
-    match = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    """`` (did you mean 'X'?)`` for the closest candidate, or an empty string.
+
+    The same name in other case comes first (``FP32``: fp32), then the one candidate that holds the word as a part
+    of its own (``fp16``: amp_fp16, which spelling alone would take for fp64), then the closest spelling.
+    """
+    names = [str(candidate) for candidate in candidates]
+    lowered = word.lower()
+    same = [name for name in names if name.lower() == lowered]
+    holding = [name for name in names if lowered and lowered in re.split(r"[_@.-]", name.lower())]
+    match = same or (holding if len(holding) == 1 else []) or [
+        names[[name.lower() for name in names].index(found)]
+        for found in difflib.get_close_matches(lowered, [name.lower() for name in names], n=1, cutoff=0.6)]
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 

@@ -162,6 +162,19 @@ def test_a_run_into_a_folder_with_other_cells_says_its_report_leaves_them_out(ti
     assert "fp32 baseline did not run" not in report
 
 
+def test_report_of_a_folder_with_cells_of_other_steps_compares_none_of_them(tiny_config, tmp_path, clean_fake_env):
+    assert run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32,amp_bf16",
+                   "-q").returncode == 0
+    assert run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--steps", "6",
+                   "-q").returncode == 0
+    done = run_cli("report", str(tmp_path / "out"), "-p", "fakefw")
+    assert done.returncode == 0, done.stderr
+    assert ("amp-suite: warning: fake / tiny / amp_bf16 is not compared with fp32: it ran with other settings than "
+            "fp32 (steps 6 -> 4)") in done.stderr
+    verdict = (tmp_path / "out" / "report.md").read_text().split("## Environment")[0]
+    assert "| fake | amp_bf16 | n/a (not compared: ran with other settings than fp32 (steps 6 -> 4)) |" in verdict
+
+
 def test_any_failed_cell_makes_exit_1(tiny_config, clean_fake_env):
     out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw",
                   env={"FAKEFW_MODE": "raise", "FAKEFW_TARGET": "amp_bf16"})

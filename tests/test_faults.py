@@ -56,6 +56,21 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
 
 
+def test_a_sweep_stopped_before_its_first_result_says_none_finished(tiny_config, tmp_path, clean_fake_env):
+    """A trial's SIGTERM before any cell finished was told "finished cells are kept in results.jsonl", a file
+    that did not exist, and `report` then named that file as if the folder were no sweep's."""
+    sweep = _start_sweep(tiny_config, tmp_path, target="fp32")
+    _worker_pid(tmp_path)
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 128 + signal.SIGTERM, err
+    assert "interrupted by SIGTERM; no cell finished (the same command runs them all)" in err
+    assert "finished cells are kept" not in err
+    report = run_cli("report", str(tmp_path / "out"), "-p", "fakefw")
+    assert report.returncode == 2 and "no cell of the sweep in" in report.stderr and "finished, so there is " \
+        "nothing to report (run it again, with --resume)" in report.stderr, report.stderr
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
 def test_sigterm_and_sighup_stop_like_ctrl_c(tiny_config, tmp_path, clean_fake_env, signame):
     sweep = _start_sweep(tiny_config, tmp_path)

@@ -315,7 +315,10 @@ def test_an_edit_below_the_first_line_of_the_report_is_seen(tiny_config, tmp_pat
     (out / "report.md").write_text(edited)
     for command in (("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--resume"),
                     ("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32"), ("report", str(out), *FAKE)):
-        _one_error(run_cli(*command), "report.md' was changed after amp-suite wrote it; left alone (pass --force")
+        done = run_cli(*command)
+        _one_error(done, "report.md' was changed after amp-suite wrote it; left alone (pass --force")
+        way_out = "move it out of the folder first)" if command[0] == "report" else "choose another --out)"
+        assert done.stderr.rstrip().endswith(f"to replace it, or {way_out}"), done.stderr  # report has no --out
         assert (out / "report.md").read_text() == edited
     assert run_cli("report", str(out), *FAKE, "--force").returncode == 0
     assert "My conclusion" not in (out / "report.md").read_text()

@@ -58,6 +58,11 @@ CLI_CASES = [
     (["--epochs", "0"], "epochs must be >= 1"),
     (["--repeats", "0"], "repeats must be >= 1"),
     (["--repeats", "100000"], "repeats must be <= 1000"),
+    (["--repeats", "autoo"], "argument --repeats: 'autoo' is neither a whole number of repeats nor auto (did you "
+                             "mean 'auto'?)"),
+    (["--precisions", "fp16"], "unknown precision 'fp16'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp8, fp64 (did you "
+                               "mean 'amp_fp16'?)"),  # spelling alone had offered fp64
+    (["--precisions", "FP32"], "(did you mean 'fp32'?)"),
     (["--batch-size", "0"], "batch_size must be >= 1"),
     (["--warmup", "-1"], "warmup must be >= 0"),
     (["--out", ""], "out must not be empty"),
@@ -82,6 +87,10 @@ CLI_CASES = [
     (["--dataset", "mnist", "--train-split", "test[:" + "9" * 5000 + "]"], "out of range"),
     (["--dataset", "mnist", "--train-split", "train["], "malformed split"),
     (["--dataset", "mnist", "--train-split", "validation"], "unknown split 'validation'"),
+    (["--dataset", "mnist", "--train-split", "test[:8000]", "--val-split", "test[:2000]"],
+     "the validation split test[:2000] overlaps the training split test[:8000] (2000 examples in both): its accuracy "
+     "would be measured on data the model trained on"),
+    (["--dataset", "mnist", "--train-split", "test", "--val-split", "test"], "(10000 examples in both)"),
     (["--dataset", "mnist", "--workloads", "mnist_cnn", "--train-split", "test[:10]"],
      "has 10 examples, fewer than one batch of 16"),
     (["--dataset", "mnist", "--train-split", ""], "train_split must not be empty"),

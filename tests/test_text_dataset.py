@@ -133,3 +133,12 @@ def test_text_splits_are_its_own():
         check_request("text", gpt(), "test[:8000]", "validation")
     with pytest.raises(UsageError, match="fewer than one batch of 64"):
         check_request("text", gpt(), "train[:10]", "validation", batch_size=64)
+
+
+def test_a_validation_range_inside_the_training_range_is_refused():
+    with pytest.raises(UsageError, match=r"the validation split train\[-10:\] overlaps the training split train "
+                                         r"\(10 windows in both\)"):
+        load_dataset("text", gpt(), steps=3, batch_size=4, seed=0, train_split="train", val_split="train[-10:]")
+    apart = load_dataset("text", gpt(), steps=3, batch_size=4, seed=0, train_split="train[:50%]",
+                         val_split="train[50%:]")  # the same split, ranges apart: allowed
+    assert apart.val_images.shape[0] > 0

@@ -61,10 +61,24 @@ def cmd_report(args: argparse.Namespace) -> int:
         record_report_digests(Path(args.directory), outcome.written)
     if outcome.written:  # a line each: a newline in the folder's name is shown escaped, never splits one
         print("\n".join(path_text(p, limit=PATH_MAX) for p in outcome.written))
+    _warn_about_settings(results, environment)
     _print_reporter_failures(outcome)
     if args.open and not _open_html_report(outcome.written):
         return EXIT_USAGE
     return EXIT_USAGE if outcome.failures else EXIT_OK
+
+
+def _warn_about_settings(results: list, environment: dict) -> None:
+    """One warning line per AMP row the report could not compare with its fp32 row: cells of runs with other
+    settings side by side in one folder (the report's header names them too)."""
+    from amp_suite.report.summary import summary_frame
+
+    summary = summary_frame(results, environment)
+    if summary.empty:
+        return
+    for _, row in summary[summary["settings_differ"] != ""].iterrows():
+        print(f"amp-suite: warning: {row['framework']} / {row['workload']} / {row['precision']} is not compared "
+              f"with fp32: it {row['settings_differ']}", file=sys.stderr)
 
 
 def _open_html_report(written: list[Path]) -> bool:
@@ -89,7 +103,7 @@ def _check_report_replaceable(directory: Path, results: list, force: bool) -> No
     from amp_suite.sweep.report_files import check_report_files_replaceable
 
     report = directory / "report.md"
-    check_report_files_replaceable(directory, force=force)
+    check_report_files_replaceable(directory, force=force, other_way="move it out of the folder first")
     if not results and os.path.lexists(report) and not force:
         raise UsageError(f"{out_text(directory / 'results.jsonl')} holds no valid result: the existing "
                          f"{out_text(report)} is kept (pass {FORCE_FLAG} to replace it with a report of no result)")

@@ -31,7 +31,7 @@ from typing import Any
 from amp_suite.errors import UsageError
 from amp_suite.modes import LEARNING_RATE_RULES, MODES
 from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
-from amp_suite.schema import Field, check_value, closest, comma_separated, counted, shown
+from amp_suite.schema import Field, FlagValueError, check_value, closest, comma_separated, counted, shown
 
 # How a setting's value is read from its command-line text, when not by its type.
 Parse = Callable[[str], Any]
@@ -48,9 +48,13 @@ def parse_device_counts(text: str) -> tuple[int | str, ...]:
 
 
 def parse_repeats(text: str) -> int | str:
-    """``3`` -> 3; ``auto`` stays a word (any other word is left for the schema to reject)."""
+    """``3`` -> 3; ``auto`` stays a word; any other word is a one-line error that says both are allowed."""
     text = text.strip()
-    return int(text) if text.lstrip("-").isascii() and text.lstrip("-").isdigit() else text
+    if text.lstrip("-").isascii() and text.lstrip("-").isdigit():
+        return int(text)
+    if text != "auto":
+        raise FlagValueError(f"{shown(text)} is neither a whole number of repeats nor auto{closest(text, ('auto',))}")
+    return text
 
 
 def parse_seeds(text: str) -> tuple[int | str, ...]:

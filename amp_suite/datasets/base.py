@@ -101,16 +101,29 @@ def check_request(name: str, workload: Workload | None, train_split: str, val_sp
     for role, text in (("training", train_split), ("validation", val_split)):
         split = parse_split(text, module.SPLITS)
         start, stop = split.bounds(module.SPLIT_SIZES[split.name])
-        selected[role] = (split, stop - start)
-    split, count = selected["training"]
+        selected[role] = (split, start, stop)
+    split, start, stop = selected["training"]
+    count = stop - start
     if batch_size is not None and count < batch_size:
         raise UsageError(f"the training split {split} has {count} examples, fewer than one batch of {batch_size}")
+    _check_disjoint(selected["training"], selected["validation"], "examples")
     if workload is not None and (not channels_fit(module.CHANNELS, workload.channels)
                                  or workload.num_classes != module.CLASSES):
         raise UsageError(
             f"dataset {name} has {module.CHANNELS}-channel images in {module.CLASSES} classes, but workload "
             f"{workload.name!r} expects {workload.channels} channel(s) and {workload.num_classes} classes"
         )
+
+
+def _check_disjoint(training: tuple[Split, int, int], validation: tuple[Split, int, int], unit: str) -> None:
+    """A one-line error when the validation range shares ``unit`` with the training range: its accuracy would be
+    measured on what the model trained on (a trial's test[:8000] / test[:2000] ran without a word)."""
+    (train, train_start, train_stop), (val, val_start, val_stop) = training, validation
+    shared = min(train_stop, val_stop) - max(train_start, val_start)
+    if train.name == val.name and shared > 0:
+        raise UsageError(f"the validation split {val} overlaps the training split {train} ({shared} {unit} in both): "
+                         "its accuracy would be measured on data the model trained on; choose ranges apart, e.g. "
+                         f"{train.name}[:80%] and {train.name}[80%:]")
 
 
 def _check_text_request(workload: Workload | None, train_split: str, val_split: str,
@@ -121,7 +134,8 @@ def _check_text_request(workload: Workload | None, train_split: str, val_split: 
     text.check_workload(workload)
     context = workload.transformer.context if workload is not None and workload.transformer is not None else 1
     split, start, stop = text.selected_windows(train_split, context)
-    text.selected_windows(val_split, context)  # an empty or malformed validation range fails here
+    # an empty or malformed validation range fails here
+    _check_disjoint((split, start, stop), text.selected_windows(val_split, context), "windows")
     if batch_size is not None and stop - start < batch_size:
         raise UsageError(f"the training split {split} has {stop - start} windows of {context} characters, "
                          f"fewer than one batch of {batch_size}")

@@ -177,8 +177,9 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
             _auto_repeats(plan, store, environment, outcome, progress)
     except KeyboardInterrupt as exc:
         outcome.stopped_by = exc.signum if isinstance(exc, SweepInterrupted) else signal.SIGINT
-        print(f"amp-suite: interrupted by {signal.Signals(outcome.stopped_by).name}; finished cells are kept in "
-              "results.jsonl (the same command with --resume runs the rest)", file=sys.stderr)
+        stored = ("finished cells are kept in results.jsonl (the same command with --resume runs the rest)"
+                  if outcome.results else "no cell finished (the same command runs them all)")
+        print(f"amp-suite: interrupted by {signal.Signals(outcome.stopped_by).name}; {stored}", file=sys.stderr)
     except StorageError as exc:
         outcome.storage_failed = True
         print(f"amp-suite: error: {one_line(exc)}; the sweep stops, {len(outcome.results)} finished cells are "

@@ -143,9 +143,9 @@ _NOT_OURS = "exists and is not a file amp-suite wrote"
 _CHANGED = "was changed after amp-suite wrote it"
 
 
-def check_report_files_replaceable(directory: Path, *, force: bool) -> None:
+def check_report_files_replaceable(directory: Path, *, force: bool, other_way: str = "choose another --out") -> None:
     """Raise a one-line :class:`NotOursError` when ``directory`` holds a report file amp-suite did not write,
-    unless ``force``."""
+    unless ``force``; ``other_way`` is the command's way out besides ``--force``."""
     if force:
         return
     foreign = foreign_report_files(directory)
@@ -153,4 +153,4 @@ def check_report_files_replaceable(directory: Path, *, force: bool) -> None:
         (first, why), rest = foreign[0], foreign[1:]
         more = f" (nor {', '.join(path.name for path, _ in rest)})" if rest else ""
         raise NotOursError(f"{str(first)[:300]!r} {why}{more}; left alone "
-                           f"(pass {FORCE_FLAG} to replace it, or choose another --out)")
+                           f"(pass {FORCE_FLAG} to replace it, or {other_way})")

@@ -103,6 +103,9 @@ def load_results(directory: str | Path, *, strict: bool = False) -> tuple[list[C
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         raise UsageError(f"cannot look at {str(store.path)[:200]!r}: {reason}") from None
     if not is_file:
+        if not exists and (directory / ENVIRONMENT_FILE).is_file():  # a sweep stopped before its first result
+            raise UsageError(f"{str(store.path)!r} does not exist: no cell of the sweep in {str(directory)!r} "
+                             "finished, so there is nothing to report (run it again, with --resume)")
         what = "is not a file" if exists else "does not exist"
         raise UsageError(f"{str(store.path)!r} {what}; pass a sweep's output directory (it holds {RESULTS_FILE})")
     try:

@@ -37,6 +37,7 @@ from amp_suite.config.settings import COMPARED_SETTINGS
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.report.intervals import Interval, LogEstimate, log_interval, paired_ratios
+from amp_suite.report.settings_match import settings_key
 
 MIB = 1024 * 1024
 # The first line of every comparison: how `compare --out` knows a file it may replace.
@@ -99,6 +100,9 @@ class Side:
 
     figures: dict[str, dict[tuple[int, int], float]] = field(default_factory=dict)
     windows: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    # what its ok cells ran but for precision and seed (amp_suite.report.settings_match): a speed-up is taken
+    # only over an fp32 of the same settings, as the report takes it
+    settings: set[str] = field(default_factory=set)
 
 
 def _run_of(result: CellResult) -> tuple[int, int]:
@@ -113,6 +117,7 @@ def _sides(results: list[CellResult]) -> dict[tuple, Side]:
         side = out.setdefault(_cell_key(r), Side())
         if r.status != "ok":
             continue
+        side.settings.add(settings_key(r))
         m = r.metrics or {}
         synthetic = (r.config or {}).get("dataset") == "synthetic" or m.get("dataset_substituted")
         for key, value in (("throughput", _num(m.get("throughput"))), ("peak_memory_mib", _memory(m)),
@@ -143,6 +148,8 @@ def _estimate(side: Side, metric: str, sides: dict[tuple, Side], key: tuple) -> 
         base = sides.get((*key[:2], BASELINE, *key[3:]))
         if base is None or key[2] == BASELINE:
             return math.nan, None
+        if len(side.settings | base.settings) > 1 and "" not in side.settings | base.settings:
+            return math.nan, None  # fp32 of other steps, data or versions: no speed-up of AMP's
         ratios = paired_ratios(side.figures.get("throughput", {}), base.figures.get("throughput", {}))
         if not ratios:
             return math.nan, None

@@ -264,7 +264,8 @@ def test_a_plugin_without_a_data_parallel_engine_is_unsupported_on_several_devic
 def test_resume_with_other_flags_than_the_stored_sweep_says_which(tiny_config, tmp_path, clean_fake_env):
     first = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32")
     assert first.returncode == 0, first.stderr
-    same = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--resume")
+    same = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--resume",
+                   "--timeout", "300")  # a longer time limit finishes the same sweep: nothing to warn of
     assert same.returncode == 0 and "--resume plans" not in same.stderr, same.stderr
     other = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32,amp_bf16",
                     "--steps", "5", "--resume")

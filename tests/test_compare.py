@@ -175,3 +175,20 @@ def test_a_single_run_shows_its_own_figure_and_its_windows_spread_around_it():
     row = _row(compare_results(base, new), "throughput", "fp32")
     assert row.base == 1000.0 and row.basis == "repeats and timed windows"
     assert row.ratio == pytest.approx(row.new / row.base) and row.ratio == pytest.approx((row.low * row.high) ** 0.5)
+
+
+def test_no_speedup_is_taken_over_an_fp32_of_other_settings():
+    """A trial's NEW folder held fp32 of 6 steps beside amp_bf16 of 3: compare reported their ratio as NEW's
+    speed-up.  As the report, it takes a speed-up only where both ran the same settings."""
+    def sweep(fp32_steps):
+        cells = [_cell("fake", "fp32", r, 1000 * k) for r, k in enumerate(NOISE)]
+        cells += [_cell("fake", "amp_bf16", r, 1500 * k) for r, k in enumerate(NOISE)]
+        for cell in cells:
+            steps = fp32_steps if cell.precision == "fp32" else 3
+            cell.definition = {"workload": {}, "data": {}, "options": {"steps": steps, "seed": 0}, "environment": {}}
+        return cells
+
+    alike = compare_results(sweep(3), sweep(3))
+    assert "speedup" in set(alike["metric"])
+    mixed = compare_results(sweep(3), sweep(6))
+    assert "speedup" not in set(mixed["metric"]) and "throughput" in set(mixed["metric"])

@@ -79,8 +79,8 @@ def test_a_command_stopped_before_the_float32_shadow_does_not_give_the_all_clear
         _numerics(tmp_path, inline=True)
     text = (tmp_path / "numerics" / "numerics.md").read_text()
     assert "1 of 3 planned runs ran" in text and ALL_CLEAR not in text
-    assert ("Nothing compared for shadowfw / tiny / amp_bf16: the fp32 shadow run did not run (the command was "
-            "stopped before it).") in text
+    assert ("Nothing compared for shadowfw / tiny / amp_bf16: the fp32 shadow run did not finish (the command was "
+            "stopped before its end).") in text
     assert "numerics-heatmap.png" not in text
 
 

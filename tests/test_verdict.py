@@ -112,7 +112,7 @@ def test_an_interrupted_sweep_names_the_amp_precisions_it_did_not_reach():
     environment = {"incomplete": {"reason": "interrupted by SIGINT", "planned": 2, "not_run": ["jax/w/amp_bf16/r0"],
                                   "not_run_cells": [["jax", "w", "amp_bf16"], ["torch", "w", "amp_bf16"]]}}
     [verdict] = sweep_verdict(results, environment).frameworks
-    assert verdict.sentence == ("jax: fp32 is the only figure: no AMP precision gave a speed-up (amp_bf16 not run "
+    assert verdict.sentence == ("jax: no AMP precision has a speed-up to judge against fp32 (amp_bf16 not run "
                                 "(the sweep stopped first)).")
     report = render_markdown(results, environment)
     assert "amp_bf16 not run (the sweep stopped first)" in report.split("## Environment")[0]

@@ -121,7 +121,7 @@ def _check_disjoint(training: tuple[Split, int, int], validation: tuple[Split, i
     (train, train_start, train_stop), (val, val_start, val_stop) = training, validation
     shared = min(train_stop, val_stop) - max(train_start, val_start)
     if train.name == val.name and shared > 0:
-        raise UsageError(f"the validation split {val} overlaps the training split {train} ({shared} {unit} in both): "
+        raise UsageError(f"the validation split {val} overlaps the training split {train} ({shared} {unit if shared != 1 else unit.removesuffix('s')} in both): "
                          "its accuracy would be measured on data the model trained on; choose ranges apart, e.g. "
                          f"{train.name}[:80%] and {train.name}[80%:]")
 

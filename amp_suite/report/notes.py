@@ -145,7 +145,7 @@ def incomplete_lines(environment: dict[str, Any]) -> list[str]:
                 "would have added did not run.", ""]
     shown = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
     return [f"> **Incomplete sweep:** {reason}; {len(missing)}{of} planned "
-            f"cell{'' if len(missing) == 1 else 's'} did not run: {shown}. The tables hold "
+            f"cell{'' if len(missing) == 1 and not of else 's'} did not run: {shown}. The tables hold "
             "only the cells that ran; the same command with `--resume` runs the rest.", ""]
 
 

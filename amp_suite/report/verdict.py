@@ -271,9 +271,9 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine],
         if not failed and not emulated:
             return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only precision that ran: no AMP "
                                                      "precision to compare with.")
-        why = f" ({', '.join(failed)})" if failed else ""
-        return FrameworkVerdict(place, BASELINE, f"{place}: fp32 is the only figure: no AMP precision gave a "
-                                                 f"speed-up{why}." + _emulated_text(emulated))
+        why = f" ({', '.join(failed)})" if failed else ""  # none measured: no claim that none was faster
+        return FrameworkVerdict(place, BASELINE, f"{place}: no AMP precision has a speed-up to judge against "
+                                                 f"fp32{why}." + _emulated_text(emulated))
     best = max(measured, key=lambda line: line.speedup or 0.0)
     figure = f"{_speedup_text(best)} fp32"
     if best.faster and best.trusted:
@@ -361,7 +361,7 @@ def terminal_lines(verdict: Verdict) -> list[str]:
     widths = [max(len(text) for text in column) for column in zip(header, *rows, strict=True)]
     out = ["Verdict (AMP against fp32 in the same framework, on this machine):"]
     out += ["  " + "  ".join(text.ljust(width) for text, width in zip(row, widths, strict=True)).rstrip()
-            for row in (header, *rows)]
+            for row in ((header, *rows) if rows else ())]  # no AMP line: the sentences alone
     out += [f"  {item.sentence}" for item in verdict.frameworks]
     if any(line.marks for line in verdict.lines):
         out.append(f"  ({MARK_LEGEND})")

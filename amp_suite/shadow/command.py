@@ -234,7 +234,7 @@ def comparison_gaps(precisions: tuple[str, ...], planned: list[PlannedRun], runs
     def not_traced(key: tuple[str, str, str], label: str) -> str | None:
         run = ran.get(key)
         if run is None:
-            return f"{label} did not run (the command was stopped before it)"
+            return f"{label} did not finish (the command was stopped before its end)"
         return None if run.status == "ok" else f"{label} did not finish ({run.status})"
 
     gaps = []

@@ -28,6 +28,11 @@ def warn_skipped_lines(store, contents=None) -> None:
               f"cannot use: {contents.describe_dropped()}", file=sys.stderr)
 
 
+# Settings of where and how long a sweep runs, not of what its cells compute: --resume with another --timeout or
+# --data-dir finishes the same sweep (a trial was told to give the first run's timeout again, the one that failed).
+PLACE_SETTINGS = ("out", "timeout", "data_dir", "download")
+
+
 def warn_about_other_settings(directory: Path, settings: dict[str, Any]) -> None:
     """``--resume`` plans from this command's flags and config, not from the stored sweep: one warning line
     naming every setting that differs from the one ``environment.json`` recorded (nothing when there is none)."""
@@ -42,7 +47,7 @@ def warn_about_other_settings(directory: Path, settings: dict[str, Any]) -> None
         return
     now = json.loads(json.dumps(settings, default=str))  # tuples as the stored lists
     changed = [f"{name} {_shown_setting(stored[name])} -> {_shown_setting(value)}" for name, value in now.items()
-               if name != "out" and name in stored and stored[name] != value]
+               if name not in PLACE_SETTINGS and name in stored and stored[name] != value]
     if changed:
         print(f"amp-suite: warning: --resume plans this command's sweep, which differs from the one stored in "
               f"{directory} ({'; '.join(changed)}); give the first run's flags again to finish that one",

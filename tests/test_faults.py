@@ -56,6 +56,21 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
 
 
+def test_a_rerun_stopped_half_way_does_not_call_its_own_planned_cells_unplanned(tiny_config, tmp_path,
+                                                                                clean_fake_env):
+    """The cells a stopped rerun planned but did not reach hold results of the first run: its report lists them
+    as not run (Incomplete), never as results of cells it "did not plan"."""
+    assert run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "-q").returncode == 0
+    sweep = _start_sweep(tiny_config, tmp_path)
+    _worker_pid(tmp_path)
+    sweep.send_signal(signal.SIGTERM)
+    _, err = sweep.communicate(timeout=120)
+    assert sweep.returncode == 128 + signal.SIGTERM, err
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "Incomplete sweep" in report and "Not in this report" not in report
+    assert "did not plan" not in err
+
+
 def test_a_sweep_stopped_before_its_first_result_says_none_finished(tiny_config, tmp_path, clean_fake_env):
     """A trial's SIGTERM before any cell finished was told "finished cells are kept in results.jsonl", a file
     that did not exist, and `report` then named that file as if the folder were no sweep's."""

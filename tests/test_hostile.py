@@ -575,3 +575,25 @@ def test_report_lists_each_file_of_a_folder_named_with_a_newline_on_one_line(tin
     assert listed.returncode == 0, listed.stderr
     lines = listed.stdout.splitlines()
     assert lines and all(line.startswith(str(tmp_path / "a\\nb") + "/") for line in lines), lines
+
+
+def test_a_report_stopped_half_way_leaves_no_record_that_calls_its_files_changed(tmp_path):
+    """The record of digests goes before a report replaces the files it names: a report stopped while its charts
+    drew had left the old digests, and the next run called the report.md it had just written "changed"."""
+    from amp_suite.sweep.report_files import (
+        foreign_report_files,
+        forget_report_digests,
+        record_report_digests,
+    )
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("# amp-suite report\n\nfirst\n")
+    record_report_digests(out, [out / "report.md"])
+    assert (out / "report-digests.json").is_file() and foreign_report_files(out) == []
+    forget_report_digests(out)
+    (out / "report.md").write_text("# amp-suite report\n\nsecond, then a Ctrl-C before the record\n")
+    assert not (out / "report-digests.json").exists() and foreign_report_files(out) == []
+    (out / "report-digests.json").write_text('{"mine": true}')  # not amp-suite's record: never removed
+    forget_report_digests(out)
+    assert (out / "report-digests.json").read_text() == '{"mine": true}'

@@ -73,4 +73,20 @@ def test_results_stored_before_definitions_are_not_judged():
 def test_a_difference_names_at_most_three_values():
     base = cell("fp32", throughput=1.0, accuracy=0.9)
     other = cell("fp32", throughput=1.0, accuracy=0.9, steps=1, warmup=0, epochs=2, lr=0.5)
-    assert differences(base, other) == "epochs – -> 2, lr – -> 0.5, steps 6 -> 1 and 1 more"
+    assert differences(base, other) == "epochs absent -> 2, lr absent -> 0.5, steps 6 -> 1 and 1 more"
+    other.definition["workload"]["layers"] = [{"kind": "conv", "filters": 32}] * 50  # thousands of characters
+    assert len(differences(base, other)) < 250
+
+
+def test_accuracy_over_seeds_and_the_best_configuration_pair_only_cells_that_ran_alike():
+    """The reviewer's case: with seeds, the report's own seeds table and best-configuration line still compared
+    6-step fp32 with 3-step amp_bf16 ("-29.00 pt, worse", "1.50x the fp32 baseline")."""
+    results = [cell("fp32", throughput=100.0, accuracy=0.67, seed=s) for s in (0, 1, 2)] + \
+              [cell("amp_bf16", throughput=150.0, accuracy=0.38 + s / 100, seed=s, steps=3) for s in (0, 1, 2)]
+    report = render_markdown(results, {})
+    assert "Not compared" in report
+    assert "| **worse** (" not in report and "1.50x the fp32" not in report
+    alike = [cell("fp32", throughput=100.0, accuracy=0.67, seed=s) for s in (0, 1, 2)] + \
+            [cell("amp_bf16", throughput=150.0, accuracy=0.38 + s / 100, seed=s) for s in (0, 1, 2)]
+    compared = render_markdown(alike, {})
+    assert "| **worse** (" in compared and "1.50x the fp32" in compared  # the same figures, compared when alike

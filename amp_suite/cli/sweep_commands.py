@@ -47,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from amp_suite.config.cost import cost_settings
     from amp_suite.report.text import path_text
     from amp_suite.sweep.output_dir import report_lock
-    from amp_suite.sweep.report_files import record_report_digests
+    from amp_suite.sweep.report_files import forget_report_digests, record_report_digests
     from amp_suite.sweep.stored import load_results
 
     host = _host(args.plugin)
@@ -57,6 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
         if cost:
             environment["cost"] = cost
+        forget_report_digests(Path(args.directory))  # none stays for a file replaced by a report stopped half-way
         outcome = host.write_report(results, Path(args.directory), environment)
         record_report_digests(Path(args.directory), outcome.written)
     if outcome.written:  # a line each: a newline in the folder's name is shown escaped, never splits one
@@ -78,7 +79,7 @@ def _warn_about_settings(results: list, environment: dict) -> None:
         return
     for _, row in summary[summary["settings_differ"] != ""].iterrows():
         print(f"amp-suite: warning: {row['framework']} / {row['workload']} / {row['precision']} is not compared "
-              f"with fp32: it {row['settings_differ']}", file=sys.stderr)
+              f"with fp32 ({row['settings_differ']})", file=sys.stderr)
 
 
 def _open_html_report(written: list[Path]) -> bool:

@@ -40,7 +40,7 @@ from amp_suite.report.html_sections import (
 from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
 from amp_suite.report.notes import busy_lines, incomplete_lines, other_results_lines, settings_lines
 from amp_suite.report.seeds import margin_of
-from amp_suite.report.summary import summary_frame
+from amp_suite.report.summary import comparable_cells, summary_frame
 from amp_suite.report.verdict import build_verdict, not_run_cells
 
 # The pieces are html_parts.py's, the sections html_sections.py's; this module is the page.
@@ -156,7 +156,7 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
                        + busy_lines(cells))
     if not summary.empty:
         body += ['<h2 id="summary-section">Every framework and precision</h2>', *summary_html(summary)]
-    body += seeds_html(cells, margin_of(environment))
+    body += seeds_html(comparable_cells(cells, summary), margin_of(environment))
     body += charts_html(list(charts))
     applied = applied_html(results)
     if applied:

@@ -29,7 +29,7 @@ from amp_suite.report.notes import (
 )
 from amp_suite.report.published import published_section
 from amp_suite.report.seeds import margin_of, seeds_lines
-from amp_suite.report.summary import summary_frame
+from amp_suite.report.summary import comparable_cells, summary_frame
 from amp_suite.report.tables import TIME_TO_TARGET_NOTE, comparison_tables, scaling_table, time_to_target_table
 from amp_suite.report.text import REPORT_FIRST_LINE, flat_text, no_raw_html, table_text
 from amp_suite.report.tokens import dataset_line, token_section
@@ -105,7 +105,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     if not target.empty:
         out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
                 target.to_markdown(index=False, disable_numparse=True), ""]
-    out += seeds_lines(cells, margin_of(environment), table_text)
+    out += seeds_lines(comparable_cells(cells, summary), margin_of(environment), table_text)
     out += curve_lines(results, table_text)
     out += loss_scale_lines(results)
     flagged = cells[(cells["status"] == "ok") & (cells["measurement_flags"].fillna("") != "")]

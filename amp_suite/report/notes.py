@@ -105,6 +105,8 @@ def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
     ok = summary[(summary["status"] == "ok") & summary["throughput"].notna()] if not summary.empty else summary
     if not ok.empty:  # an emulated precision's speed is the emulation's: never the best configuration
         ok = ok[~ok["emulated"].fillna(False).astype(bool)]
+    if not ok.empty and "settings_differ" in ok:  # a row of other settings than its fp32's is compared with nothing
+        ok = ok[ok["settings_differ"].fillna("") == ""]
     if ok.empty:
         return []
     lines = []

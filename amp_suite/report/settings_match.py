@@ -20,8 +20,9 @@ from typing import Any
 
 from amp_suite.records import CellResult
 
-# How many differing values a note names.
+# How many differing values a note names, and the longest value it shows whole.
 SHOWN_DIFFERENCES = 3
+SHOWN_CHARS = 40
 
 
 def _comparable_definition(result: CellResult) -> dict[str, Any] | None:
@@ -55,13 +56,21 @@ def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
         yield path, value
 
 
+def _shown(values: dict[str, Any], path: str) -> str:
+    """One value of a definition, bounded (a workload's list of layers is thousands of characters)."""
+    if path not in values:
+        return "absent"
+    text = str(values[path])
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
+
+
 def differences(baseline: CellResult, other: CellResult) -> str:
     """``steps 6 -> 3, warmup 2 -> 1``: the values of ``other``'s definition that differ from ``baseline``'s."""
     before = dict(_leaves(_comparable_definition(baseline) or {}, ""))
     after = dict(_leaves(_comparable_definition(other) or {}, ""))
     changed = [path for path in sorted(before.keys() | after.keys())
                if before.get(path) != after.get(path)]
-    shown = [f"{path.removeprefix('options.')} {before.get(path, '–')} -> {after.get(path, '–')}"
+    shown = [f"{path.removeprefix('options.')} {_shown(before, path)} -> {_shown(after, path)}"
              for path in changed[:SHOWN_DIFFERENCES]]
     more = len(changed) - SHOWN_DIFFERENCES
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")

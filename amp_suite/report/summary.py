@@ -161,6 +161,21 @@ COMPARED_COLUMNS = (*SPEED_RATIO_COLUMNS, "speedup_pairs", "memory_ratio", "memo
                     "accuracy_difference_high_pt")
 
 
+def comparable_cells(cells: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """``cells`` without those of an AMP row that ran other settings than its fp32 row (``settings_differ``): what
+    the sections that pair cells themselves (accuracy over seeds) may pair."""
+    if cells.empty or summary.empty or "settings_differ" not in summary:
+        return cells
+    apart = {(*(row[column] for column in GROUP), row["precision"])
+             for _, row in summary[summary["settings_differ"].fillna("") != ""].iterrows()}
+    if not apart:
+        return cells
+    batch = cells["batch_size"].fillna(0).astype(int)
+    keep = [(*(row[column] for column in GROUP[:-1]), size, row["precision"]) not in apart
+            for (_, row), size in zip(cells.iterrows(), batch, strict=True)]
+    return cells[keep]
+
+
 def _no_comparison_across_settings(summary: pd.DataFrame, cells: pd.DataFrame, results: list[CellResult]) -> None:
     """``settings_differ``: why an AMP row's cells and its fp32 row's cannot be compared (they ran other steps,
     data or versions: :mod:`amp_suite.report.settings_match`), its comparisons then blanked; "" elsewhere."""

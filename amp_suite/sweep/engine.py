@@ -27,10 +27,11 @@ from amp_suite.config.settings import SweepSettings
 from amp_suite.config.workload_datasets import DatasetChoice
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult
+from amp_suite.report.frames import pooled_label
 from amp_suite.report.text import path_text
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE, RESULTS_FILE
 from amp_suite.sweep.plan import SweepPlan, SweepRequest
-from amp_suite.sweep.report_files import record_report_digests
+from amp_suite.sweep.report_files import forget_report_digests, record_report_digests
 from amp_suite.sweep.resolve import resolve, worker_env
 from amp_suite.sweep.stored import warn_about_other_settings, warn_skipped_lines
 
@@ -195,8 +196,8 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
                        else "stopped: a result could not be stored"),
             "planned": len(cells), "not_run": [cell.run.key for cell in cells if cell.run.key not in finished],
             # each as framework, workload, precision: the verdict names an AMP precision that did not run
-            "not_run_cells": [[cell.run.label, cell.run.workload, cell.run.precision] for cell in cells
-                              if cell.run.key not in finished]}
+            "not_run_cells": [[pooled_label(cell.run.label, cell.run.pool), cell.run.workload, cell.run.precision]
+                              for cell in cells if cell.run.key not in finished]}
     # what the cluster's nodes of each pool are, learnt while the cells ran; or what did not run
     if "pools" in environment or "incomplete" in environment:
         try:
@@ -204,9 +205,10 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
         except OSError as exc:
             print(f"amp-suite: warning: cannot update {out_dir / ENVIRONMENT_FILE}: {exc.strerror or exc}",
                   file=sys.stderr)
-    reported = {result.key for result in outcome.results}
-    others = [key for key in store.latest_by_key() if key not in reported]
+    planned = {cell.run.key for cell in cells} | {cell.run.key for more in plan.more_repeats for cell in more}
+    others = [key for key in store.latest_by_key() if key not in planned]
     report_environment = {**environment, "other_results": {"keys": others}} if others else environment
+    forget_report_digests(out_dir)  # a report stopped half-way leaves no digest of the files it replaced
     report = host.write_report(outcome.results, out_dir, report_environment)
     record_report_digests(out_dir, report.written)  # an edit of these files is then seen (report_files)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)

@@ -71,13 +71,23 @@ def _recorded_digests(directory: Path) -> dict[str, str] | None:
     return files
 
 
+def forget_report_digests(directory: Path) -> None:
+    """Remove the record of digests before a report replaces the files it names: a report stopped half-way (a
+    Ctrl-C while the charts draw) must not leave a record that calls the files it did write changed.  Until the
+    next record, the files are judged by how they begin.  Only amp-suite's own record, a regular file, goes."""
+    directory = Path(directory)
+    if _recorded_digests(directory):
+        path = directory / REPORT_DIGESTS_FILE
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+
+
 def record_report_digests(directory: Path, written: Iterable[Path]) -> None:
     """Record the digest of each built-in report file among ``written`` (what a report just wrote in
-    ``directory``), keeping the record of earlier files still as written; a record that cannot be written is a
-    warning (the next report then judges those files by how they begin)."""
+    ``directory``); a record that cannot be written is a warning (the files are then judged by how they
+    begin: :func:`forget_report_digests` removed the earlier record)."""
     directory = Path(directory)
-    digests = {name: value for name, value in (_recorded_digests(directory) or {}).items()
-               if _digest_of(directory, name) == value}
+    digests: dict[str, str] = {}
     for path in written:
         path = Path(path)
         if path.parent == directory and _is_report_file(path.name):

@@ -36,6 +36,7 @@ import pandas as pd
 from amp_suite.config.settings import COMPARED_SETTINGS
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
+from amp_suite.records.definition import definition_changes, shown_value
 from amp_suite.report.intervals import Interval, LogEstimate, log_interval, paired_ratios
 from amp_suite.report.settings_match import settings_key
 
@@ -267,10 +268,8 @@ def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[s
 
 def definition_differences(base: list[CellResult], new: list[CellResult], limit: int = 3) -> list[str]:
     """``definition workload.input_size: 28 → 56 (3 cells: torch/mnist_cnn/fp32, ...)`` for every value of the
-    cells' definitions (:mod:`amp_suite.sweep.fingerprint`) that differs between matched cells; one line saying
+    cells' definitions (:mod:`amp_suite.records.definition`) that differs between matched cells; one line saying
     so where a side recorded no definition (a sweep stored before fingerprints)."""
-    from amp_suite.sweep.fingerprint import definition_changes, shown_value
-
     def definitions(results: list[CellResult]) -> dict[tuple, dict[str, Any]]:
         found: dict[tuple, dict[str, Any]] = {}
         for result in results:

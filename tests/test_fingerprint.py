@@ -7,14 +7,8 @@ from dataclasses import replace
 
 from amp_suite.config.catalog import load_config
 from amp_suite.records import CellResult, RunSpec
-from amp_suite.sweep.fingerprint import (
-    cell_definition,
-    definition_changes,
-    describe_changes,
-    environment_record,
-    fingerprint,
-    resume_reason,
-)
+from amp_suite.records.definition import definition_changes, describe_changes, fingerprint
+from amp_suite.sweep.fingerprint import cell_definition, environment_record, resume_reason
 from suite_cli import run_cli, tiny_config_file
 
 

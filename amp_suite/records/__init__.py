@@ -7,12 +7,14 @@ Framework objects never appear in these records.  :class:`FrameworkInfo` is
 the one record each process asks its plugin for instead of receiving it, so
 its options may hold schema fields (types).
 
-The records live in rooms of one job, and every name is handed out here, where
+The records live in rooms of one job, and every record is handed out here, where
 plugins and third parties import them: ``framework.py`` (what a plugin
 declares, the device), ``workload.py`` (what a cell trains), ``run.py`` (one
 run inside a worker: settings, precision applied, batches, an epoch's
-window), ``cell.py`` (a cell's result and statuses) and ``plain.py``
-(:func:`to_plain`).
+window), ``cell.py`` (a cell's result and statuses), ``definition.py``
+(functions, imported from there: a definition's fingerprint and the values
+two definitions differ in) and
+``plain.py`` (:func:`to_plain`).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A folder's ``results.jsonl`` can hold cells of several runs: fp32 trained for
 summary pairs rows by workload, framework, device, mode and batch size, which
 would then call a gap of training length an AMP effect.  Each stored result
 carries its definition (everything that determines its figures, without its
-precision: :mod:`amp_suite.sweep.fingerprint`); an AMP row whose ``ok`` cells
+precision: :mod:`amp_suite.records.definition`); an AMP row whose ``ok`` cells
 were defined otherwise than its fp32 row's (the seed aside, a paired axis of
 its own) gets no comparison, and the report says which values differ.
 Results stored before definitions existed are not judged.
@@ -13,16 +13,14 @@ Results stored before definitions existed are not judged.
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from amp_suite.records import CellResult
+from amp_suite.records.definition import definition_changes, fingerprint
 
-# How many differing values a note names, and the longest value it shows whole.
+# How many differing values a note names.
 SHOWN_DIFFERENCES = 3
-SHOWN_CHARS = 40
 
 
 def _comparable_definition(result: CellResult) -> dict[str, Any] | None:
@@ -37,42 +35,22 @@ def _comparable_definition(result: CellResult) -> dict[str, Any] | None:
 
 
 def settings_key(result: CellResult) -> str:
-    """A short hash of what ``result`` ran but its precision and seed; "" when it records no definition."""
+    """The fingerprint of what ``result`` ran but its precision and seed; "" when it records no definition."""
     definition = _comparable_definition(result)
     if definition is None:
         return ""
     try:
-        text = json.dumps(definition, sort_keys=True, separators=(",", ":"), default=str)
+        return fingerprint(definition)
     except (TypeError, ValueError, RecursionError):  # a stored line beyond reason: not judged
         return ""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
-
-
-def _leaves(value: Any, path: str) -> Iterator[tuple[str, Any]]:
-    if isinstance(value, Mapping) and value:
-        for name in sorted(value, key=str):
-            yield from _leaves(value[name], f"{path}.{name}" if path else str(name))
-    else:
-        yield path, value
-
-
-def _shown(values: dict[str, Any], path: str) -> str:
-    """One value of a definition, bounded (a workload's list of layers is thousands of characters)."""
-    if path not in values:
-        return "absent"
-    text = str(values[path])
-    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS] + "..."
 
 
 def differences(baseline: CellResult, other: CellResult) -> str:
-    """``steps 6 -> 3, warmup 2 -> 1``: the values of ``other``'s definition that differ from ``baseline``'s."""
-    before = dict(_leaves(_comparable_definition(baseline) or {}, ""))
-    after = dict(_leaves(_comparable_definition(other) or {}, ""))
-    changed = [path for path in sorted(before.keys() | after.keys())
-               if before.get(path) != after.get(path)]
-    shown = [f"{path.removeprefix('options.')} {_shown(before, path)} -> {_shown(after, path)}"
-             for path in changed[:SHOWN_DIFFERENCES]]
-    more = len(changed) - SHOWN_DIFFERENCES
+    """``steps 6 -> 3, warmup 2 -> 1``: the values of ``other``'s definition that differ from ``baseline``'s
+    (each bounded, one side's missing value ``absent``), the first :data:`SHOWN_DIFFERENCES` of them."""
+    changes = definition_changes(_comparable_definition(baseline) or {}, _comparable_definition(other) or {})
+    shown = [change.describe() for change in changes[:SHOWN_DIFFERENCES]]
+    more = len(changes) - SHOWN_DIFFERENCES
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 

@@ -89,7 +89,7 @@ def rough_seconds(cell, device_kind: str) -> float:
 def estimate_cells(cells: Iterable, device_kind: str, stored: list[CellResult], *,
                    resume: bool) -> tuple[CellEstimate, ...]:
     """One :class:`CellEstimate` per cell, in order."""
-    from amp_suite.sweep.fingerprint import fingerprint
+    from amp_suite.records.definition import fingerprint
 
     measured = measured_seconds(stored)
     kept: Mapping[str, CellResult] = {r.key: r for r in stored} if resume else {}

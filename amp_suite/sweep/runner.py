@@ -143,7 +143,7 @@ def resumable(done: dict[str, CellResult], cell: Cell) -> CellResult | None:
 
 def with_fingerprint(cell: Cell, result: CellResult) -> CellResult:
     """``result`` carrying its cell's definition and fingerprint."""
-    from amp_suite.sweep.fingerprint import fingerprint
+    from amp_suite.records.definition import fingerprint
 
     definition = cell.definition
     return replace(result, definition=definition, fingerprint=fingerprint(definition))

@@ -597,3 +597,36 @@ def test_a_report_stopped_half_way_leaves_no_record_that_calls_its_files_changed
     (out / "report-digests.json").write_text('{"mine": true}')  # not amp-suite's record: never removed
     forget_report_digests(out)
     assert (out / "report-digests.json").read_text() == '{"mine": true}'
+
+
+def test_run_and_report_write_through_one_step_that_forgets_then_records_the_digests(tmp_path):
+    """``write_recorded_report`` is the one way both commands write a report: the old record goes before the
+    reporters start (a Ctrl-C in them leaves none), and the files they wrote are recorded after."""
+    from types import SimpleNamespace
+
+    from amp_suite.sweep.report_files import foreign_report_files, record_report_digests, write_recorded_report
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.md").write_text("# amp-suite report\n\nfirst\n")
+    record_report_digests(out, [out / "report.md"])
+
+    class StoppedHost:
+        def write_report(self, results, directory, environment):
+            assert not (directory / "report-digests.json").exists()  # forgotten before any reporter runs
+            (directory / "report.md").write_text("# amp-suite report\n\nhalf\n")
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        write_recorded_report(StoppedHost(), [], out, {})
+    assert not (out / "report-digests.json").exists() and foreign_report_files(out) == []
+
+    class Host:
+        def write_report(self, results, directory, environment):
+            (directory / "report.md").write_text("# amp-suite report\n\nwhole\n")
+            return SimpleNamespace(written=[directory / "report.md"], failures=[])
+
+    outcome = write_recorded_report(Host(), [], out, {})
+    assert outcome.written == [out / "report.md"] and "report.md" in (out / "report-digests.json").read_text()
+    (out / "report.md").write_text("# amp-suite report\n\nwhole, then edited\n")
+    assert foreign_report_files(out) != []

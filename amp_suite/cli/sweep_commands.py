@@ -47,7 +47,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from amp_suite.config.cost import cost_settings
     from amp_suite.report.text import path_text
     from amp_suite.sweep.output_dir import report_lock
-    from amp_suite.sweep.report_files import forget_report_digests, record_report_digests
+    from amp_suite.sweep.report_files import write_recorded_report
     from amp_suite.sweep.stored import load_results
 
     host = _host(args.plugin)
@@ -57,9 +57,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         cost = cost_settings(environment.get("cost") or {}, **_cost_overrides(args))
         if cost:
             environment["cost"] = cost
-        forget_report_digests(Path(args.directory))  # none stays for a file replaced by a report stopped half-way
-        outcome = host.write_report(results, Path(args.directory), environment)
-        record_report_digests(Path(args.directory), outcome.written)
+        outcome = write_recorded_report(host, results, Path(args.directory), environment)
     if outcome.written:  # a line each: a newline in the folder's name is shown escaped, never splits one
         print("\n".join(path_text(p, limit=PATH_MAX) for p in outcome.written))
     _warn_about_settings(results, environment)

@@ -31,7 +31,7 @@ from amp_suite.report.frames import pooled_label
 from amp_suite.report.text import path_text
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE, RESULTS_FILE
 from amp_suite.sweep.plan import SweepPlan, SweepRequest
-from amp_suite.sweep.report_files import forget_report_digests, record_report_digests
+from amp_suite.sweep.report_files import write_recorded_report
 from amp_suite.sweep.resolve import resolve, worker_env
 from amp_suite.sweep.stored import warn_about_other_settings, warn_skipped_lines
 
@@ -208,9 +208,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     planned = {cell.run.key for cell in cells} | {cell.run.key for more in plan.more_repeats for cell in more}
     others = [key for key in store.latest_by_key() if key not in planned]
     report_environment = {**environment, "other_results": {"keys": others}} if others else environment
-    forget_report_digests(out_dir)  # a report stopped half-way leaves no digest of the files it replaced
-    report = host.write_report(outcome.results, out_dir, report_environment)
-    record_report_digests(out_dir, report.written)  # an edit of these files is then seen (report_files)
+    report = write_recorded_report(host, outcome.results, out_dir, report_environment)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
     print_verdict(outcome.results, environment)  # the answer first, then where the files are
     print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "

@@ -26,10 +26,15 @@ import re
 import sys
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
 from amp_suite.safe_files import write_file_atomically
 from amp_suite.sweep.output_dir import CHART_PATTERN, REPORT_DIGESTS_FILE
+
+if TYPE_CHECKING:
+    from amp_suite.plugins.host import PluginHost, ReportOutcome
+    from amp_suite.records import CellResult
 
 # How each built-in report file begins as amp-suite writes it (its first KiB is read).
 _STARTS = {
@@ -69,6 +74,18 @@ def _recorded_digests(directory: Path) -> dict[str, str] | None:
     if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
         return None
     return files
+
+
+def write_recorded_report(host: PluginHost, results: list[CellResult], directory: Path,
+                          environment: dict[str, Any]) -> ReportOutcome:
+    """Write ``results``' report into ``directory`` through ``host``'s reporters, then record the digest of each
+    file written, so an edit of one is seen; the earlier record goes first (:func:`forget_report_digests`).
+    ``amp-suite run`` and ``amp-suite report`` both write their report through here."""
+    directory = Path(directory)
+    forget_report_digests(directory)
+    outcome = host.write_report(results, directory, environment)
+    record_report_digests(directory, outcome.written)
+    return outcome
 
 
 def forget_report_digests(directory: Path) -> None:

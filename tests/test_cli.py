@@ -169,8 +169,8 @@ def test_report_of_a_folder_with_cells_of_other_steps_compares_none_of_them(tiny
                    "-q").returncode == 0
     done = run_cli("report", str(tmp_path / "out"), "-p", "fakefw")
     assert done.returncode == 0, done.stderr
-    assert ("amp-suite: warning: fake / tiny / amp_bf16 is not compared with fp32 (ran with other settings than "
-            "fp32 (steps 6 -> 4))") in done.stderr
+    assert ("amp-suite: warning: not compared: fake / tiny / amp_bf16 ran with other settings than fp32 "
+            "(steps 6 -> 4)\n") in done.stderr
     verdict = (tmp_path / "out" / "report.md").read_text().split("## Environment")[0]
     assert "| fake | amp_bf16 | n/a (not compared: ran with other settings than fp32 (steps 6 -> 4)) |" in verdict
 

@@ -46,6 +46,8 @@ def test_cells_of_other_steps_are_not_compared_and_the_verdict_says_why():
     report = render_markdown(results, {})
     assert "> **Not compared:** jax / w / amp_bf16 ran with other settings than fp32 (steps 6 -> 3)" in report
     assert "-22" not in report.split("## Environment")[0]
+    assert "45.00% (not compared: other settings than fp32)" in report  # its accuracy cell: why it has no delta
+    assert "97 (not compared: other settings than fp32)" in report
 
 
 def test_cells_that_ran_alike_are_compared_seeds_included():
@@ -90,3 +92,48 @@ def test_accuracy_over_seeds_and_the_best_configuration_pair_only_cells_that_ran
             [cell("amp_bf16", throughput=150.0, accuracy=0.38 + s / 100, seed=s) for s in (0, 1, 2)]
     compared = render_markdown(alike, {})
     assert "| **worse** (" in compared and "1.50x the fp32" in compared  # the same figures, compared when alike
+
+
+def test_a_ratio_to_tf32_is_taken_only_from_a_tf32_row_of_the_same_settings():
+    results = [cell("fp32", throughput=100.0, accuracy=0.9), cell("amp_bf16", throughput=150.0, accuracy=0.9),
+               cell("tf32", throughput=300.0, accuracy=0.9, steps=3)]
+    summary = summary_frame(results, {})
+    amp = summary[summary["precision"] == "amp_bf16"].iloc[0]
+    assert amp["speedup"] == pytest.approx(1.5) and amp["speedup_over_tf32"] != amp["speedup_over_tf32"]
+    assert amp["tf32_settings_differ"] == "ran with other settings than tf32 (steps 3 -> 6)"
+    report = render_markdown(results, {})
+    assert "jax / w / amp_bf16 ran with other settings than tf32 (steps 3 -> 6): no ratio to tf32" in report
+    assert "over tf32" not in report.split("## Environment")[0]
+    alike = [*results[:2], cell("tf32", throughput=300.0, accuracy=0.9)]
+    amp = summary_frame(alike, {}).set_index("precision").loc["amp_bf16"]
+    assert amp["speedup_over_tf32"] == pytest.approx(0.5) and amp["tf32_settings_differ"] == ""
+
+
+def _on(result: CellResult, *, devices=1, mode=""):
+    result.config = {**result.config, "devices": devices}
+    result.definition["options"]["devices"] = devices
+    result.mode = mode
+    result.key += f"/{devices}/{mode}"
+    return result
+
+
+def test_scaling_is_taken_only_over_a_one_device_row_of_the_same_settings_but_the_devices():
+    alike = [_on(cell("fp32", throughput=100.0, accuracy=0.9)),
+             _on(cell("fp32", throughput=180.0, accuracy=0.9), devices=2)]
+    two = summary_frame(alike, {}).set_index("devices").loc[2]
+    assert two["scaling_speedup"] == pytest.approx(1.8) and two["scaling_settings_differ"] == ""
+    apart = [alike[0], _on(cell("fp32", throughput=180.0, accuracy=0.9, steps=3), devices=2)]
+    two = summary_frame(apart, {}).set_index("devices").loc[2]
+    assert two["scaling_speedup"] != two["scaling_speedup"]
+    assert two["scaling_settings_differ"] == "ran with other settings than its one-device row (steps 6 -> 3)"
+
+
+def test_a_ratio_to_the_base_mode_is_taken_only_from_a_base_mode_row_of_the_same_settings():
+    eager = _on(cell("fp32", throughput=100.0, accuracy=0.9), mode="eager")
+    alike = [eager, _on(cell("fp32", throughput=150.0, accuracy=0.9), mode="jit")]
+    jit = summary_frame(alike, {}).set_index("mode").loc["jit"]
+    assert jit["speedup_over_base_mode"] == pytest.approx(1.5) and jit["base_mode_settings_differ"] == ""
+    apart = [eager, _on(cell("fp32", throughput=150.0, accuracy=0.9, warmup=4), mode="jit")]
+    jit = summary_frame(apart, {}).set_index("mode").loc["jit"]
+    assert jit["speedup_over_base_mode"] != jit["speedup_over_base_mode"]
+    assert jit["base_mode_settings_differ"] == "ran with other settings than eager, its base mode (warmup 1 -> 4)"

@@ -68,16 +68,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _warn_about_settings(results: list, environment: dict) -> None:
-    """One warning line per AMP row the report could not compare with its fp32 row: cells of runs with other
-    settings side by side in one folder (the report's header names them too)."""
+    """One warning line per row the report could not compare with its fp32 row (or its tf32 row, base mode's,
+    one-device row's): cells of runs with other settings side by side in one folder (the header names them too)."""
+    from amp_suite.report.notes import not_compared
     from amp_suite.report.summary import summary_frame
 
     summary = summary_frame(results, environment)
-    if summary.empty:
-        return
-    for _, row in summary[summary["settings_differ"] != ""].iterrows():
-        print(f"amp-suite: warning: {row['framework']} / {row['workload']} / {row['precision']} is not compared "
-              f"with fp32 ({row['settings_differ']})", file=sys.stderr)
+    for line in not_compared(summary) if not summary.empty else []:
+        print(f"amp-suite: warning: not compared: {line}", file=sys.stderr)
 
 
 def _open_html_report(written: list[Path]) -> bool:

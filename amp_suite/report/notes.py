@@ -168,20 +168,36 @@ def other_results_lines(environment: dict[str, Any]) -> list[str]:
             "`amp-suite report DIR` renders every result in the folder together.", ""]
 
 
+# The summary's columns that say why a row is not compared with another (amp_suite.report.summary), and what it
+# then lacks.
+_NOT_COMPARED = (("settings_differ", ""), ("tf32_settings_differ", "no ratio to tf32"),
+                 ("base_mode_settings_differ", "no ratio to its base mode"),
+                 ("scaling_settings_differ", "no scaling figure"))
+
+
+def not_compared(summary: pd.DataFrame) -> list[str]:
+    """``jax / w / amp_bf16 ran with other settings than tf32 (steps 3 -> 6): no ratio to tf32``: each row left
+    uncompared with its fp32 row (or its tf32 row, its base mode's, its one-device row's) because the two ran other
+    settings (``settings_differ`` and the like: cells of several runs in one folder)."""
+    named = []
+    for _, row in summary.iterrows():
+        for column, lacking in _NOT_COMPARED:
+            why = flat_text(row.get(column) or "") if column in summary else ""
+            if why:
+                named.append(f"{flat_text(row['framework'])} / {flat_text(row['workload'])} / "
+                             f"{flat_text(row['precision'])} {why}" + (f": {lacking}" if lacking else ""))
+    return named
+
+
 def settings_lines(summary: pd.DataFrame) -> list[str]:
-    """A warning for the report's header naming each AMP row that is not compared with its fp32 row because the
-    two ran other settings (``settings_differ``: cells of several runs in one folder)."""
-    if summary.empty or "settings_differ" not in summary:
+    """A warning for the report's header naming what :func:`not_compared` finds."""
+    named = not_compared(summary) if not summary.empty else []
+    if not named:
         return []
-    differ = summary[summary["settings_differ"].fillna("") != ""]
-    if differ.empty:
-        return []
-    named = [f"{flat_text(row['framework'])} / {flat_text(row['workload'])} / {flat_text(row['precision'])} "
-             f"{flat_text(row['settings_differ'])}" for _, row in differ.head(6).iterrows()]
-    more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
-    return [f"> **Not compared:** {'; '.join(named)}{more}. This folder holds cells of runs with other settings; "
-            "a gap between them is not AMP's effect alone. Run them again alike (one command, with `--resume`) or "
-            "into separate folders.", ""]
+    more = f" and {len(named) - 6} more" if len(named) > 6 else ""
+    return [f"> **Not compared:** {'; '.join(named[:6])}{more}. This folder holds cells of runs with other "
+            "settings; a gap between them is not AMP's effect alone. Run them again alike (one command, with "
+            "`--resume`) or into separate folders.", ""]
 
 
 def busy_lines(cells: pd.DataFrame) -> list[str]:

@@ -23,20 +23,26 @@ from amp_suite.records.definition import definition_changes, fingerprint
 SHOWN_DIFFERENCES = 3
 
 
-def _comparable_definition(result: CellResult) -> dict[str, Any] | None:
-    """``result``'s definition without its seed; None when it has none (stored before definitions)."""
+# The options a row of several devices runs otherwise than its one-device row by design (the scaling compares them).
+DEVICE_OPTIONS = ("devices", "nnodes", "launcher")
+
+
+def _comparable_definition(result: CellResult, ignore: tuple[str, ...] = ()) -> dict[str, Any] | None:
+    """``result``'s definition without its seed (and the options named in ``ignore``); None when it has none
+    (stored before definitions)."""
     definition = result.definition
     if not isinstance(definition, dict) or not definition:
         return None
     options = definition.get("options")
     if isinstance(options, dict):
-        options = {name: value for name, value in options.items() if name != "seed"}
+        options = {name: value for name, value in options.items() if name != "seed" and name not in ignore}
     return {**definition, "options": options}
 
 
-def settings_key(result: CellResult) -> str:
-    """The fingerprint of what ``result`` ran but its precision and seed; "" when it records no definition."""
-    definition = _comparable_definition(result)
+def settings_key(result: CellResult, ignore: tuple[str, ...] = ()) -> str:
+    """The fingerprint of what ``result`` ran but its precision, seed and the options in ``ignore``; "" when it
+    records no definition."""
+    definition = _comparable_definition(result, ignore)
     if definition is None:
         return ""
     try:
@@ -45,25 +51,28 @@ def settings_key(result: CellResult) -> str:
         return ""
 
 
-def differences(baseline: CellResult, other: CellResult) -> str:
+def differences(baseline: CellResult, other: CellResult, ignore: tuple[str, ...] = ()) -> str:
     """``steps 6 -> 3, warmup 2 -> 1``: the values of ``other``'s definition that differ from ``baseline``'s
     (each bounded, one side's missing value ``absent``), the first :data:`SHOWN_DIFFERENCES` of them."""
-    changes = definition_changes(_comparable_definition(baseline) or {}, _comparable_definition(other) or {})
+    changes = definition_changes(_comparable_definition(baseline, ignore) or {},
+                                 _comparable_definition(other, ignore) or {})
     shown = [change.describe() for change in changes[:SHOWN_DIFFERENCES]]
     more = len(changes) - SHOWN_DIFFERENCES
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
-def mismatch_note(baseline: Mapping[str, CellResult], other: Mapping[str, CellResult]) -> str:
-    """Why an AMP row's cells (``other``: settings key -> one result) cannot be compared with its fp32 row's
-    (``baseline``); "" when they ran alike, or when either side's cells record no definition."""
+def mismatch_note(baseline: Mapping[str, CellResult], other: Mapping[str, CellResult], reference: str = "fp32",
+                  ignore: tuple[str, ...] = ()) -> str:
+    """Why a row's cells (``other``: settings key -> one result) cannot be compared with its ``reference`` row's
+    (``baseline``: fp32's, tf32's, the one-device row's); "" when they ran alike, or when either side's cells
+    record no definition.  ``ignore``: the options the keys were made without."""
     if not baseline or not other or "" in baseline or "" in other:
         return ""
     if set(baseline) == set(other) and len(other) == 1:
         return ""
-    for cells, whose in ((baseline, "fp32's own"), (other, "its")):
+    for cells, whose in ((baseline, f"{reference}'s own"), (other, "its")):
         if len(cells) > 1:
             first, second = list(cells.values())[:2]
-            return f"{whose} repeats ran with different settings ({differences(first, second)})"
+            return f"{whose} repeats ran with different settings ({differences(first, second, ignore)})"
     [theirs], [mine] = baseline.values(), other.values()
-    return f"ran with other settings than fp32 ({differences(theirs, mine)})"
+    return f"ran with other settings than {reference} ({differences(theirs, mine, ignore)})"

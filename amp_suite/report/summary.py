@@ -38,7 +38,8 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "peak_fraction", "ceiling_ratio", "cost_per_epoch", "cost_per_million_images",
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
                    "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "emulated",
-                   "settings_differ", "error"]
+                   "settings_differ", "tf32_settings_differ", "base_mode_settings_differ",
+                   "scaling_settings_differ", "error"]
 
 
 @by_content
@@ -176,28 +177,57 @@ def comparable_cells(cells: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame
     return cells[keep]
 
 
+# Beside fp32's comparisons (COMPARED_COLUMNS, blanked where ``settings_differ``), the figures that compare a row
+# with its tf32 row, its base mode's and its one-device row's: the column that says why they are not, and them.
+REFERENCE_CHECKS = (
+    ("tf32_settings_differ", ("speedup_over_tf32", "speedup_over_tf32_low", "speedup_over_tf32_high")),
+    ("base_mode_settings_differ", ("speedup_over_base_mode",)),
+    ("scaling_settings_differ", ("scaling_speedup", "scaling_efficiency")),
+)
+
+
 def _no_comparison_across_settings(summary: pd.DataFrame, cells: pd.DataFrame, results: list[CellResult]) -> None:
     """``settings_differ``: why an AMP row's cells and its fp32 row's cannot be compared (they ran other steps,
-    data or versions: :mod:`amp_suite.report.settings_match`), its comparisons then blanked; "" elsewhere."""
-    from amp_suite.report.settings_match import mismatch_note, settings_key
+    data or versions: :mod:`amp_suite.report.settings_match`), its comparisons then blanked; "" elsewhere.  The
+    same for a row's ratio to tf32, to its base mode and to one device (:data:`REFERENCE_CHECKS`)."""
+    from amp_suite.report.settings_match import DEVICE_OPTIONS, mismatch_note, settings_key
 
     ran: dict[tuple, dict[str, CellResult]] = {}
+    ran_apart_from_devices: dict[tuple, dict[str, CellResult]] = {}
     for position, result in enumerate(results):
         if result.status == "ok":
             row = cells.iloc[position]
             place = (*(row[column] for column in GROUP), row["precision"])
             ran.setdefault(place, {}).setdefault(settings_key(result), result)
-    notes = []
+            ran_apart_from_devices.setdefault(place, {}).setdefault(settings_key(result, DEVICE_OPTIONS), result)
+    devices_at, mode_at = GROUP.index("devices"), GROUP.index("mode")
+    notes: dict[str, list[str]] = {name: [] for name in ("settings_differ", *(c for c, _ in REFERENCE_CHECKS))}
     for _, row in summary.iterrows():
         place = tuple(row[column] for column in GROUP)
-        notes.append("" if row["precision"] == BASELINE else
-                     mismatch_note(ran.get((*place, BASELINE), {}), ran.get((*place, row["precision"]), {})))
-    summary["settings_differ"] = notes
-    differ = summary["settings_differ"] != ""
-    for column in COMPARED_COLUMNS:
-        if column in summary:
-            summary.loc[differ, column] = math.nan
-    summary.loc[differ, "accuracy_equivalence"] = ""
+        mine = (*place, row["precision"])
+        notes["settings_differ"].append("" if row["precision"] == BASELINE else
+                                        mismatch_note(ran.get((*place, BASELINE), {}), ran.get(mine, {})))
+        notes["tf32_settings_differ"].append("" if row["precision"] == "tf32" else
+                                             mismatch_note(ran.get((*place, "tf32"), {}), ran.get(mine, {}), "tf32"))
+        base = str(row.get("base_mode") or "")
+        in_base = (*place[:mode_at], base, *place[mode_at + 1:], row["precision"])
+        notes["base_mode_settings_differ"].append(
+            "" if not base or row["mode"] == base else
+            mismatch_note(ran.get(in_base, {}), ran.get(mine, {}), f"{base}, its base mode"))
+        on_one = (*place[:devices_at], 1, *place[devices_at + 1:], row["precision"])
+        notes["scaling_settings_differ"].append(
+            "" if int(row["devices"]) == 1 else
+            mismatch_note(ran_apart_from_devices.get(on_one, {}), ran_apart_from_devices.get(mine, {}),
+                          "its one-device row", DEVICE_OPTIONS))
+    for name, values in notes.items():
+        summary[name] = values
+    for name, columns in (("settings_differ", COMPARED_COLUMNS),
+                          *REFERENCE_CHECKS):
+        differ = summary[name] != ""
+        for column in columns:
+            if column in summary:
+                summary.loc[differ, column] = math.nan
+    summary.loc[summary["settings_differ"] != "", "accuracy_equivalence"] = ""
 
 
 def _over_base_mode(summary: pd.DataFrame) -> None:

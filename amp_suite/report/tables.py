@@ -140,6 +140,14 @@ def _fmt(value: float, pattern: str) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else pattern.format(value)
 
 
+# What a figure of a row compared with nothing says in place of its ratio to fp32 (the header's note says why).
+NOT_COMPARED_TEXT = " (not compared: other settings than fp32)"
+
+
+def _not_compared(row: Any) -> bool:
+    return row["precision"] != BASELINE and bool(row.get("settings_differ"))
+
+
 def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None = None) -> dict[str, pd.DataFrame]:
     """The report's tables: each a row per workload x framework, a column per precision."""
     cost = (environment or {}).get("cost") or {}
@@ -162,6 +170,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
             parts.append(f"{row['speedup_over_base_mode']:.2f}x over {row['base_mode']}")
         if parts:
             text += f" ({'; '.join(parts)})"
+        if _not_compared(row):
+            text += NOT_COMPARED_TEXT
         if row.get("device_kind") == "gpu" and is_known(row.get("gpu_busy_pct")):
             busy = float(row["gpu_busy_pct"])
             text += f", GPU {busy:.0f}%" + (f" {BOUND_MARK}" if busy < BOUND_BELOW_PCT else "")
@@ -177,7 +187,7 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         text = _fmt(row["peak_memory_mib"], "{:,.0f}")
         if row["precision"] != BASELINE and not math.isnan(row["memory_ratio"]):
             text += f" ({format_ratio(speedup_interval(row, 'memory_ratio'))})"
-        return text
+        return text + (NOT_COMPARED_TEXT if _not_compared(row) and text != "–" else "")
 
     def accuracy(row) -> str:
         if math.isnan(row["val_accuracy"]):
@@ -185,7 +195,7 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         text = _fmt(row["val_accuracy"] * 100, "{:.2f}%")
         if row["precision"] != BASELINE and not math.isnan(row["accuracy_delta"]):
             text += f" ({row['accuracy_delta'] * 100:+.2f} pt)"
-        return text
+        return text + (NOT_COMPARED_TEXT if _not_compared(row) else "")
 
     def achieved(row) -> str:
         text = _fmt(row["achieved_tflops"], "{:.3f}")

@@ -171,8 +171,11 @@ def test_report_of_a_folder_with_cells_of_other_steps_compares_none_of_them(tiny
     assert done.returncode == 0, done.stderr
     assert ("amp-suite: warning: not compared: fake / tiny / amp_bf16 ran with other settings than fp32 "
             "(steps 6 -> 4)\n") in done.stderr
-    verdict = (tmp_path / "out" / "report.md").read_text().split("## Environment")[0]
+    report = (tmp_path / "out" / "report.md").read_text()
+    verdict = report.split("## Environment")[0]
     assert "| fake | amp_bf16 | n/a (not compared: ran with other settings than fp32 (steps 6 -> 4)) |" in verdict
+    assert "- sweep (the last run into this folder; the cells of other settings are named under Not compared): " \
+           "6 steps per epoch" in report  # environment.json is the last run's: its settings are not every cell's
 
 
 def test_any_failed_cell_makes_exit_1(tiny_config, clean_fake_env):

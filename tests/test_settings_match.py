@@ -55,7 +55,8 @@ def test_cells_that_ran_alike_are_compared_seeds_included():
               [cell("amp_bf16", throughput=150.0, accuracy=0.9, seed=s) for s in (0, 1)]
     row = _row(results)
     assert row["settings_differ"] == "" and row["speedup"] == pytest.approx(1.5)
-    assert "Not compared" not in render_markdown(results, {})
+    report = render_markdown(results, {"settings": {"steps": 6}})
+    assert "Not compared" not in report and "- sweep: 6 steps per epoch" in report
 
 
 def test_repeats_of_one_precision_with_other_settings_are_named():

@@ -80,7 +80,13 @@ def runtime_lines(results: list[CellResult]) -> list[str]:
     return lines
 
 
-def environment_lines(environment: dict[str, Any]) -> list[str]:
+# Beside the sweep's settings when the folder holds cells of runs with other settings.
+LAST_RUN_TEXT = " (the last run into this folder; the cells of other settings are named under Not compared)"
+
+
+def environment_lines(environment: dict[str, Any], several_runs: bool = False) -> list[str]:
+    """The report's environment section.  ``several_runs``: the folder holds cells of runs with other settings, so
+    the sweep's settings named are the last run's (environment.json is each run's own), not every cell's."""
     packages = environment.get("packages", {})
     gpus = environment.get("gpus") or []
     lines = [
@@ -96,7 +102,8 @@ def environment_lines(environment: dict[str, Any]) -> list[str]:
     settings = environment.get("settings")
     if settings:
         lines.append(
-            f"- sweep: {settings.get('steps')} steps per epoch at most, {settings.get('epochs')} epoch(s), "
+            f"- sweep{LAST_RUN_TEXT if several_runs else ''}: {settings.get('steps')} steps per epoch at most, "
+            f"{settings.get('epochs')} epoch(s), "
             f"warm-up {settings.get('warmup')} steps, batch size "
             f"{settings.get('batch_size') or 'per workload'}, {settings.get('repeats')} repeat(s), "
             f"{_seeds_text(settings)}, device {settings.get('device')}"

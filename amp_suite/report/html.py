@@ -38,7 +38,13 @@ from amp_suite.report.html_sections import (
     verdict_html,
 )
 from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
-from amp_suite.report.notes import busy_lines, incomplete_lines, other_results_lines, settings_lines
+from amp_suite.report.notes import (
+    busy_lines,
+    incomplete_lines,
+    not_compared,
+    other_results_lines,
+    settings_lines,
+)
 from amp_suite.report.seeds import margin_of
 from amp_suite.report.summary import comparable_cells, summary_frame
 from amp_suite.report.verdict import build_verdict, not_run_cells
@@ -177,8 +183,9 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
     if not cells.empty:
         body += ['<h2 id="runs-section">Every run</h2>', *every_run_html(cells)]
         body += failures_html(cells)
-    body += ['<h2 id="environment-section">Environment</h2>', *paragraphs(environment_lines(environment)
-                                                                   + runtime_lines(results))]
+    several_runs = bool(not_compared(summary))  # then the settings named are the last run's
+    body += ['<h2 id="environment-section">Environment</h2>',
+             *paragraphs(environment_lines(environment, several_runs) + runtime_lines(results))]
     body += ['<h2 id="method-section">How the figures were measured</h2>', *paragraphs(methodology_lines(environment))]
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',

@@ -24,6 +24,7 @@ from amp_suite.report.notes import (
     interval_lines,
     memory_noise_lines,
     mode_lines,
+    not_compared,
     other_results_lines,
     settings_lines,
 )
@@ -55,7 +56,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
 
     verdict = build_verdict(summary, cells, not_run_cells(environment))
     out = [REPORT_FIRST_LINE, "", "## Verdict", "", *markdown_lines(verdict, table_text),
-           "## Environment", "", *environment_lines(environment),
+           "## Environment", "", *environment_lines(environment, bool(not_compared(summary))),
            *runtime_lines(results), *variant_environment_lines(cells), *backend_lines(cells), ""]
     if not cells.empty:
         devices = sorted({device_label(k, [n])

@@ -38,7 +38,7 @@ from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.records.definition import definition_changes, shown_value
 from amp_suite.report.intervals import Interval, LogEstimate, log_interval, paired_ratios
-from amp_suite.report.settings_match import settings_key
+from amp_suite.report.settings_match import PRECISION_OPTIONS, settings_key
 
 MIB = 1024 * 1024
 # The first line of every comparison: how `compare --out` knows a file it may replace.
@@ -118,7 +118,7 @@ def _sides(results: list[CellResult]) -> dict[tuple, Side]:
         side = out.setdefault(_cell_key(r), Side())
         if r.status != "ok":
             continue
-        side.settings.add(settings_key(r))
+        side.settings.add(settings_key(r, PRECISION_OPTIONS))
         m = r.metrics or {}
         synthetic = (r.config or {}).get("dataset") == "synthetic" or m.get("dataset_substituted")
         for key, value in (("throughput", _num(m.get("throughput"))), ("peak_memory_mib", _memory(m)),

@@ -138,3 +138,15 @@ def test_a_ratio_to_the_base_mode_is_taken_only_from_a_base_mode_row_of_the_same
     jit = summary_frame(apart, {}).set_index("mode").loc["jit"]
     assert jit["speedup_over_base_mode"] != jit["speedup_over_base_mode"]
     assert jit["base_mode_settings_differ"] == "ran with other settings than eager, its base mode (warmup 1 -> 4)"
+
+
+def test_options_that_only_amp_applies_do_not_keep_fp32_from_being_compared():
+    """keep_fp32 and loss scaling change nothing in fp32 or tf32: an amp_bf16 run again with layers kept in float32
+    beside the fp32 of an earlier run is still compared with it; other options still are not."""
+    kept = cell("amp_bf16", throughput=150.0, accuracy=0.9, options={"keep_fp32": ["head"], "loss_scaling": "none"})
+    results = [cell("fp32", throughput=100.0, accuracy=0.9, options={}), kept]
+    row = _row(results)
+    assert row["settings_differ"] == "" and row["speedup"] == pytest.approx(1.5)
+    other = cell("amp_bf16", throughput=150.0, accuracy=0.9, options={"jit_compile": False})
+    row = _row([results[0], other])
+    assert row["settings_differ"] == "ran with other settings than fp32 (options.jit_compile absent -> False)"

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from amp_suite.config.framework_tables import COMMON_FRAMEWORK_OPTIONS
 from amp_suite.records import CellResult
 from amp_suite.records.definition import definition_changes, fingerprint
 
@@ -25,17 +26,22 @@ SHOWN_DIFFERENCES = 3
 
 # The options a row of several devices runs otherwise than its one-device row by design (the scaling compares them).
 DEVICE_OPTIONS = ("devices", "nnodes", "launcher")
+# The framework options only some precisions apply (loss scaling: amp_fp16; layers kept in float32: AMP): fp32 and
+# tf32 ignore them, so an fp32 or tf32 row is compared with an AMP row whatever these say on either side.
+PRECISION_OPTIONS = tuple(name for name in COMMON_FRAMEWORK_OPTIONS)
 
 
 def _comparable_definition(result: CellResult, ignore: tuple[str, ...] = ()) -> dict[str, Any] | None:
-    """``result``'s definition without its seed (and the options named in ``ignore``); None when it has none
-    (stored before definitions)."""
+    """``result``'s definition without its seed (and the options named in ``ignore``: the run's own, or the
+    framework's, its ``options``); None when it has none (stored before definitions)."""
     definition = result.definition
     if not isinstance(definition, dict) or not definition:
         return None
     options = definition.get("options")
     if isinstance(options, dict):
         options = {name: value for name, value in options.items() if name != "seed" and name not in ignore}
+        if isinstance(options.get("options"), dict):
+            options["options"] = {name: value for name, value in options["options"].items() if name not in ignore}
     return {**definition, "options": options}
 
 

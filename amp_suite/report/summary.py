@@ -190,30 +190,36 @@ def _no_comparison_across_settings(summary: pd.DataFrame, cells: pd.DataFrame, r
     """``settings_differ``: why an AMP row's cells and its fp32 row's cannot be compared (they ran other steps,
     data or versions: :mod:`amp_suite.report.settings_match`), its comparisons then blanked; "" elsewhere.  The
     same for a row's ratio to tf32, to its base mode and to one device (:data:`REFERENCE_CHECKS`)."""
-    from amp_suite.report.settings_match import DEVICE_OPTIONS, mismatch_note, settings_key
+    from amp_suite.report.settings_match import DEVICE_OPTIONS, PRECISION_OPTIONS, mismatch_note, settings_key
 
+    # each row's ok cells by what they ran: against fp32 or tf32 without the options only AMP applies, against its
+    # base mode whole, against one device without the device count
     ran: dict[tuple, dict[str, CellResult]] = {}
+    ran_whole: dict[tuple, dict[str, CellResult]] = {}
     ran_apart_from_devices: dict[tuple, dict[str, CellResult]] = {}
     for position, result in enumerate(results):
         if result.status == "ok":
             row = cells.iloc[position]
             place = (*(row[column] for column in GROUP), row["precision"])
-            ran.setdefault(place, {}).setdefault(settings_key(result), result)
+            ran.setdefault(place, {}).setdefault(settings_key(result, PRECISION_OPTIONS), result)
+            ran_whole.setdefault(place, {}).setdefault(settings_key(result), result)
             ran_apart_from_devices.setdefault(place, {}).setdefault(settings_key(result, DEVICE_OPTIONS), result)
     devices_at, mode_at = GROUP.index("devices"), GROUP.index("mode")
     notes: dict[str, list[str]] = {name: [] for name in ("settings_differ", *(c for c, _ in REFERENCE_CHECKS))}
     for _, row in summary.iterrows():
         place = tuple(row[column] for column in GROUP)
         mine = (*place, row["precision"])
-        notes["settings_differ"].append("" if row["precision"] == BASELINE else
-                                        mismatch_note(ran.get((*place, BASELINE), {}), ran.get(mine, {})))
-        notes["tf32_settings_differ"].append("" if row["precision"] == "tf32" else
-                                             mismatch_note(ran.get((*place, "tf32"), {}), ran.get(mine, {}), "tf32"))
+        notes["settings_differ"].append(
+            "" if row["precision"] == BASELINE else
+            mismatch_note(ran.get((*place, BASELINE), {}), ran.get(mine, {}), ignore=PRECISION_OPTIONS))
+        notes["tf32_settings_differ"].append(
+            "" if row["precision"] == "tf32" else
+            mismatch_note(ran.get((*place, "tf32"), {}), ran.get(mine, {}), "tf32", PRECISION_OPTIONS))
         base = str(row.get("base_mode") or "")
         in_base = (*place[:mode_at], base, *place[mode_at + 1:], row["precision"])
         notes["base_mode_settings_differ"].append(
             "" if not base or row["mode"] == base else
-            mismatch_note(ran.get(in_base, {}), ran.get(mine, {}), f"{base}, its base mode"))
+            mismatch_note(ran_whole.get(in_base, {}), ran_whole.get(mine, {}), f"{base}, its base mode"))
         on_one = (*place[:devices_at], 1, *place[devices_at + 1:], row["precision"])
         notes["scaling_settings_differ"].append(
             "" if int(row["devices"]) == 1 else

@@ -12,7 +12,7 @@ import amp_suite
 from amp_suite.config.catalog import find_config, load_config, with_overrides
 from amp_suite.config.workload_datasets import dataset_choice
 from amp_suite.datasets import text
-from amp_suite.errors import UsageError
+from amp_suite.errors import PluginError, UsageError
 from amp_suite.sweep.cells import plan_cells
 from suite_cli import run_cli, tiny_config_file
 
@@ -182,12 +182,15 @@ def test_validation_of_a_token_workload_runs_over_every_token_and_keeps_ids_int3
 
     data = Dataset("text", ids, labels, ids, labels)
     pipeline = input_pipeline(workload, data, batch_size=2, steps=1, seed=0)
-    figures = validate(Host(), RunSpec("bigram", "text_gpt_nano", "fp32"), None, pipeline, batch_size=2)
+    figures = validate(Host(), RunSpec("bigram", "text_gpt_nano", "fp32"), None, pipeline, batch_size=2, outputs=3)
     probs = np.exp(table)[ids]
     expected_loss = float(-np.log(np.take_along_axis(probs, labels[..., None], axis=-1)).mean())
     assert figures["val_examples"] == 3
     assert figures["val_accuracy"] == pytest.approx(float((probs.argmax(-1) == labels).mean()))
     assert figures["val_loss"] == pytest.approx(expected_loss, rel=1e-6)
+    with pytest.raises(PluginError, match=r"predict returned logits of shape \(2, 3, 3\) for labels of shape "
+                                          r"\(2, 3\); expected \(2, 3, 4\) \(4 tokens of vocabulary of text_gpt_nano\)"):
+        validate(Host(), RunSpec("bigram", "text_gpt_nano", "fp32"), None, pipeline, batch_size=2, outputs=4)
     tokens = token_figures(workload, {"throughput": 10.0, **figures}, 4.7, labels.size)
     assert tokens["tokens_per_s"] == 10.0 * 128 and tokens["val_tokens"] == 9
     assert tokens["val_bits_per_char"] == pytest.approx(expected_loss / math.log(2), rel=1e-6)
@@ -218,3 +221,29 @@ def test_a_token_cells_progress_line_gives_tokens_per_second_and_bits_per_char()
                                "val_accuracy": 0.31})
     line = _result_text("text_gpt_nano bigram fp32 r0", cell)
     assert "1,280 tokens/s" in line and "3.250 bits/char" in line and "next-token acc 0.310" in line
+
+
+@pytest.mark.parametrize("width", [11, 5])
+def test_logits_of_another_number_of_classes_are_a_plugin_error_not_a_loss(width):
+    """A plugin author's trial: 11 logits for 10 classes gave an ok cell with another validation loss, and 5 a raw
+    IndexError from deep inside validation."""
+    import numpy as np
+
+    from amp_suite.cell.worker import validate
+    from amp_suite.datasets import Dataset, input_pipeline
+    from amp_suite.records import RunSpec
+
+    workload = PACKAGED.workloads["mnist_cnn"]
+    images = np.zeros((4, 28, 28, 1), dtype=np.float32)
+    labels = np.array([9, 1, 2, 3], dtype=np.int32)
+
+    class Host:
+        def predict(self, run, model, images, training=False):
+            return np.zeros((len(images), width), dtype=np.float32)
+
+    pipeline = input_pipeline(workload, Dataset("mnist", images, labels, images, labels), batch_size=4, steps=1,
+                              seed=0)
+    with pytest.raises(PluginError, match=rf"predict returned logits of shape \(4, {width}\) for labels of shape "
+                                          r"\(4,\); expected \(4, 10\) \(10 classes of mnist_cnn\)"):
+        validate(Host(), RunSpec("fake", "mnist_cnn", "fp32"), None, pipeline, batch_size=4,
+                 outputs=workload.outputs)

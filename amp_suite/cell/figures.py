@@ -44,11 +44,12 @@ def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set
     for epoch in epochs:
         for key, value in epoch.extra.items():
             if key in reserved:
-                raise PluginError(f"framework {framework!r}: EpochResult.extra key {key!r} is a figure the host "
-                                  "computes itself; give the figure another name")
+                raise PluginError(f"plugin of framework {framework!r}: EpochResult.extra key {key!r} is a figure the "
+                                  "host computes itself; give the figure another name")
             problem = figure_problem(key, value)
             if problem:
-                line = f"framework {framework!r}: EpochResult.extra key {key!r} {problem}; the value is left out"
+                line = (f"plugin of framework {framework!r}: EpochResult.extra key {key!r} {problem}; the value is "
+                        "left out")
                 if dropped is None:
                     raise PluginError(line)
                 if line not in dropped:

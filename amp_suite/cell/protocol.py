@@ -111,7 +111,7 @@ def run_cell(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     metrics, dropped = training_figures(run, inputs, training, rss_before)
     metrics.update(loss_scale_figures(training.parts, applied))
     measured = measure(run, host, model, device, metrics, dropped, training.staged_peak, rss_before, result)
-    metrics.update(validate(host, run, model, inputs.pipeline, run.batch_size))
+    metrics.update(validate(host, run, model, inputs.pipeline, run.batch_size, inputs.workload.outputs))
     meter, settled = time_again_if_short(run, host, model, inputs, training, device, metrics)
     final_figures(run, inputs, metrics, meter, settled, dropped)
     result.metrics = metrics
@@ -217,7 +217,7 @@ def train(run: RunSpec, inputs: CellInputs, host: PluginHost, model: Any, device
             plan.observe(phase, part)
             progress.step_done(phase.stop, pipeline.steps_per_epoch)  # between windows, never inside one
             if target.due(phase) or curve.due(phase):  # between phases, outside the training clock
-                validation = once(lambda: validate(host, run, model, pipeline, run.batch_size))
+                validation = once(lambda: validate(host, run, model, pipeline, run.batch_size, workload.outputs))
                 if target.due(phase):
                     target.evaluate(phase, parts, validation)
                 if curve.due(phase):

@@ -22,13 +22,15 @@ from amp_suite.records import EpochResult, RunSpec, Workload
 
 
 def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline,
-             batch_size: int) -> dict[str, float]:
+             batch_size: int, outputs: int) -> dict[str, float]:
     """Validation accuracy and loss, from eval-mode logits computed in the run's precision.
 
     A classifier's labels are ``(n,)`` and its logits ``(n, classes)``; a
     language model's labels are ``(n, context)`` next tokens and its logits
     ``(n, context, vocab)``: accuracy and loss are then over every token.  The
     inputs go to the model as the pipeline gives them (token ids stay int32).
+    ``outputs`` is the workload's classes (or vocabulary): logits of another
+    width are a :class:`PluginError`, never a loss over the wrong classes.
     """
     labels = pipeline.dataset.val_labels
     correct = 0
@@ -37,9 +39,11 @@ def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline
         images = pipeline.eval_images(pipeline.dataset.val_images[start:start + batch_size])  # one batch resized
         logits = np.asarray(host.predict(run, model, images, training=False), dtype=np.float64)
         y = labels[start:start + batch_size]
-        if logits.shape[:-1] != y.shape:
-            raise PluginError(f"framework {run.framework!r}: predict gave logits of shape {logits.shape} for "
-                              f"labels of shape {y.shape}; expected {(*y.shape, 'classes')}")
+        if logits.shape != (*y.shape, outputs):
+            what = f"{outputs} tokens of vocabulary" if logits.ndim > 2 or y.ndim > 1 else f"{outputs} classes"
+            raise PluginError(f"plugin of framework {run.framework!r}: predict returned logits of shape "
+                              f"{logits.shape} for labels of shape {y.shape}; expected {(*y.shape, outputs)} "
+                              f"({what} of {run.workload})")
         correct += int((logits.argmax(axis=-1) == y).sum())
         shifted = logits - logits.max(axis=-1, keepdims=True)
         log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))

@@ -170,6 +170,14 @@ class Workload:
         return self.transformer is not None and self.transformer.vocab_size > 0
 
     @property
+    def outputs(self) -> int:
+        """Logits per prediction: the classes, or a language model's vocabulary."""
+        if self.tokens:
+            assert self.transformer is not None
+            return self.transformer.vocab_size
+        return self.num_classes
+
+    @property
     def input_shape(self) -> tuple[int, ...]:
         """Per-example shape: (height, width, channels), NHWC, or (context,) token ids."""
         if self.tokens:

@@ -314,10 +314,17 @@ def _validation_message(exc: pluggy.PluginValidationError) -> str:
 
         expected = list(inspect.signature(spec).parameters)
         given = [name for name in inspect.signature(caller).parameters]
+        missing = [name for name in expected if name not in given]
+        unknown = [name for name in given if name not in expected]
         hints = []
-        for name in given:
-            if name not in expected:
-                close = difflib.get_close_matches(name, expected, n=1)
+        for position, name in enumerate(given):
+            if name in unknown:
+                close = difflib.get_close_matches(name, missing or expected, n=1)
+                # no name alike: the spec's argument at its place, or the one argument it lacks (batches -> staged)
+                if not close and position < len(expected) and expected[position] in missing:
+                    close = [expected[position]]
+                elif not close and len(unknown) == 1 and len(missing) == 1:
+                    close = missing
                 hints.append(f"rename {name!r} to {close[0]!r}" if close else f"remove {name!r}")
         text += f"; {hook_name} takes ({', '.join(expected)}) or fewer" + "".join(f"; {h}" for h in hints)
     return f"{type(exc).__name__}: {text}"

@@ -231,3 +231,41 @@ def test_mypy_checks_a_plugin_module_against_the_framework_plugin_protocol(tmp_p
     predicts = [line for line in conflicts.splitlines() if "def predict(" in line]
     assert len(predicts) == 2 and "training: bool" in predicts[0] and "training" not in predicts[1], predicts
     assert "build_model" not in conflicts and "get_variables" not in conflicts and "measure" not in conflicts
+
+
+class _Misnamed:
+    """A copy-paste mistake: every precision answered as fp32, or a dtype that does not exist."""
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    @hookimpl
+    def framework_info(self):
+        return FrameworkInfo(name="wrong", display_name="Wrong", modules=(), extra="",
+                             precisions={"cpu": ("fp32", "amp_fp16", "amp_bf16")})
+
+    @hookimpl
+    def set_precision(self, run, device):
+        from amp_suite.records import PrecisionApplied
+
+        return PrecisionApplied(*self.answer)
+
+
+@pytest.mark.parametrize(("precision", "answer", "problem"), [
+    ("amp_bf16", ("fp32", "float32", "float32"),
+     "set_precision returned precision 'fp32' for a cell of amp_bf16; it must name the precision it was asked to apply"),
+    ("amp_bf16", ("amp_bf16", "float32", "float32"),
+     "set_precision returned compute_dtype 'float32' for a cell of amp_bf16; amp_bf16 computes in bfloat16"),
+    ("amp_fp16", ("amp_fp16", "half16", "float32"),
+     "set_precision returned compute_dtype 'half16'; allowed: float32, float16, bfloat16, float64"),
+])
+def test_a_precision_applied_that_is_not_the_cells_is_refused(precision, answer, problem):
+    host = PluginHost(autoload=False)
+    host.register(_Misnamed(answer), name="wrong_plugin")
+    run = RunSpec(framework="wrong", workload="tiny", precision=precision)
+    with pytest.raises(PluginError, match="^plugin 'wrong_plugin': " + problem.replace("(", r"\(").replace(")", r"\)")):
+        host.set_precision(run, CPU)
+    right = _Misnamed((precision, {"amp_bf16": "bfloat16", "amp_fp16": "float16"}[precision], "float32"))
+    host.pm.unregister(name="wrong_plugin")
+    host.register(right, name="right_plugin")
+    assert host.set_precision(run, CPU).precision == precision

@@ -125,6 +125,40 @@ def test_a_raising_measure_names_the_plugin_and_keeps_its_status(plugin_dir):
     assert classify_exception(info.value) == "oom"
 
 
+SENSOR = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def measure():
+    raise RuntimeError("sensor unavailable")
+'''
+
+LISTING = '''
+from amp_suite import hookimpl
+
+@hookimpl
+def measure():
+    return [("cpu_temperature_c", 40.0)]
+'''
+
+
+@pytest.mark.parametrize(("module", "text", "line"), [
+    ("failing_sensor", SENSOR, "plugin 'failing_sensor': measure failed: RuntimeError: sensor unavailable; its "
+                               "figures are left out"),
+    ("listing_sensor", LISTING, "plugin 'listing_sensor': measure returned list"),
+])
+def test_a_measure_add_on_that_fails_costs_the_cell_only_its_own_figures(plugin_dir, module, text, line):
+    """A plugin author's trial: one sensor add-on that raised failed every cell, its throughput and accuracy lost."""
+    (plugin_dir / f"{module}.py").write_text(text)
+    host = PluginHost(extra_modules=(module,), autoload=False)
+    dropped: list[str] = []
+    figures = host.measure(RunSpec(framework="fake", workload="tiny", precision="fp32"), None, None, dropped=dropped)
+    assert figures["peak_rss_bytes"] > 0  # host_measure's figure stays
+    assert len(dropped) == 1 and dropped[0].startswith(line), dropped
+    with pytest.raises(PluginError, match=line.split(";")[0]):  # without a list to note it in: the error
+        host.measure(RunSpec(framework="fake", workload="tiny", precision="fp32"), None, None)
+
+
 def test_host_measure_can_be_disabled(monkeypatch):
     monkeypatch.setenv(DISABLE_ENV, "host_measure")
     assert "host_measure" not in {d.name for d in PluginHost(autoload=False).describe()}

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from amp_suite.errors import UsageError
-from amp_suite.records import FrameworkInfo, FrameworkOption, to_plain
+from amp_suite.records import FrameworkInfo, FrameworkOption, PrecisionApplied, to_plain
 from amp_suite.schema import Field, check_value
 from amp_suite.stored_values import number_problem
 
@@ -51,4 +51,31 @@ def declaration_problem(info: FrameworkInfo) -> str | None:
         module = getattr(info, name)
         if not isinstance(module, str) or (module and not all(part.isidentifier() for part in module.split("."))):
             return f"{name} {module!r} is not a module name (e.g. 'my_plugin.doctor')"
+    return None
+
+
+# The dtypes a PrecisionApplied may name (numpy's spelling, as every framework's dtype name reads).
+DTYPE_NAMES = ("float32", "float16", "bfloat16", "float64")
+
+
+def applied_problem(precision: str, applied: PrecisionApplied) -> str | None:
+    """Why ``set_precision``'s answer for a cell of ``precision`` cannot be its record of what ran, or None.
+
+    It must name the cell's precision, name each dtype as numpy does, and compute in the dtype the precision
+    means (:data:`amp_suite.plugins.kit.COMPUTE_DTYPES`): an amp_bf16 cell that computed in float32 would be
+    reported as AMP's speed-up.
+    """
+    from amp_suite.plugins.kit import COMPUTE_DTYPES
+
+    if applied.precision != precision:
+        return (f"set_precision returned precision {str(applied.precision)[:40]!r} for a cell of {precision}; it must "
+                "name the precision it was asked to apply")
+    for name in ("compute_dtype", "param_dtype", "output_dtype"):
+        value = getattr(applied, name)
+        if value not in DTYPE_NAMES:
+            return f"set_precision returned {name} {str(value)[:40]!r}; allowed: {', '.join(DTYPE_NAMES)}"
+    expected = COMPUTE_DTYPES.get(precision)
+    if expected and applied.compute_dtype != expected:
+        return (f"set_precision returned compute_dtype {applied.compute_dtype!r} for a cell of {precision}; "
+                f"{precision} computes in {expected} (raise UnsupportedError where it cannot)")
     return None

@@ -13,6 +13,9 @@ from contextlib import contextmanager
 
 from amp_suite.errors import PluginError, SweepInterrupted, one_line
 
+# The end of the message of a plugin that tried to end the program (never a figure left out: the cell fails).
+ENDING = "a plugin may not end the program"
+
 
 @contextmanager
 def contained(plugin: str, hook: str) -> Iterator[None]:
@@ -28,8 +31,7 @@ def contained(plugin: str, hook: str) -> Iterator[None]:
     except (Exception, SweepInterrupted):
         raise
     except BaseException as exc:
-        raise PluginError(f"plugin {plugin!r}: {hook} raised {_ending(exc)}; a plugin may not end the program"
-                          ) from None
+        raise PluginError(f"plugin {plugin!r}: {hook} raised {_ending(exc)}; {ENDING}") from None
 
 
 def _ending(exc: BaseException) -> str:

@@ -20,6 +20,7 @@ raises or answers wrongly is reported, and the other reporters still write.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,9 @@ import numpy as np
 
 from amp_suite.errors import PluginError, UnsupportedError, one_line
 from amp_suite.plugins import hookspecs
-from amp_suite.plugins.answers import declaration_problem, figure_problem
-from amp_suite.plugins.containment import contained
-from amp_suite.plugins.contracts import check_logits, check_return
+from amp_suite.plugins.answers import applied_problem, declaration_problem, figure_problem
+from amp_suite.plugins.containment import ENDING, contained
+from amp_suite.plugins.contracts import check_logits, check_return, return_types
 from amp_suite.plugins.hook_table import first_answer
 from amp_suite.plugins.loading import (
     DISABLE_ENV,
@@ -42,6 +43,7 @@ from amp_suite.plugins.loading import (
     find_in_current_directory,
     import_contained,
 )
+from amp_suite.plugins.report_guard import ReportGuard
 from amp_suite.records import CellResult, DeviceInfo, PrecisionApplied, RunSpec
 
 __all__ = [
@@ -89,7 +91,8 @@ class PluginHost(LoadedPlugins):
         The plugin itself explains a precision it declares for another kind of
         device (``tf32`` on a CPU); one it never declares (``fp64`` of a plugin
         that has no float64 path) never reaches it, so it cannot run in float32
-        under the wrong name.
+        under the wrong name.  The answer must be the cell's precision, computed in the dtype it means
+        (:func:`~amp_suite.plugins.answers.applied_problem`).
         """
         info = self.frameworks().get(run.framework)
         if info is not None and not any(run.precision in names for names in info.precisions.values()):
@@ -103,7 +106,11 @@ class PluginHost(LoadedPlugins):
                 f"{info.display_name} has no mode {run.mode!r} on a {device.kind}"
                 + (f" (only on a {', '.join(elsewhere)})" if elsewhere else "")
                 + f"; its plugin declares {', '.join(here) or 'none'} there (FrameworkInfo.modes)")
-        return self._first("set_precision", run=run, device=device)
+        plugin, applied = self._first_answer("set_precision", run=run, device=device)
+        problem = applied_problem(run.precision, applied)
+        if problem:
+            raise PluginError(f"plugin {plugin!r}: {problem}")
+        return applied
 
     def reset_memory_peak(self, run: RunSpec, model: Any, device: DeviceInfo) -> None:
         with contained(" or ".join(self._implementers("reset_memory_peak")) or "?", "reset_memory_peak"):
@@ -126,14 +133,16 @@ class PluginHost(LoadedPlugins):
         Each implementation is called through pluggy on its own (see
         :meth:`_each`), so a figure is attributed to its plugin: a key given
         twice, or a key in ``reserved`` (figures the host computes itself), is
-        a :class:`PluginError` naming the plugin; so is a plugin whose
-        ``measure`` raises (the original exception is its cause), or ends the
+        a :class:`PluginError` naming the plugin; so is a plugin that ends the
         program (``SystemExit``, ``KeyboardInterrupt``).
 
-        A value that cannot be stored (see :func:`figure_problem`: an integer
-        beyond 64 bits, a memory figure that is not a number) names its plugin
-        and key: with ``dropped``, the value is left out and that line added
-        there; without, it is a :class:`PluginError`.
+        A plugin whose ``measure`` raises or answers what is no dict, and a
+        value that cannot be stored (see :func:`figure_problem`: an integer
+        beyond 64 bits, a memory figure that is not a number), are named with
+        the plugin (and key): with ``dropped``, that plugin's figures (or that
+        value) are left out and the line added there, so one failing sensor
+        costs the cell none of its other figures; without, it is a
+        :class:`PluginError` (the original exception its cause).
         """
         merged: dict[str, Any] = {}
         owners: dict[str, str] = {}
@@ -141,14 +150,22 @@ class PluginHost(LoadedPlugins):
             try:
                 with contained(plugin_name, "measure"):
                     answers = call(run=run, model=model, device=device)
-            except PluginError:
-                raise
+                for answer in answers:
+                    check_return(plugin_name, "measure", answer)
+            except PluginError as exc:
+                if dropped is None or str(exc).endswith(ENDING):
+                    raise
+                dropped.append(f"{exc}; its figures are left out")
+                continue
             except Exception as exc:
-                raise PluginError(f"plugin {plugin_name!r}: measure failed: {one_line(exc)}") from exc
+                line = f"plugin {plugin_name!r}: measure failed: {one_line(exc)}"
+                if dropped is None or isinstance(exc, MemoryError):  # out of memory: the cell's status says so
+                    raise PluginError(line) from exc
+                dropped.append(f"{line}; its figures are left out")  # a sensor that fails costs no other figure
+                continue
             for answer in answers:
                 if not answer:
                     continue
-                check_return(plugin_name, "measure", answer)
                 for key, value in answer.items():
                     if key in reserved:
                         raise PluginError(
@@ -179,38 +196,53 @@ class PluginHost(LoadedPlugins):
     # --- reporting ---------------------------------------------------------
 
     def write_report(
-        self, results: list[CellResult], out_dir: Path, environment: dict[str, Any]
+        self, results: list[CellResult], out_dir: Path, environment: dict[str, Any], stored: tuple[str, ...] = ()
     ) -> ReportOutcome:
         """Call every reporter; one that raises is listed and the others still write.
 
         ``report_sections`` is asked first; a plugin whose sections fail is
-        listed the same way and the report goes on without them.
+        listed the same way and the report goes on without them.  Each plugin
+        gets its own copy of ``results`` and ``environment``, so one that
+        changes them changes no other report nor the verdict; the files named
+        in ``stored`` and those an earlier reporter wrote are put back when a
+        reporter changes them (:mod:`amp_suite.plugins.report_guard`).
         """
         written: list[Path] = []
         failures: list[ReporterFailure] = []
         sections: list[tuple[str, str]] = []
+        guard = ReportGuard(out_dir, stored)
+
+        def failed(plugin_name: str, exc: Exception, hook: str = "") -> None:
+            text = str(exc).split(": ", 1)[1] if isinstance(exc, PluginError) else one_line(exc)
+            failures.append(ReporterFailure(plugin_name, f"{hook} failed: {text}" if hook and
+                                            not isinstance(exc, PluginError) else text))
+
         for plugin_name, call in self._each("report_sections"):
             try:
                 with contained(plugin_name, "report_sections"):
-                    answers = call(results=results, out_dir=out_dir, environment=environment)
+                    answers = call(results=copy.deepcopy(results), out_dir=out_dir,
+                                   environment=copy.deepcopy(environment))
                 for answer in answers:
-                    sections.extend((str(title), str(body)) for title, body in (answer or []))
-            except PluginError as exc:
-                failures.append(ReporterFailure(plugin_name, str(exc).split(": ", 1)[1]))
-            except Exception as exc:
-                failures.append(ReporterFailure(plugin_name, one_line(exc)))
+                    sections.extend(check_return(plugin_name, "report_sections", answer) or [])
+            except Exception as exc:  # one broken plugin never costs the others
+                failed(plugin_name, exc, "report_sections")
+            finally:
+                failures.extend(ReporterFailure(plugin_name, problem) for problem in guard.check(plugin_name, [])[1])
         for plugin_name, call in self._each("write_report"):
+            listed: list[Path] = []
             try:
                 with contained(plugin_name, "write_report"):
-                    answers = call(results=results, out_dir=out_dir, environment=environment,
-                                   sections=list(sections))
+                    answers = call(results=copy.deepcopy(results), out_dir=out_dir,
+                                   environment=copy.deepcopy(environment), sections=list(sections))
                 for paths in answers:
                     check_return(plugin_name, "write_report", paths)
-                    written.extend(paths or [])
-            except PluginError as exc:
-                failures.append(ReporterFailure(plugin_name, str(exc).split(": ", 1)[1]))
+                    listed.extend(paths or [])
             except Exception as exc:  # one broken reporter never costs the others
-                failures.append(ReporterFailure(plugin_name, one_line(exc)))
+                failed(plugin_name, exc)
+            finally:
+                kept, problems = guard.check(plugin_name, listed)
+                written.extend(path for path in kept if path not in written)
+                failures.extend(ReporterFailure(plugin_name, problem) for problem in problems)
         return ReportOutcome(written, failures)
 
     # --- calling through pluggy --------------------------------------------
@@ -260,5 +292,14 @@ class PluginHost(LoadedPlugins):
         with contained(plugin_name, hook_name):
             answer = getattr(self.pm.hook, hook_name)(**kwargs)
         if answer is None:
-            raise PluginError(f"no plugin implements {hook_name} for framework {kwargs['run'].framework!r}")
+            framework = kwargs["run"].framework
+            implementers = self._implementers(hook_name)
+            if not implementers:
+                raise PluginError(f"no plugin implements {hook_name} for framework {framework!r}")
+            named = " and ".join(repr(name) for name in implementers)
+            raise PluginError(
+                f"no plugin answered {hook_name} for framework {framework!r} ({named} implement"
+                f"{'s' if len(implementers) == 1 else ''} it and returned None: a forgotten return? return "
+                f"{return_types()[hook_name][1].removesuffix(' | None')}, or raise UnsupportedError where the "
+                "framework cannot)")
         return plugin_name, check_return(plugin_name, hook_name, answer)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
 from amp_suite.safe_files import write_file_atomically
-from amp_suite.sweep.output_dir import CHART_PATTERN, REPORT_DIGESTS_FILE
+from amp_suite.sweep.output_dir import CHART_PATTERN, ENVIRONMENT_FILE, REPORT_DIGESTS_FILE, RESULTS_FILE
 
 if TYPE_CHECKING:
     from amp_suite.plugins.host import PluginHost, ReportOutcome
@@ -80,10 +80,12 @@ def write_recorded_report(host: PluginHost, results: list[CellResult], directory
                           environment: dict[str, Any]) -> ReportOutcome:
     """Write ``results``' report into ``directory`` through ``host``'s reporters, then record the digest of each
     file written, so an edit of one is seen; the earlier record goes first (:func:`forget_report_digests`).
+    No reporter may change the folder's ``results.jsonl`` or ``environment.json``.
     ``amp-suite run`` and ``amp-suite report`` both write their report through here."""
     directory = Path(directory)
     forget_report_digests(directory)
-    outcome = host.write_report(results, directory, environment)
+    # no reporter may change the sweep's record of its cells (each is put back, and the reporter named)
+    outcome = host.write_report(results, directory, environment, stored=(RESULTS_FILE, ENVIRONMENT_FILE))
     record_report_digests(directory, outcome.written)
     return outcome
 

@@ -50,7 +50,7 @@ def select_device(run: RunSpec) -> DeviceInfo | None:
 def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
     if run.framework != NAME:
         return None
-    return PrecisionApplied(run.precision, "float32", "float32")
+    return PrecisionApplied(run.precision, "bfloat16" if run.precision == "amp_bf16" else "float32", "float32")
 
 
 @hookimpl

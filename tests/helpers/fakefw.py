@@ -94,7 +94,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied | None:
         return None
     if run.precision not in DTYPES:
         raise UnsupportedError(f"fake framework has no {run.precision}")
-    return PrecisionApplied(run.precision, np.dtype(DTYPES[run.precision]).name, "float32")
+    # amp_bf16 computes in float32 here (numpy has no bfloat16): a fake, named as the precision means
+    return PrecisionApplied(run.precision, {"amp_bf16": "bfloat16"}.get(run.precision, np.dtype(DTYPES[run.precision]).name),
+                            "float32")
 
 
 @hookimpl

@@ -89,6 +89,20 @@ def test_a_wrong_argument_name_keeps_pluggys_whole_message_and_names_the_fix(plu
     assert "fake" in host.frameworks()
 
 
+@pytest.mark.parametrize(("signature", "hint"), [
+    ("run, model, batches, epoch", "rename 'batches' to 'staged'"),  # no name alike: the spec's at its place
+    ("run, model, staged, epoch, verbose", "remove 'verbose'"),
+    ("run, model, stagd", "rename 'stagd' to 'staged'"),
+])
+def test_an_argument_of_another_name_is_told_the_name_to_use(plugin_dir, signature, hint):
+    module = "other_names_" + "_".join(name.strip() for name in signature.split(","))  # one module per case
+    (plugin_dir / f"{module}.py").write_text(f"from amp_suite import hookimpl\n\n@hookimpl\ndef train_epoch({signature}):"
+                                             "\n    return None\n")
+    host = PluginHost(extra_modules=(module,), autoload=False)
+    [failure] = host.failures
+    assert failure.error.endswith(f"train_epoch takes (run, model, staged, epoch) or fewer; {hint}"), failure.error
+
+
 def test_a_framework_info_of_the_wrong_type_is_listed_as_failed(plugin_dir):
     host = PluginHost(extra_modules=("dict_framework_info", "fakefw"), autoload=False)
     [failure] = host.failures

@@ -84,3 +84,27 @@ def test_a_cell_with_a_kind_the_plugin_does_not_build_is_unsupported_before_it_s
     assert row.status == "unsupported"
     assert "does not build layer kind(s) token_embedding, position_embedding" in row.error
     assert "multi_head_attention" in row.error and "'text_gpt_nano'" in row.error
+
+
+def test_the_kit_skips_a_check_whose_workload_a_backend_lacks_and_checks_its_optimizers_on_one_it_builds():
+    """A plugin author's trial: a CNN-only backend (no BatchNorm, residual, max_pool) got 8 failures of raw probe
+    tracebacks, and its optimizer arithmetic could never be checked (those checks trained resnet8 only)."""
+
+    class CnnOnly(BackendConformance):
+        framework = "mine"
+        lacks_kinds = ("batch_norm", "global_avg_pool", "residual", "max_pool", *TOKEN_KINDS)
+
+    kit = CnnOnly()
+    assert kit._lacked("resnet8", None) == ["batch_norm", "global_avg_pool", "residual"]
+    assert kit._lacked("deep_cnn", None) == ["max_pool"]
+    assert kit._lacked("mnist_cnn", None) == [] and kit._buildable("resnet8") == "mnist_cnn"
+    assert BackendConformance()._buildable("resnet8") == "resnet8"  # a backend that lacks nothing: as before
+
+    class Probe:
+        def mktemp(self, name):  # never reached: the skip comes before any probe runs
+            raise AssertionError(name)
+
+    get = CnnOnly.probe.__wrapped__(kit, Probe())
+    with pytest.raises(pytest.skip.Exception, match=r"mine lacks batch_norm, global_avg_pool, residual \(lacks_kinds\), "
+                                                     "which this check's workload resnet8 has"):
+        get(workload="resnet8", steps=1)

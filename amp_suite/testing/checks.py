@@ -36,6 +36,19 @@ def assert_matches_reference(result: ProbeResult, reference: ProbeResult, *, rto
         f"first-step loss {loss!r} != {reference.request.framework}'s {ref!r} (allowed {rtol:g} relative)"
 
 
+def assert_deterministic(first: ProbeResult, second: ProbeResult, *, rtol: float = 1e-6) -> None:
+    """Two runs of one request (the same seed, weights and batches) train alike: the same losses and the same
+    variables after training, to ``rtol``.  The sweep pairs repeats and compares precisions on the premise that
+    only the precision changes a run; a train step with noise of its own (an unseeded dropout, a random number
+    drawn from the framework's global state) breaks it."""
+    np.testing.assert_allclose(second.losses, first.losses, rtol=rtol, atol=0,
+                               err_msg="the same request trained to other losses when run again")
+    errors = {name: relative_l2(second.variables[name], first.variables[name]) for name in first.variables}
+    worst = sorted(errors.items(), key=lambda kv: -kv[1])[:3]
+    assert errors and max(errors.values()) <= rtol, \
+        f"the same request ended with other variables when run again (relative L2): {worst}"
+
+
 def assert_trains_like_reference(result: ProbeResult, reference: ProbeResult, *, rtol: float = 1e-4) -> None:
     """Same logits in both modes, same losses, and every variable equal after the steps (relative L2)."""
     assert result.param_count == reference.param_count, \

@@ -36,6 +36,7 @@ from amp_suite.testing import (
     assert_cell_ok,
     assert_compiles_once,
     assert_declares_layer_kinds,
+    assert_deterministic,
     assert_gradients_match_reference,
     assert_kept_in_float32,
     assert_layer_dtypes,
@@ -188,6 +189,10 @@ class BackendConformance:
         reference = self._reference()
         assert_matches_reference(probe(**TWO_EPOCHS), probe(reference, **TWO_EPOCHS), rtol=self.rtol,
                                  param_count=self.param_count)
+
+    def test_the_same_request_run_again_trains_the_same(self, probe: Any) -> None:
+        # fp32 mnist_cnn, 3 steps in each of 2 epochs, run twice: nothing but the request decides a run
+        assert_deterministic(probe(**TWO_EPOCHS), probe(**TWO_EPOCHS, again=1))
 
     @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
     def test_gradients_at_the_canonical_weights_match_the_reference(self, probe: Any, model: str) -> None:

@@ -93,6 +93,9 @@ class ProbeRequest:
     convolution's kernel made of -1, 0 and 1, so that convolution is exact in
     every dtype and the first BatchNorm sees the same inputs in every
     precision.
+    ``again`` > 0 runs the same probe once more (the probe itself ignores it;
+    it only makes a request of its own, not served from the cache): the
+    determinism check compares two runs of one request.
     """
 
     framework: str
@@ -113,6 +116,7 @@ class ProbeRequest:
     shard: tuple[int, int] | None = None
     gradient_oracle: bool = False
     integer_stem: bool = False
+    again: int = 0
 
     def to_json(self) -> str:
         data = asdict(self)

@@ -124,3 +124,20 @@ def test_report_sections_are_checked_against_their_type(folder, capsys):
             "list[tuple[str, str]] | None") in _errors(capsys)
     assert main(["report", str(folder), "-p", "number_sections"]) == 2
     assert any("report_sections returned list" in line for line in _errors(capsys))
+
+
+@pytest.mark.parametrize(("name", "problem"), [
+    ("results.jsonl", "changed results.jsonl, the sweep's own record"),
+    ("report.md", "writes report.md, a name of amp-suite's own files"),
+    ("../outside.txt", "outside the output folder"),
+])
+def test_the_kits_run_reporter_fails_a_reporter_that_writes_what_is_not_its_own(folder, tmp_path, name, problem):
+    from amp_suite.testing import run_reporter
+
+    module = "writes_" + name.replace(".", "_").replace("/", "_")
+    (tmp_path / f"{module}.py").write_text(
+        "from amp_suite import hookimpl\n\n@hookimpl\ndef write_report(out_dir):\n"
+        f"    (out_dir / {name!r}).write_text('mine')\n    return [out_dir / {name!r}]\n")
+    (tmp_path / "kit").mkdir()
+    with pytest.raises(AssertionError, match=problem):
+        run_reporter(module, tmp_path / "kit")

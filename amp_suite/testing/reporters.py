@@ -31,17 +31,29 @@ def run_reporter(module: str, out_dir: Path | str, results: list[CellResult] | N
     """Load reporter ``module`` (no entry points), call ``write_report`` and check the answer.
 
     Returns the paths it wrote; raises ``AssertionError`` if the plugin failed
-    to load, raised, returned the wrong type, or named a file that does not exist.
+    to load, raised, returned the wrong type, named a file that does not exist
+    or lies outside ``out_dir``, wrote the sweep's ``results.jsonl`` or
+    ``environment.json``, or wrote under a name of amp-suite's own files
+    (``report.md``, ``results.csv``, a ``chart-*.png``: the two reporters would
+    replace each other's file).
     """
+    import fnmatch
+
     from amp_suite.machine.environment import host_environment
     from amp_suite.plugins.host import PluginHost
+    from amp_suite.sweep.output_dir import CHART_PATTERN, ENVIRONMENT_FILE, RESULTS_FILE, SWEEP_FILES
 
     host = PluginHost(extra_modules=(module,), autoload=False)
     assert not host.failures, f"{module} failed to load: {host.failures}"
     out = Path(out_dir)
     outcome = host.write_report(sample_results() if results is None else results, out,
-                                host_environment() if environment is None else environment)
+                                host_environment() if environment is None else environment,
+                                stored=(RESULTS_FILE, ENVIRONMENT_FILE))
     assert not outcome.failures, f"reporter failed: {outcome.failures}"
     missing = [p for p in outcome.written if not Path(p).is_file()]
     assert not missing, f"reported paths that do not exist: {missing}"
+    taken = [Path(p).name for p in outcome.written
+             if Path(p).name in SWEEP_FILES or fnmatch.fnmatchcase(Path(p).name, CHART_PATTERN)]
+    assert not taken, (f"writes {', '.join(taken)}, a name of amp-suite's own files (its built-in reporters' or "
+                       "the sweep's): one would replace the other; choose names of your own")
     return list(outcome.written)

@@ -209,3 +209,14 @@ def test_amp_suite_run_prints_the_verdict_on_stdout(tiny_config, clean_fake_env)
     assert any(line.split()[:2] == ["fake", "amp_bf16"] and "x" in line for line in lines[2:]), out.stdout
     assert any(line.strip().startswith("fake: ") for line in lines), out.stdout
     assert "wrote" in out.stderr and "wrote" not in out.stdout
+
+
+def test_report_md_writes_a_long_verdict_sentence_whole():
+    """An ML engineer's trial: report.md cut sentences at 300 characters, so an fp8 sentence lost the clause that
+    says its speed is the emulation's (the terminal and report.html had it whole)."""
+    from amp_suite.report.text import table_text
+    from amp_suite.report.verdict import FrameworkVerdict, Verdict, markdown_lines
+
+    sentence = "torch: fp32 stays the choice; " + "x" * 400 + ", its speed is the emulation's, not FP8's."
+    lines = markdown_lines(Verdict((), (FrameworkVerdict("torch", "fp32", sentence),)), table_text)
+    assert f"- {sentence}" in lines and not any("characters cut" in line for line in lines)

@@ -61,6 +61,6 @@ def flat_text(value: Any) -> str:
     return one_line_text(str(value), LINE_CHARS)
 
 
-def table_text(value: Any) -> str:
-    """``value`` as one markdown table cell: on one line, bounded, ``|`` escaped, no raw HTML."""
-    return markdown_cell(str(value))
+def table_text(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as one markdown table cell: on one line, bounded (to ``limit``), ``|`` escaped, no raw HTML."""
+    return markdown_cell(str(value), limit)

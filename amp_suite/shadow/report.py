@@ -134,16 +134,16 @@ def worst_layer_sentences(summaries: list[LayerSummary]) -> list[str]:
         if found is not None:
             kept = found.gradient_underflow or 0.0
             sentences.append(
-                f"layer {found.layer}: {_percent(found.underflow_without_scale)} of its weight gradients underflow "
+                f"layer {found.layer}: {_percent(found.underflow_without_scale)} of its nonzero weight gradients underflow "
                 f"in {found.gradient_format} without the loss scale ({_percent(kept)} with the scale "
                 f"{found.loss_scale:g}) {where}.")
-        for label, key, what in (("activations", lambda s: s.activation_underflow, "underflow to zero"),
-                                 ("weight gradients", lambda s: s.gradient_underflow, "underflow to zero")):
+        for label, key, what in (("nonzero activations", lambda s: s.activation_underflow, "underflow to zero"),
+                                 ("nonzero weight gradients", lambda s: s.gradient_underflow, "underflow to zero")):
             found = top(items, key, SHARE_WORTH_NAMING)
             if found is not None:
-                fmt = found.activation_format if label == "activations" else found.gradient_format
+                fmt = found.activation_format if label == "nonzero activations" else found.gradient_format
                 unscaled = (" with no loss scale (loss_scaling = \"none\": the loss scale is what keeps them)"
-                            if label == "weight gradients" and found.precision in LOSS_SCALED_PRECISIONS
+                            if label == "nonzero weight gradients" and found.precision in LOSS_SCALED_PRECISIONS
                             and found.loss_scale is None else "")
                 sentences.append(f"layer {found.layer}: {_percent(key(found))} of its {label} {what} in {fmt}"
                                  f"{unscaled} {where}.")

@@ -39,13 +39,13 @@ from amp_suite.shadow.worker import trace_steps
 from amp_suite.workloads.layers import walk
 from amp_suite.workloads.workload import variable_specs, workload_from_config
 
-framework, table = sys.argv[1], json.loads(sys.argv[2])
+framework, table, kept = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3]
 workload = workload_from_config("tiny", table)
 host = PluginHost(framework=framework)
 
-def trace(precision):
+def trace(precision, options=None):
     run = RunSpec(framework=framework, workload="tiny", precision=precision, steps=1, warmup=0, batch_size=4,
-                  dataset="synthetic", device="cpu")
+                  dataset="synthetic", device="cpu", options=options or {})
     return trace_steps(run, workload, host)[0][0]
 
 first, second, amp = trace("fp32"), trace("fp32"), trace("amp_bf16")
@@ -60,12 +60,17 @@ print(json.dumps({
     "amp_dtypes": sorted({t.dtype for t in amp.activations.values()}),
     "same": max(r.relative_error for r in same),
     "amp": [[r.layer, r.tensor, r.relative_error] for r in rows],
+    "kept": {} if not kept else (lambda t: {
+        "activation": t.activations[kept].dtype,
+        "gradients": sorted({g.dtype for name, g in t.gradients.items() if name.startswith(kept + "/")}),
+        "other": sorted({a.dtype for name, a in t.activations.items() if name != kept})})(
+        trace("amp_bf16", {"keep_fp32": [kept]})),
 }))
 """
 
 
-def _trace_case(framework: str, table: dict) -> dict:
-    done = subprocess.run([sys.executable, "-c", SCRIPT, framework, json.dumps(table)], capture_output=True,
+def _trace_case(framework: str, table: dict, kept: str = "") -> dict:
+    done = subprocess.run([sys.executable, "-c", SCRIPT, framework, json.dumps(table), kept], capture_output=True,
                           text=True, timeout=900, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -80,7 +85,8 @@ def test_a_traced_step_names_every_layer_repeats_exactly_and_differs_by_bfloat16
                                                                                           model: str) -> None:
     if not framework_installed(framework):
         pytest.skip(f"{framework} is not installed")
-    seen = _trace_case(framework, CNN if model == "cnn" else VIT)
+    # the CNN cases also trace a step with the logits layer kept in float32: it reads float32 in every framework
+    seen = _trace_case(framework, CNN if model == "cnn" else VIT, "logits" if model == "cnn" else "")
     assert seen["activations"] == seen["named"]  # every named layer, in the order of the forward pass
     assert seen["gradients"] == seen["trainable"]
     assert seen["same"] == 0.0
@@ -88,6 +94,8 @@ def test_a_traced_step_names_every_layer_repeats_exactly_and_differs_by_bfloat16
     for layer, tensor, error in seen["amp"]:
         bound = ACTIVATION_BOUND if tensor == "activation" else GRADIENT_BOUND
         assert 0 < error < bound, f"{framework} {model}: {layer} {tensor} is {error:.3g} off float32"
+    if seen["kept"]:  # numerics counts a kept layer's losses in float32 in every framework (PyTorch had said bf16)
+        assert seen["kept"] == {"activation": "float32", "gradients": ["float32"], "other": ["bfloat16"]}, seen
 
 
 def test_the_kits_trace_check_passes_for_torch() -> None:

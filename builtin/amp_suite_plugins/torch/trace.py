@@ -13,7 +13,10 @@ Gradients are read from ``.grad`` after backward, divided by the loss scale
 (float64, exact: the scale is a power of two) and put in the canonical
 layouts.  Their ``dtype`` is the dtype of their layer's output: autocast's
 backward of a layer computes in it, and the float32 ``.grad`` only holds the
-result.  torch is imported inside the hook only.
+result.  A layer ``keep_fp32`` keeps is recorded as it computed, in float32
+(its output before the cast back to the compute dtype), so its activation
+and its gradients read float32 as in JAX and Keras.  torch is imported inside
+the hook only.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from amp_suite import hookimpl
 from amp_suite.numerics.fp8_scales import Fp8Recorder
 from amp_suite.numerics.records import StepTrace, TensorTrace
 from amp_suite.records import RunSpec
+from amp_suite_plugins.torch.float32_layers import FLOAT32_OUTPUTS
 from amp_suite_plugins.torch.layers import TORCH_KINDS, _tensor
 
 
@@ -45,19 +49,26 @@ def recording(torch: Any, net: Any, outputs: dict[str, Any]) -> Iterator[None]:
     still runs through the model's own ``run``, so a layer ``keep_fp32`` keeps computes in float32 here too."""
 
     layer_by_layer = type(net).run.__get__(net)  # the model's own run (keep_fp32 included), one layer at a time
+    kept_outputs: dict[str, Any] = {}
 
     def run(specs: Any, x: Any, masks: Any) -> Any:
         for spec in specs:
             x = layer_by_layer((spec,), x, masks)
             if spec.name:
-                outputs[spec.name] = x.detach()
+                # a kept layer's output as it computed it, in float32 (as JAX and Keras record it), not the copy
+                # cast back to the compute dtype for the layers after it
+                outputs[spec.name] = kept_outputs.pop(spec.name, None)
+                if outputs[spec.name] is None:
+                    outputs[spec.name] = x.detach()
         return x
 
     net.__dict__["run"] = run  # an instance attribute: found before the class's method
+    net.__dict__[FLOAT32_OUTPUTS] = kept_outputs
     try:
         yield
     finally:
         del net.__dict__["run"]
+        del net.__dict__[FLOAT32_OUTPUTS]
 
 
 def canonical_gradients(torch: Any, net: Any, flattened: dict[str, tuple[int, int, int]], divide_by: float,

@@ -127,3 +127,19 @@ def test_a_diverged_runs_losses_are_read_back_as_floats_nan_included(tmp_path: P
     assert back.layers == ("dense",)
     assert found is not None and found.reference_losses[0] == 2.5 and math.isnan(found.reference_losses[1])
     assert found.trials[0].losses == (2.5, math.inf) and found.trials[0].loss_gap == math.inf
+
+
+def test_a_search_that_found_nothing_names_its_closest_set_beside_the_last():
+    """An ML engineer's trial: keeping conv2 made the gap worse (0.129% after 0.0473%), and the sentence named only
+    the last trial's gap."""
+    from amp_suite.numerics.records import BisectOutcome, BisectTrial
+    from amp_suite.shadow.bisect import bisect_sentence
+
+    trials = (BisectTrial((), "ok", 0.00103), BisectTrial(("dense1",), "ok", 0.000473),
+              BisectTrial(("dense1", "conv2"), "ok", 0.00129))
+    outcome = BisectOutcome("torch", "mnist_cnn", "amp_bf16", 0.00005, 3, (2.3,), trials, None)
+    assert bisect_sentence(outcome) == (
+        "bisect: no set of layers kept in float32 brought the losses within 0.005% of float32's in 3 run(s); the "
+        "last loss gap 0.129%; the closest was keep_fp32 = ['dense1'] at 0.0473% (torch, mnist_cnn, amp_bf16).")
+    last_best = BisectOutcome("torch", "mnist_cnn", "amp_bf16", 0.00005, 2, (2.3,), trials[:2], None)
+    assert "closest" not in bisect_sentence(last_best)

@@ -192,8 +192,12 @@ def bisect_sentence(outcome: BisectOutcome) -> str:
     last = outcome.trials[-1] if outcome.trials else None
     gap = "" if last is None or math.isnan(last.loss_gap) else f"; the last loss gap {100 * last.loss_gap:.3g}%"
     if outcome.found is None:
+        measured = [trial for trial in outcome.trials if trial.status == "ok" and math.isfinite(trial.loss_gap)]
+        best = min(measured, key=lambda trial: trial.loss_gap, default=None)
+        closest = "" if best is None or best is last else (
+            f"; the closest was keep_fp32 = {list(best.kept)} at {100 * best.loss_gap:.3g}%")
         return (f"bisect: no set of layers kept in float32 brought the losses within {100 * outcome.tolerance:g}% of "
-                f"float32's in {len(outcome.trials)} run(s){gap} {where}.")
+                f"float32's in {len(outcome.trials)} run(s){gap}{closest} {where}.")
     if not outcome.found:
         return f"bisect: the losses are within {100 * outcome.tolerance:g}% of float32's as they are{gap} {where}."
     return (f"bisect: keep_fp32 = {list(outcome.found)} brings the losses within {100 * outcome.tolerance:g}% of "

@@ -111,11 +111,18 @@ def test_an_interrupted_sweep_names_the_amp_precisions_it_did_not_reach():
     results = [cell("jax", "fp32")]
     environment = {"incomplete": {"reason": "interrupted by SIGINT", "planned": 2, "not_run": ["jax/w/amp_bf16/r0"],
                                   "not_run_cells": [["jax", "w", "amp_bf16"], ["torch", "w", "amp_bf16"]]}}
-    [verdict] = sweep_verdict(results, environment).frameworks
+    verdict, unreached = sweep_verdict(results, environment).frameworks
     assert verdict.sentence == ("jax: no AMP precision has a speed-up to judge against fp32 (amp_bf16 not run "
                                 "(the sweep stopped first)).")
+    # a framework none of whose cells ran is named as well (a trial's stopped sweep left jax's GPT out in silence)
+    assert unreached.sentence == ("torch: no cell ran (the sweep stopped first: amp_bf16 not run), so nothing is "
+                                  "judged here.")
     report = render_markdown(results, environment)
     assert "amp_bf16 not run (the sweep stopped first)" in report.split("## Environment")[0]
+    assert "torch: no cell ran (the sweep stopped first" in report.split("## Environment")[0]
+    other = {"incomplete": {"not_run_cells": [["jax", "gpt", "fp32"], ["jax", "gpt", "amp_bf16"]]}}
+    assert sweep_verdict(results, other).frameworks[1].sentence == (
+        "jax / gpt: no cell ran (the sweep stopped first: fp32, amp_bf16 not run), so nothing is judged here.")
 
 
 def test_a_sweep_of_fp32_alone_says_there_was_nothing_to_compare():

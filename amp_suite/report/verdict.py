@@ -240,6 +240,18 @@ def build_verdict(summary: pd.DataFrame, cells: pd.DataFrame,
                           if (framework, workload) == (first["framework"], first["workload"])
                           and precision != BASELINE and precision not in measured}, key=lambda p: order.get(p, 99))
         frameworks.append(_framework_verdict(place, baseline, mine, missing))
+    # a framework and workload of which no cell ran before the sweep stopped: named too, never left out in silence
+    ran = set(zip(summary["framework"], summary["workload"], strict=True))
+    unreached: dict[tuple[str, str], list[str]] = {}
+    for framework, workload, precision in not_run:
+        if (framework, workload) not in ran:
+            unreached.setdefault((framework, workload), []).append(precision)
+    several_workloads = varying["workload"] or any(workload not in set(summary["workload"]) for _, workload in unreached)
+    for (framework, workload), missed in unreached.items():
+        place = one_line_text(f"{framework} / {workload}" if several_workloads else framework, 120)
+        named = ", ".join(sorted(dict.fromkeys(missed), key=lambda p: order.get(p, 99)))
+        frameworks.append(FrameworkVerdict(place, "", f"{place}: no cell ran (the sweep stopped first: {named} not "
+                                                      "run), so nothing is judged here."))
     return Verdict(tuple(lines), tuple(frameworks))
 
 

@@ -111,6 +111,12 @@ def test_a_sweep_mixes_an_image_and_a_text_workload_and_reports_token_figures(ti
     assert "text_gpt_nano: text" in report and "tiny: synthetic" in report
     assert "## Token workloads" in report and "tokens/s" in report
     assert f"{text.UNIGRAM_BITS_PER_CHAR:.3f}" in report.split("## Token workloads")[1]
+    # a trial saw the GPT in images/s, and its token figures listed as if a plugin had added them
+    assert "## Throughput, images/s (samples/s for a token workload)" in report
+    added = report.split("## Figures added by plugins")[1].split("\n## ")[0]
+    assert "fake_kernel" in added and "tokens_per_s" not in added and "val_bits_per_char" not in added
+    html = (out / "report.html").read_text()
+    assert ">images/s (samples/s for a token workload)<" in html
 
 
 def test_compare_judges_token_figures():

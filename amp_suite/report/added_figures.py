@@ -34,6 +34,8 @@ READ_BY_COLUMNS = frozenset({
     "epochs_to_target", "best_val_accuracy", "eval_time_s", "gpu_utilization_pct_mean", "compile_time_s",
     "learning_rate", "learning_rate_rule", "dataset_substituted", "mode", "loss_scale_initial", "loss_scale_min",
     "loss_scale_backoffs",
+    # a token workload's figures (its own section: amp_suite.report.tokens)
+    "tokens_per_s", "val_bits_per_char", "unigram_bits_per_char", "context", "val_tokens",
 })
 # Figures the worker writes for itself (bookkeeping, raw series, what a column is derived from).
 HOST_FIGURES = frozenset({

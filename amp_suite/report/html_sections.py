@@ -7,12 +7,15 @@ import base64
 import html
 from typing import Any
 
+import pandas as pd
+
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figures_table
 from amp_suite.report.applied import applied_precisions
 from amp_suite.report.html_parts import Cell, Chart, as_number, formatted, paragraphs, sortable_table
 from amp_suite.report.marks import FLAG_MARK, SINGLE_RUN_MARK
 from amp_suite.report.text import LINE_CHARS, html_text
+from amp_suite.report.tokens import throughput_unit
 from amp_suite.report.verdict import MARK_LEGEND, Verdict, accuracy_cell, memory_cell, speedup_cell
 
 
@@ -78,7 +81,8 @@ def summary_html(summary: Any) -> list[str]:
             Cell(f"{int(row['ok_repeats'])} of {int(row['repeats'])}", float(row["ok_repeats"])),
         ])
     return sortable_table("summary", "Every framework and precision (medians over the ok repeats)",
-                  ["workload", "framework", "device", "devices", "mode", "batch", "precision", "status", "images/s",
+                  ["workload", "framework", "device", "devices", "mode", "batch", "precision", "status",
+                   throughput_unit(summary.get("token_workload", [])),
                    "speed-up over fp32", "95% interval", "marks", "peak memory MiB", "memory vs fp32",
                    "validation accuracy", "accuracy vs fp32", "final loss", "ok repeats"], rows)
 
@@ -121,8 +125,9 @@ def every_run_html(cells: Any) -> list[str]:
             Cell(FLAG_MARK if flags else "", title=flags),
             Cell(str(record.get("error") or ""), title=str(record.get("error") or "")),
         ])
+    tokens = pd.to_numeric(cells["tokens_per_s"], errors="coerce").notna() if "tokens_per_s" in cells else []
     return sortable_table("runs", "Every run", ["workload", "framework", "device", "mode", "precision", "repeat", "status",
-                                        "images/s", "step median ms", "peak memory MiB", "final loss",
+                                        throughput_unit(tokens), "step median ms", "peak memory MiB", "final loss",
                                         "validation accuracy", "flag", "error"], rows)
 
 

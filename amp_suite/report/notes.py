@@ -118,7 +118,7 @@ def best_configuration_lines(summary: pd.DataFrame) -> list[str]:
         where = f"{table_text(framework)} on {table_text(workload)} ({kind})"
         config = ((f"mode {table_text(best['mode'])}, " if best["mode"] else "")
                   + f"batch {int(best['batch_size'])}, {table_text(best['precision'])}: "
-                  f"{best['throughput']:,.0f} images/s")
+                  f"{best['throughput']:,.0f} {'samples/s' if best.get('token_workload') else 'images/s'}")
         baseline_name = f"fp32 {base} baseline" if base else "fp32 baseline"
         if baseline.empty:
             lines.append(f"- {where}: best configuration found is {config} (no {baseline_name} cell to compare "

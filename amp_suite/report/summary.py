@@ -39,7 +39,7 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
                    "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "emulated",
                    "settings_differ", "tf32_settings_differ", "base_mode_settings_differ",
-                   "scaling_settings_differ", "error"]
+                   "scaling_settings_differ", "token_workload", "error"]
 
 
 @by_content
@@ -92,6 +92,9 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "train_gflop_per_image": group["train_gflop_per_image"].dropna().iloc[0]
             if group["train_gflop_per_image"].notna().any() else math.nan,
             "error": "" if len(ok) else group["error"].iloc[-1],
+            # a token workload counts samples (sequences), not images; its tokens/s are in its own section
+            "token_workload": bool(pd.to_numeric(group["tokens_per_s"], errors="coerce").notna().any())
+            if "tokens_per_s" in group else False,
         })
     summary = pd.DataFrame(rows)
     base = summary[summary["precision"] == BASELINE].set_index(GROUP)

@@ -21,6 +21,7 @@ from amp_suite.report.intervals import format_ratio
 from amp_suite.report.marks import EMULATED_MARK, NOISIER_MARK, ratio_text
 from amp_suite.report.summary import speedup_interval
 from amp_suite.report.text import table_text
+from amp_suite.report.tokens import throughput_unit
 
 
 def _precision_order(precisions: list[str]) -> list[str]:
@@ -220,7 +221,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
     has_busy = bool(((summary["device_kind"] == "gpu") & summary["gpu_busy_pct"].notna()).any()) \
         if "gpu_busy_pct" in summary else False
     tables = {
-        "Throughput, images/s (speed-up over fp32" + (" in the same mode" if has_modes else "")
+        f"Throughput, {throughput_unit(summary.get('token_workload', []))} (speed-up over fp32"
+        + (" in the same mode" if has_modes else "")
         + ("; over tf32" if has_tf32 else "") + ("; over the base mode" if has_modes else "") + ")"
         + ("; GPU busy %" if has_busy else ""):
             _pivot(summary, throughput),

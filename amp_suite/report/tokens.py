@@ -55,10 +55,12 @@ def token_table(cells: pd.DataFrame) -> str:
     if ok.empty:
         return ""
     order = {p: i for i, p in enumerate(PRECISIONS)}
+    # the sweep's order of workloads and frameworks (as every other table), precisions in their usual order
+    first_seen = {key: i for i, key in enumerate(dict.fromkeys(zip(ok["workload"], ok["framework"], strict=True)))}
     records = []
     for (workload, framework, precision), group in sorted(
             ok.groupby(["workload", "framework", "precision"], sort=False),
-            key=lambda item: (item[0][0], item[0][1], order.get(item[0][2], len(order)))):
+            key=lambda item: (first_seen[item[0][:2]], order.get(item[0][2], len(order)))):
         accuracy = _median(group["val_accuracy"])
         records.append({
             "workload": markdown_cell(str(workload)), "framework": markdown_cell(str(framework)),
@@ -76,3 +78,11 @@ def token_section(cells: pd.DataFrame) -> list[str]:
     """The report's "Token workloads" section (empty when no token workload finished)."""
     table = token_table(cells)
     return ["## Token workloads", "", TOKEN_NOTE, "", table, ""] if table else []
+
+
+def throughput_unit(token_workloads: pd.Series | list[bool]) -> str:
+    """What a throughput column counts: ``images/s``, ``samples/s`` for token workloads alone, or both named."""
+    flags = [bool(flag) for flag in token_workloads]
+    if flags and all(flags):
+        return "samples/s"
+    return "images/s (samples/s for a token workload)" if any(flags) else "images/s"

@@ -178,11 +178,22 @@ def test_keras_on_a_backend_is_compared_with_that_backends_own_framework():
     table = keras_cost_table(summary_frame(results), results_frame(results))
     rows = {(r["keras"], r["precision"]): r for r in table.to_dict("records")}
     assert set(rows) == {("keras@jax", "fp32"), ("keras@jax", "amp_bf16"), ("keras@torch", "fp32")}  # no native TF
-    assert rows[("keras@jax", "fp32")]["native"] == "jax" and rows[("keras@jax", "fp32")]["throughput"] == "0.80x"
+    assert rows[("keras@jax", "fp32")]["native"] == "jax" and rows[("keras@jax", "fp32")]["throughput"] == "0.80x 1 run"
     assert rows[("keras@jax", "fp32")]["peak memory"] == "2.50x"  # 200 MiB against jax's 80 on the device
-    assert rows[("keras@jax", "amp_bf16")]["throughput"] == "1.07x"  # 80 against jax's 75
+    assert rows[("keras@jax", "amp_bf16")]["throughput"] == "1.07x 1 run"  # 80 against jax's 75, single runs
     assert rows[("keras@jax", "amp_bf16")]["speed-up over fp32"] == "1.50x -> 2.00x"  # each over its own fp32
-    assert rows[("keras@torch", "fp32")]["throughput"] == "0.25x"  # against torch's fp32, 100
+    assert rows[("keras@torch", "fp32")]["throughput"] == "0.25x 1 run"  # against torch's fp32, 100
+    flagged = [*results[:-1], keras_cell("keras@torch", "torch", "fp8", 30.0, 500)]
+    flagged[0].metrics["measurement_flags"] = "machine busy"  # torch fp32: the native side of keras@torch's row
+    table = keras_cost_table(summary_frame(flagged), results_frame(flagged))
+    marked = {(r["keras"], r["precision"]): r["throughput"] for r in table.to_dict("records")}
+    assert marked[("keras@torch", "fp32")] == "0.25x ⚑ 1 run"
+    native_fp8 = cell("torch", "fp8", throughput=20.0, memory_mib=400, accuracy=0.9)
+    for result in (flagged[-1], native_fp8):
+        result.applied = {**(result.applied or {}), "fp8_matmul": "emulated"}
+    table = keras_cost_table(summary_frame([*flagged, native_fp8]), results_frame([*flagged, native_fp8]))
+    [fp8] = [r for r in table.to_dict("records") if r["precision"] == "fp8"]
+    assert fp8["throughput"] == "– (emulated: the emulation's speed, no ratio)" and fp8["speed-up over fp32"] == "–"
     report = render_markdown(results, {})
     assert "## Keras against its backend's own framework" in report
     backends = next(line for line in report.splitlines() if line.startswith("- Keras backends: "))

@@ -18,12 +18,16 @@ from typing import Any
 
 import pandas as pd
 
+from amp_suite.report.marks import EMULATED_MARK, FLAG_MARK, SINGLE_RUN_MARK
+
 KERAS_COST_COLUMNS = ["workload", "device", "precision", "keras", "native", "throughput", "peak memory",
                       "speed-up over fp32"]
 KERAS_COST_NOTE = (
     "Keras on a backend beside that backend's own framework in the same sweep (same workload, weights, batches "
     "and precision): throughput and peak memory of Keras as ratios to the native framework's (below 1.00x: "
-    "Keras is slower or smaller), and each one's AMP speed-up over its own fp32 (native -> Keras).")
+    "Keras is slower or smaller), and each one's AMP speed-up over its own fp32 (native -> Keras). A ratio marked "
+    f"{FLAG_MARK} has a flagged measurement on either side, {SINGLE_RUN_MARK!r} rests on a single run of either: "
+    "read it as a hint, not a figure; an emulated precision (fp8 without FP8 matmuls) has no ratio of speed.")
 
 
 def _keras_labels(cells: pd.DataFrame) -> dict[str, str]:
@@ -59,6 +63,11 @@ def _ratio(value: Any, ref: Any) -> str:
     return f"{value / ref:.2f}x" if _known(value) and _known(ref) and ref else "–"
 
 
+def _runs(row: pd.Series) -> int:
+    runs = row.get("ok_repeats")
+    return int(runs) if _known(runs) else 0
+
+
 def _speedup(row: pd.Series) -> str:
     return f"{row['speedup']:.2f}x" if _known(row.get("speedup")) else "–"
 
@@ -76,11 +85,17 @@ def keras_cost_table(summary: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame
         ref = indexed.get((workload, native, kind, devices, precision)) if native else None
         if ref is None:
             continue
+        emulated = bool(row.get("emulated")) or bool(ref.get("emulated"))
+        marks = [mark for mark, present in (
+            (FLAG_MARK, bool(row.get("flagged")) or bool(ref.get("flagged"))),
+            (SINGLE_RUN_MARK, min(_runs(row), _runs(ref)) < 2)) if present]
+        throughput = (f"– ({EMULATED_MARK}: the emulation's speed, no ratio)" if emulated
+                      else " ".join([_ratio(row["throughput"], ref["throughput"]), *marks]))
         records.append({
             "workload": workload, "device": row["device"] + (f" x{devices}" if devices != 1 else ""),
             "precision": precision, "keras": label, "native": native,
-            "throughput": _ratio(row["throughput"], ref["throughput"]),
+            "throughput": throughput,
             "peak memory": _ratio(row["peak_memory_mib"], ref["peak_memory_mib"]),
-            "speed-up over fp32": "–" if precision == "fp32" else f"{_speedup(ref)} -> {_speedup(row)}",
+            "speed-up over fp32": "–" if precision == "fp32" or emulated else f"{_speedup(ref)} -> {_speedup(row)}",
         })
     return pd.DataFrame(records, columns=KERAS_COST_COLUMNS)

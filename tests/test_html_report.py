@@ -219,3 +219,32 @@ def test_a_headless_browser_screenshot_of_the_page_is_not_blank(tmp_path):
     grey = pixels[..., :3].mean(axis=2)
     assert grey.std() > 0.05  # text, tables and charts, not one flat colour
     assert (grey < 0.5).mean() > 0.01  # dark text covers part of the page
+
+
+def test_report_html_has_the_tables_report_md_has_beside_its_main_ones():
+    """An ML engineer's trial: report.html lacked the Token workloads table, Keras against its backend's own
+    framework, the ratios over the base mode and the best configuration, and an fp8 row's emulated mark."""
+    from amp_suite.report.html import render_html
+    from amp_suite.report.markdown import render_markdown
+
+    def keras(precision, throughput):
+        return cell("keras@jax", precision, throughput=throughput,
+                    metrics={"keras_backend": "jax", "framework_version": "keras 3.15.1, jax 0.10.2"})
+
+    def gpt(framework, precision, throughput):
+        result = cell(framework, precision, throughput=throughput,
+                      metrics={"tokens_per_s": throughput * 128, "val_bits_per_char": 3.5,
+                               "unigram_bits_per_char": 4.7, "context": 128})
+        result.workload, result.key = "text_gpt_nano", result.key.replace("/tiny/", "/text_gpt_nano/")
+        return result
+
+    fp8 = cell("jax", "fp8", throughput=900.0)
+    fp8.applied = {**fp8.applied, "fp8_matmul": "emulated"}
+    results = [*RESULTS, keras("fp32", 2000.0), keras("amp_bf16", 2600.0), fp8, gpt("jax", "fp32", 50.0),
+               gpt("jax", "amp_bf16", 60.0)]
+    page, report = render_html(results, ENV), render_markdown(results, ENV)
+    for section, title in (("keras-cost", "## Keras against its backend's own framework"),
+                           ("tokens", "## Token workloads"), ("best", "Best configuration per framework")):
+        assert title in report and f'id="{section}-section"' in page, section
+    assert "0.67x 1 run" in page.split('id="keras-cost-section"')[1]  # keras@jax fp32 over jax's, single runs
+    assert ">emulated<" in page.split('id="summary-section"')[1].split("</table>")[0]

@@ -37,6 +37,7 @@ from amp_suite.report.html_sections import (
     summary_html,
     verdict_html,
 )
+from amp_suite.report.html_tables import extra_tables_html
 from amp_suite.report.loss_scale import HEADER, LOSS_SCALE_NOTE, loss_scale_rows
 from amp_suite.report.notes import (
     busy_lines,
@@ -162,6 +163,7 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
                        + busy_lines(cells))
     if not summary.empty:
         body += ['<h2 id="summary-section">Every framework and precision</h2>', *summary_html(summary)]
+        body += extra_tables_html(summary, cells, environment)
     body += seeds_html(comparable_cells(cells, summary), margin_of(environment))
     body += charts_html(list(charts))
     applied = applied_html(results)

@@ -12,8 +12,9 @@ import pandas as pd
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figures_table
 from amp_suite.report.applied import applied_precisions
+from amp_suite.report.frames import is_known
 from amp_suite.report.html_parts import Cell, Chart, as_number, formatted, paragraphs, sortable_table
-from amp_suite.report.marks import FLAG_MARK, SINGLE_RUN_MARK
+from amp_suite.report.marks import EMULATED_MARK, FLAG_MARK, SINGLE_RUN_MARK
 from amp_suite.report.text import LINE_CHARS, html_text
 from amp_suite.report.tokens import throughput_unit
 from amp_suite.report.verdict import MARK_LEGEND, Verdict, accuracy_cell, memory_cell, speedup_cell
@@ -52,12 +53,23 @@ def _marks(row: Any) -> tuple[str, str]:
     elif row["status"] == "ok" and row.get("flagged"):
         marks.append(FLAG_MARK)
         why.append("flagged: its timing is not to be trusted (see the measurement flags)")
+    if row.get("emulated"):
+        marks.append(EMULATED_MARK)
+        why.append("emulated: no FP8 matmul ran, its speed is the emulation's (no speed-up)")
+    if row.get("settings_differ") and row["precision"] != "fp32":
+        marks.append("not compared")
+        why.append(str(row["settings_differ"]))
     return " ".join(marks), "; ".join(why)
 
 
 def summary_html(summary: Any) -> list[str]:
     """A row per framework and precision (and workload, device, mode, batch): the figures and their ratios."""
     rows: list[list[Cell | str]] = []
+    modes = "speedup_over_base_mode" in summary and bool(summary["speedup_over_base_mode"].notna().any())
+
+    def over_base(row: Any) -> float | None:
+        return as_number(row.get("speedup_over_base_mode"))
+
     for _, row in summary.iterrows():
         marks, why = _marks(row)
         ok = row["status"] == "ok"
@@ -79,12 +91,16 @@ def summary_html(summary: Any) -> list[str]:
             Cell(formatted(_pct(row["accuracy_delta"]), "{:+.2f} pt"), _pct(row["accuracy_delta"])),
             Cell(formatted(row["final_loss"], "{:.4f}"), as_number(row["final_loss"])),
             Cell(f"{int(row['ok_repeats'])} of {int(row['repeats'])}", float(row["ok_repeats"])),
+            *([Cell(formatted(row["speedup_over_base_mode"], "{:.2f}x") + (f" over {row['base_mode']}"
+                                                                          if is_known(over_base(row)) else ""),
+                    over_base(row))] if modes else []),
         ])
     return sortable_table("summary", "Every framework and precision (medians over the ok repeats)",
                   ["workload", "framework", "device", "devices", "mode", "batch", "precision", "status",
                    throughput_unit(summary.get("token_workload", [])),
                    "speed-up over fp32", "95% interval", "marks", "peak memory MiB", "memory vs fp32",
-                   "validation accuracy", "accuracy vs fp32", "final loss", "ok repeats"], rows)
+                   "validation accuracy", "accuracy vs fp32", "final loss", "ok repeats",
+                   *(["speed-up over the base mode"] if modes else [])], rows)
 
 
 def _pct(value: Any) -> float | None:

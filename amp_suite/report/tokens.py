@@ -47,13 +47,13 @@ def _fmt(value: float, spec: str) -> str:
     return "–" if value is None or math.isnan(value) else spec.format(value)
 
 
-def token_table(cells: pd.DataFrame) -> str:
-    """The markdown table of token workloads' figures, or ``""`` when the sweep has none."""
+def token_frame(cells: pd.DataFrame) -> pd.DataFrame:
+    """Token workloads' figures, a row per workload, framework and precision (empty when the sweep has none)."""
     if cells.empty or "tokens_per_s" not in cells:
-        return ""
+        return pd.DataFrame()
     ok = cells[(cells["status"] == "ok") & pd.to_numeric(cells["tokens_per_s"], errors="coerce").notna()]
     if ok.empty:
-        return ""
+        return pd.DataFrame()
     order = {p: i for i, p in enumerate(PRECISIONS)}
     # the sweep's order of workloads and frameworks (as every other table), precisions in their usual order
     first_seen = {key: i for i, key in enumerate(dict.fromkeys(zip(ok["workload"], ok["framework"], strict=True)))}
@@ -71,7 +71,13 @@ def token_table(cells: pd.DataFrame) -> str:
             "unigram baseline": _fmt(_median(group["unigram_bits_per_char"]), "{:.3f}"),
             "next-token accuracy": _fmt(accuracy * 100 if not math.isnan(accuracy) else math.nan, "{:.2f}%"),
         })
-    return pd.DataFrame(records).to_markdown(index=False, disable_numparse=True)
+    return pd.DataFrame(records)
+
+
+def token_table(cells: pd.DataFrame) -> str:
+    """The markdown table of token workloads' figures, or ``""`` when the sweep has none."""
+    frame = token_frame(cells)
+    return "" if frame.empty else frame.to_markdown(index=False, disable_numparse=True)
 
 
 def token_section(cells: pd.DataFrame) -> list[str]:

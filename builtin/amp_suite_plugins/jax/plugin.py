@@ -161,7 +161,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   "parameters and state replicated",
                   "batch_norm_statistics=synchronized (batch moments averaged over the mesh)" if run.sync_batch_norm
                   else "batch_norm_statistics=per replica; running statistics averaged over the replicas")
-    return dataclasses.replace(applied, notes=notes)
+    return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 
 @hookimpl

@@ -173,7 +173,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   "batch_norm_statistics=per replica; moving statistics the replicas' mean"
                   + (" (sync_batch_norm declined: Keras's synchronized BatchNormalization is TensorFlow's only)"
                      if run.sync_batch_norm else ""))
-    return dataclasses.replace(applied, notes=notes)
+    return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 
 def _device(jax: Any, device: DeviceInfo) -> Any:

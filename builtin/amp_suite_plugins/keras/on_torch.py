@@ -158,7 +158,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         f"jit_compile={_jit(run)} ({'torch.compile of the train step' if _jit(run) else 'eager'}; "
         "no XLA on the PyTorch backend)",
     )
-    return dataclasses.replace(applied, notes=notes)
+    return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 
 @hookimpl

@@ -152,7 +152,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   "batch_norm_statistics=synchronized (BatchNormalization(synchronized=True))" if run.sync_batch_norm
                   else "batch_norm_statistics=per replica; moving statistics of replica 0 (each replica updates "
                   "its own copy, Keras's default)")
-    return dataclasses.replace(applied, notes=notes)
+    return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 
 @hookimpl

@@ -210,7 +210,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         notes.append(fp8_note(applied.fp8_matmul))
     if run.distributed:
         notes += _data_parallel_notes(run, device)
-    return dataclasses.replace(applied, notes=tuple(notes))
+    return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 
 @hookimpl

@@ -207,7 +207,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
                   f"compute in the compute dtype); dropout masks multiplied in {applied.compute_dtype}")
     if run.distributed:
         notes += data_parallel_notes(run, device)
-    return dataclasses.replace(applied, notes=notes)
+    return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 
 def data_parallel_notes(run: RunSpec, device: DeviceInfo) -> tuple[str, ...]:

@@ -227,3 +227,21 @@ def test_report_md_writes_a_long_verdict_sentence_whole():
     sentence = "torch: fp32 stays the choice; " + "x" * 400 + ", its speed is the emulation's, not FP8's."
     lines = markdown_lines(Verdict((), (FrameworkVerdict("torch", "fp32", sentence),)), table_text)
     assert f"- {sentence}" in lines and not any("characters cut" in line for line in lines)
+
+
+def test_a_precision_run_with_declared_choices_is_named_with_them():
+    """An ML engineer's trial: amp_fp16 without loss scaling and with the dense layers in float32 read as plain
+    amp_fp16 in the verdict, under the same label as the default recipe."""
+    declared = {"precision": "amp_fp16", "compute_dtype": "float16", "param_dtype": "float32",
+                "output_dtype": "float32", "loss_scaling": "none", "initial_loss_scale": None,
+                "keep_fp32": ["dense"], "notes": []}
+    results = [*repeated("torch", "fp32", [100.0, 101.0]),
+               *repeated("torch", "amp_fp16", [300.0, 303.0], applied=declared),
+               *repeated("torch", "amp_bf16", [150.0, 151.0])]
+    verdict = sweep_verdict(results, {})
+    labels = {line.precision: line.label for line in verdict.lines}
+    assert labels == {"amp_fp16": "amp_fp16 (loss scaling none, keep_fp32 dense)", "amp_bf16": "amp_bf16"}
+    assert verdict.frameworks[0].sentence.startswith("torch: amp_fp16 (loss scaling none, keep_fp32 dense) is the "
+                                                     "best precision on this machine")
+    assert verdict.frameworks[0].best == "amp_fp16"
+    assert "| torch | amp_fp16 (loss scaling none, keep_fp32 dense) |" in "\n".join(markdown_lines(verdict))

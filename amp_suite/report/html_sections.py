@@ -26,7 +26,7 @@ def verdict_html(verdict: Verdict) -> list[str]:
     rows: list[list[Cell | str]] = []
     for line in verdict.lines:
         why = "; ".join(line.cautions)
-        rows.append([line.place, line.precision,
+        rows.append([line.place, line.label,
                      Cell(speedup_cell(line), line.speedup, why),
                      Cell(memory_cell(line), line.memory_ratio),
                      Cell(accuracy_cell(line), line.accuracy_delta_pt)])

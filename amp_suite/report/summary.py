@@ -39,7 +39,7 @@ SUMMARY_COLUMNS = ["workload", "framework", "device_kind", "device", "devices", 
                    "cost_saving_per_million", "cost_saving_fraction", "scaling_speedup", "scaling_efficiency",
                    "speedup_over_base_mode", "base_mode", "gpu_busy_pct", "compile_time_s", "mode_axis", "emulated",
                    "settings_differ", "tf32_settings_differ", "base_mode_settings_differ",
-                   "scaling_settings_differ", "token_workload", "error"]
+                   "scaling_settings_differ", "token_workload", "declared", "error"]
 
 
 @by_content
@@ -92,6 +92,7 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "train_gflop_per_image": group["train_gflop_per_image"].dropna().iloc[0]
             if group["train_gflop_per_image"].notna().any() else math.nan,
             "error": "" if len(ok) else group["error"].iloc[-1],
+            "declared": _declared(precision, ok),
             # a token workload counts samples (sequences), not images; its tokens/s are in its own section
             "token_workload": bool(pd.to_numeric(group["tokens_per_s"], errors="coerce").notna().any())
             if "tokens_per_s" in group else False,
@@ -142,6 +143,23 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
     _no_speedup_when_emulated(summary)
     _no_comparison_across_settings(summary, cells, results)
     return summary
+
+
+def _declared(precision: str, ok: pd.DataFrame) -> str:
+    """The choices a row's cells declared away from the precision's default recipe, as the verdict names them:
+    ``loss scaling none`` (or static) under amp_fp16, whose default is dynamic, and ``keep_fp32 dense``."""
+    from amp_suite.precision import LOSS_SCALED_PRECISIONS
+
+    if ok.empty:
+        return ""
+    parts = []
+    scaling = str(ok["loss_scaling"].iloc[0] or "") if "loss_scaling" in ok else ""
+    if precision in LOSS_SCALED_PRECISIONS and scaling and scaling != "dynamic":
+        parts.append(f"loss scaling {scaling}")
+    kept = str(ok["keep_fp32"].iloc[0] or "") if "keep_fp32" in ok else ""
+    if kept:
+        parts.append(f"keep_fp32 {kept}")
+    return ", ".join(parts)
 
 
 # The figures of a summary row that compare its speed (or what follows from it) with another row's.

@@ -69,6 +69,12 @@ class VerdictLine:
     marks: tuple[str, ...]  # trust marks of the speed-up: FLAG_MARK, SINGLE_RUN_MARK, ≈, ?, ≁
     cautions: tuple[str, ...]  # why the speed-up is not to be trusted, one phrase each; empty: trusted
     emulated: bool = False  # the precision is emulated on this device (fp8 without FP8 matmuls): no speed-up
+    declared: str = ""  # choices away from the precision's default recipe: "loss scaling none, keep_fp32 dense"
+
+    @property
+    def label(self) -> str:
+        """The precision as the verdict names it: with its declared choices (``amp_fp16 (loss scaling none)``)."""
+        return f"{self.precision} ({self.declared})" if self.declared else self.precision
 
     @property
     def trusted(self) -> bool:
@@ -166,7 +172,8 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
         return VerdictLine(place=place, framework=str(row["framework"]), precision=str(row["precision"]),
                            status=f"not compared: {differ}", speedup=None, speedup_low=None, speedup_high=None,
                            memory_ratio=None, memory_low=None, memory_high=None, accuracy_delta_pt=None,
-                           accuracy_verdict=None, marks=(), cautions=(), emulated=bool(row.get("emulated")))
+                           accuracy_verdict=None, marks=(), cautions=(), emulated=bool(row.get("emulated")),
+                           declared=str(row.get("declared") or ""))
     ok = row["status"] == "ok"
     speedup = _number(row.get("speedup")) if ok else None
     interval = Interval(speedup if speedup is not None else math.nan,
@@ -200,7 +207,8 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
         memory_high=_number(row.get("memory_ratio_high")) if ok else None,
         accuracy_delta_pt=paired if paired is not None else None if accuracy is None else accuracy * 100.0,
         accuracy_verdict=accuracy_verdict(dict(row)) if ok else None,
-        marks=tuple(marks), cautions=tuple(cautions), emulated=bool(row.get("emulated")))
+        marks=tuple(marks), cautions=tuple(cautions), emulated=bool(row.get("emulated")),
+        declared=str(row.get("declared") or ""))
 
 
 def not_run_cells(environment: dict[str, Any] | None) -> tuple[tuple[str, str, str], ...]:
@@ -278,7 +286,7 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine],
         return FrameworkVerdict(place, "", f"{place}: the fp32 baseline {status}, so no AMP precision can be "
                                            "judged against it." + _emulated_text(emulated))
     measured = [line for line in lines if line.speedup is not None and not line.emulated]
-    failed = [f"{line.precision} {line.status}" for line in lines if line.status != "ok"]
+    failed = [f"{line.label} {line.status}" for line in lines if line.status != "ok"]
     failed += [f"{precision} not run (the sweep stopped first)" for precision in not_run or ()]
     if not measured:
         if not failed and not emulated:
@@ -290,19 +298,19 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine],
     best = max(measured, key=lambda line: line.speedup or 0.0)
     figure = f"{_speedup_text(best)} fp32"
     if best.faster and best.trusted:
-        sentence = f"{place}: {best.precision} is the best precision on this machine, {figure}"
+        sentence = f"{place}: {best.label} is the best precision on this machine, {figure}"
         chosen = best.precision
     elif best.faster:
-        sentence = (f"{place}: {best.precision} is the fastest here at {figure}, but not to be trusted: "
+        sentence = (f"{place}: {best.label} is the fastest here at {figure}, but not to be trusted: "
                     + "; ".join(best.cautions))
         chosen = best.precision
     elif best.slower and all(line.slower for line in measured):
         sentence = (f"{place}: fp32 is the best precision on this machine: every AMP precision is measurably slower "
-                    f"(the fastest, {best.precision}, is {figure})")
+                    f"(the fastest, {best.label}, is {figure})")
         chosen = BASELINE
     else:
         sentence = (f"{place}: fp32 stays the choice on this machine: no AMP precision is measurably faster "
-                    f"(the fastest, {best.precision}, is {figure}"
+                    f"(the fastest, {best.label}, is {figure}"
                     + (f"; {NO_DIFFERENCE_MARK} its interval contains 1.0" if NO_DIFFERENCE_MARK in best.marks
                        else "") + ")")
         chosen = BASELINE
@@ -313,7 +321,7 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine],
         if worse:
             sentence += " (worse than fp32's beyond the equivalence margin, over the seeds)"
     sentence += "."
-    untrusted = [f"{line.precision} ({'; '.join(line.cautions)})" for line in measured
+    untrusted = [f"{line.label} ({'; '.join(line.cautions)})" for line in measured
                  if line.cautions and not (line is best and best.faster)]  # the best's are named already
     if untrusted:
         sentence += " Not to be trusted: " + ", ".join(untrusted) + "."
@@ -369,7 +377,7 @@ def terminal_lines(verdict: Verdict) -> list[str]:
     if verdict.empty:
         return []
     header = ("place", "precision", "speed-up over fp32 (95% interval)", "memory vs fp32", "accuracy vs fp32")
-    rows = [(line.place, line.precision, speedup_cell(line), memory_cell(line), accuracy_cell(line))
+    rows = [(line.place, line.label, speedup_cell(line), memory_cell(line), accuracy_cell(line))
             for line in verdict.lines]
     widths = [max(len(text) for text in column) for column in zip(header, *rows, strict=True)]
     out = ["Verdict (AMP against fp32 in the same framework, on this machine):"]
@@ -396,7 +404,7 @@ def markdown_lines(verdict: Verdict, cell: Callable[..., str] = lambda text, lim
     if verdict.lines:
         out += ["| framework | precision | speed-up over fp32 (95% interval) | peak memory vs fp32 | "
                 "validation accuracy vs fp32 |", "| --- | --- | --- | --- | --- |"]
-        out += [f"| {cell(line.place)} | {cell(line.precision)} | {cell(speedup_cell(line))} | "
+        out += [f"| {cell(line.place)} | {cell(line.label)} | {cell(speedup_cell(line))} | "
                 f"{memory_cell(line)} | {accuracy_cell(line)} |" for line in verdict.lines]
         out.append("")
     # a sentence is amp-suite's own, made of bounded parts: whole, as the terminal and report.html print it (its

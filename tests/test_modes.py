@@ -225,3 +225,23 @@ def test_keras_and_jax_declare_their_modes_and_keras_follows_the_mode_over_its_o
     assert keras_plugin._jit(RunSpec("keras", "w", "fp32", mode="compiled", options=off))
     assert not keras_plugin._jit(RunSpec("keras", "w", "fp32", mode="graph"))
     assert not keras_plugin._jit(RunSpec("keras", "w", "fp32", options=off))  # no mode: the option decides
+
+
+@pytest.mark.parametrize(("module", "default"), [("on_jax", "compiled"), ("on_torch", "eager")])
+def test_keras_on_jax_and_on_torch_declare_eager_and_compiled_and_the_mode_wins_over_jit_compile(module, default):
+    """An ML engineer's trial: --modes eager was refused for keras@torch, which runs eager by default, because the
+    two Keras-3 backends declared no mode at all."""
+    import importlib
+
+    from amp_suite.records import RunSpec
+
+    plugin = importlib.import_module(f"amp_suite_plugins.keras.{module}")
+    info = plugin.framework_info()
+    assert info.modes == {"cpu": ("eager", "compiled"), "gpu": ("eager", "compiled")}
+    assert info.default_mode == default
+    run = RunSpec(framework=info.name, workload="mnist_cnn", precision="fp32")
+    assert plugin._jit(run) == (default == "compiled")  # no mode: the option's default
+    assert plugin._jit(RunSpec(framework=info.name, workload="mnist_cnn", precision="fp32", mode="eager",
+                               options={"jit_compile": True})) is False
+    assert plugin._jit(RunSpec(framework=info.name, workload="mnist_cnn", precision="fp32", mode="compiled",
+                               options={"jit_compile": False})) is True

@@ -107,6 +107,10 @@ def framework_info() -> FrameworkInfo:
         distributions=("keras", "jax"),
         launcher="process",  # one worker drives every device of the machine
         options=OPTIONS,
+        # compiled: the train step through jax.jit (option jit_compile true, the default); eager: op by op, no
+        # XLA program (jit_compile false).  The mode, when the sweep names one, wins over the option.
+        modes={"cpu": ("eager", "compiled"), "gpu": ("eager", "compiled")},
+        default_mode="compiled",
         layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.jax.calibration",
@@ -115,6 +119,8 @@ def framework_info() -> FrameworkInfo:
 
 
 def _jit(run: RunSpec) -> bool:
+    if run.mode:  # --modes eager,compiled
+        return run.mode == "compiled"
     return bool(run.options.get("jit_compile", OPTIONS["jit_compile"].default))
 
 
@@ -333,6 +339,7 @@ def measure(run: RunSpec, model: KerasJaxModel, device: DeviceInfo) -> dict[str,
         "keras_backend": keras.backend.backend(),
         "train_step_traces": model.traces[0],
         "compilation": "XLA (jax.jit)" if _jit(run) else "none (op by op)",
+        "mode": "compiled" if _jit(run) else "eager",  # the mode the jit_compile option chose, when no --modes
     }
     if device.kind == "gpu":
         peak = int((model.device.memory_stats() or {}).get("peak_bytes_in_use", -1))

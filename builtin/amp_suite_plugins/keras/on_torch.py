@@ -100,6 +100,10 @@ def framework_info() -> FrameworkInfo:
         env={"KERAS_BACKEND": "torch", PROBE_BACKEND_ENV: "torch"},
         distributions=("keras", "torch"),
         options=OPTIONS,
+        # eager: Keras's own default here (option jit_compile false); compiled: the train step through
+        # torch.compile (jit_compile true).  The mode, when the sweep names one, wins over the option.
+        modes={"cpu": ("eager", "compiled"), "gpu": ("eager", "compiled")},
+        default_mode="eager",
         layer_kinds=LAYER_KINDS,
         doctor_probe="amp_suite_plugins.keras.backend_doctor",
         calibration_probe="amp_suite_plugins.torch.calibration",
@@ -108,6 +112,8 @@ def framework_info() -> FrameworkInfo:
 
 
 def _jit(run: RunSpec) -> bool:
+    if run.mode:  # --modes eager,compiled
+        return run.mode == "compiled"
     return bool(run.options.get("jit_compile", OPTIONS["jit_compile"].default))
 
 
@@ -285,6 +291,7 @@ def measure(run: RunSpec, model: KerasTorchModel, device: DeviceInfo) -> dict[st
                              f"{package_version('torch') or torch.__version__}",
         "keras_backend": keras.backend.backend(),
         "compilation": "torch.compile (inductor)" if _jit(run) else "eager",
+        "mode": "compiled" if _jit(run) else "eager",  # the mode the jit_compile option chose, when no --modes
         "torch_num_threads": torch.get_num_threads(),
     }
     if model.device_name.startswith("cuda"):

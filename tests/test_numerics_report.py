@@ -306,3 +306,20 @@ def test_gradients_that_overflow_at_the_loss_scale_are_named_and_their_infinite_
     sentences = worst_layer_sentences(summarise(rows))
     assert "layer head: 93.8% of its weight gradients overflow float16 at the loss scale 16384" in sentences[0]
     assert any(s.startswith("layer body: its weight gradients are 1% off") for s in sentences), sentences
+
+
+def test_a_run_with_declared_choices_records_them_and_the_runs_table_names_them():
+    """An ML engineer's trial: numerics.md and numerics.jsonl could not tell that conv1 and logits ran as float32
+    islands, nor that loss scaling was off."""
+    from amp_suite.numerics.records import NumericsRun
+    from amp_suite.records import PrecisionApplied
+    from amp_suite.shadow.report import markdown
+    from amp_suite.shadow.worker import declared_choices
+
+    off = PrecisionApplied("amp_fp16", "float16", "float32", loss_scaling="none", keep_fp32=("conv1", "logits"))
+    assert declared_choices(off) == "loss scaling none, keep_fp32 conv1,logits"
+    assert declared_choices(PrecisionApplied("amp_fp16", "float16", "float32", loss_scaling="dynamic")) == ""
+    assert declared_choices(PrecisionApplied("amp_bf16", "bfloat16", "float32")) == ""  # no loss scale to declare
+    run = NumericsRun("torch", "mnist_cnn", "amp_fp16", "ok", steps=1, choices=declared_choices(off))
+    assert "| torch | mnist_cnn | amp_fp16 | ok | 1 |  |  | loss scaling none, keep_fp32 conv1,logits |" in \
+        markdown([run], [])

@@ -103,8 +103,10 @@ class NumericsRun:
     ``status`` is ``ok`` or a cell status (``failed``, ``unsupported``,
     ``unavailable``, ``timeout``); ``error`` its one line.  ``losses`` and
     ``loss_scales`` hold one value per traced step; ``compute_dtype`` is what
-    ``set_precision`` applied; ``note`` says what the run could not give (no
-    float64 shadow where the framework has no ``fp64``).
+    ``set_precision`` applied; ``choices`` the choices it ran with away from
+    its precision's default recipe (``loss scaling none, keep_fp32 conv1``);
+    ``note`` says what the run could not give (no float64 shadow where the
+    framework has no ``fp64``).
     """
 
     framework: str
@@ -119,6 +121,7 @@ class NumericsRun:
     layers: tuple[str, ...] = ()
     note: str = ""
     log: str = ""
+    choices: str = ""
 
 
 @dataclass(frozen=True)

@@ -247,7 +247,7 @@ def markdown(runs: list[NumericsRun], layers: list[LayerNumerics], search: Bisec
              "## Runs", "", "| framework | workload | precision | status | steps | losses | loss scales | note |",
              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for run in runs:
-        note = run.note or run.error
+        note = "; ".join(text for text in (run.choices, run.note or run.error) if text)
         lines.append(f"| {run.framework} | {run.workload} | {run.precision} | {run.status} | {run.steps} | "
                      f"{', '.join(f'{v:.4g}' for v in run.losses)} | "
                      f"{', '.join('–' if v is None else f'{v:g}' for v in run.loss_scales)} | "

@@ -29,7 +29,8 @@ from amp_suite.machine import devices
 from amp_suite.modes import scaled_learning_rate
 from amp_suite.numerics.records import NumericsRun, StepTrace
 from amp_suite.plugins.host import PluginHost
-from amp_suite.records import RunSpec, Workload, run_from_dict, to_plain, workload_from_dict
+from amp_suite.precision import LOSS_SCALED_PRECISIONS
+from amp_suite.records import PrecisionApplied, RunSpec, Workload, run_from_dict, to_plain, workload_from_dict
 from amp_suite.safe_files import write_file_atomically
 from amp_suite.shadow.traces import save_traces
 from amp_suite.workloads.workload import init_variables
@@ -38,8 +39,8 @@ from amp_suite.workloads.workload import init_variables
 BOOTSTRAP = path_setter(".pop") + "from amp_suite.shadow.worker import main; sys.exit(main(sys.argv[2:]))"
 
 
-def trace_steps(run: RunSpec, workload: Workload, host: PluginHost) -> tuple[list[StepTrace], str]:
-    """``run.steps`` traced steps from the canonical initial variables, and the compute dtype applied.
+def trace_steps(run: RunSpec, workload: Workload, host: PluginHost) -> tuple[list[StepTrace], PrecisionApplied]:
+    """``run.steps`` traced steps from the canonical initial variables, and what ``set_precision`` applied.
 
     Raises what the plugin raises; a framework that is not installed, a layer
     kind it does not build, or no ``trace_step`` are one-line errors.
@@ -75,7 +76,7 @@ def trace_steps(run: RunSpec, workload: Workload, host: PluginHost) -> tuple[lis
     for step in range(run.steps):
         staged = host.stage_batches(run, model, pipeline.batches(0, step, step + 1))
         steps.append(host.trace_step(run, model, staged))
-    return steps, applied.compute_dtype
+    return steps, applied
 
 
 def trace_run(run: RunSpec, workload: Workload, traces_path: Path, host: PluginHost | None = None) -> NumericsRun:
@@ -83,15 +84,26 @@ def trace_run(run: RunSpec, workload: Workload, traces_path: Path, host: PluginH
     try:
         if host is None:
             host = PluginHost(extra_modules=run.plugin_modules, framework=run.framework)
-        steps, compute_dtype = trace_steps(run, workload, host)
+        steps, applied = trace_steps(run, workload, host)
         save_traces(traces_path, steps)
     except Exception as exc:
         print("".join(traceback.format_exception(exc)), file=sys.stderr)
         return NumericsRun(run.framework, run.workload, run.precision, classify_exception(exc), one_line(exc))
     return NumericsRun(run.framework, run.workload, run.precision, "ok", steps=len(steps),
-                       compute_dtype=compute_dtype, losses=tuple(s.loss for s in steps),
+                       compute_dtype=applied.compute_dtype, losses=tuple(s.loss for s in steps),
                        loss_scales=tuple(s.loss_scale for s in steps),
-                       layers=tuple(steps[0].activations) if steps else ())
+                       layers=tuple(steps[0].activations) if steps else (), choices=declared_choices(applied))
+
+
+def declared_choices(applied: PrecisionApplied) -> str:
+    """What a run declared away from its precision's default recipe (as the sweep's verdict names it): loss scaling
+    other than dynamic where the precision scales the loss, and the layers kept in float32."""
+    parts = []
+    if applied.precision in LOSS_SCALED_PRECISIONS and applied.loss_scaling != "dynamic":
+        parts.append(f"loss scaling {applied.loss_scaling}")
+    if applied.keep_fp32:
+        parts.append(f"keep_fp32 {','.join(applied.keep_fp32)}")
+    return ", ".join(parts)
 
 
 def run_to_dict(outcome: NumericsRun) -> dict[str, Any]:

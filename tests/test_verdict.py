@@ -165,7 +165,7 @@ def test_what_ran_shows_the_applied_precision_and_a_repeat_that_applied_somethin
                                                 "notes": ["<b>odd</b> | note"]})
     text = render_markdown([*RESULTS, odd], {})
     section = text.split("## What ran")[1].split("\n## ")[0]
-    assert "| torch | amp_bf16 | 0, 1, 2 | bfloat16 | float32 | float32 | none | matmul_precision=highest |" in section
+    assert "| torch | amp_bf16 | 0, 1, 2 | bfloat16 | float32 | float32 | n/a | matmul_precision=highest |" in section
     assert "| torch | amp_bf16 | 3 | float16 |" in section and "static (from 128)" in section
     assert "| jax | fp32 | 0 | float32 |" in section
     assert "<b>" not in section and "odd\\</b> \\| note" not in section and "\\| note" in section
@@ -245,3 +245,17 @@ def test_a_precision_run_with_declared_choices_is_named_with_them():
                                                      "best precision on this machine")
     assert verdict.frameworks[0].best == "amp_fp16"
     assert "| torch | amp_fp16 (loss scaling none, keep_fp32 dense) |" in "\n".join(markdown_lines(verdict))
+
+
+def test_what_ran_tells_loss_scaling_turned_off_from_a_precision_without_one():
+    """An ML engineer's trial: "none" read the same for fp32 (nothing to scale) and an amp_fp16 run with loss scaling
+    turned off."""
+    from amp_suite.report.applied import AppliedPrecision
+
+    def applied(precision, scaling, initial=None):
+        return AppliedPrecision("torch", precision, "float16", "float32", "float32", scaling, initial, (), (0,))
+
+    assert applied("fp32", "none").loss_scaling_text == "n/a"
+    assert applied("amp_bf16", "none").loss_scaling_text == "n/a"
+    assert applied("amp_fp16", "none").loss_scaling_text == "none (declared: loss_scaling)"
+    assert applied("amp_fp16", "dynamic", 32768.0).loss_scaling_text == "dynamic (from 32768)"

@@ -34,7 +34,15 @@ class AppliedPrecision:
 
     @property
     def loss_scaling_text(self) -> str:
-        if self.loss_scaling in ("", "none") or self.initial_loss_scale is None:
+        """``dynamic (from 32768)``; ``none (declared)`` where the precision has a loss scale that was turned off,
+        ``n/a`` where it has none (fp32, bf16: nothing to scale)."""
+        from amp_suite.precision import LOSS_SCALED_PRECISIONS
+
+        if self.precision not in LOSS_SCALED_PRECISIONS and self.loss_scaling in ("", "none"):
+            return "n/a"
+        if self.loss_scaling == "none":
+            return "none (declared: loss_scaling)"
+        if self.loss_scaling == "" or self.initial_loss_scale is None:
             return self.loss_scaling or "–"
         return f"{self.loss_scaling} (from {self.initial_loss_scale:g})"
 

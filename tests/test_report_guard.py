@@ -36,6 +36,15 @@ def write_report(results, out_dir):
     return [out_dir / "results.jsonl"]
 '''
 
+FIRST = '''
+from amp_suite import hookimpl
+
+@hookimpl(tryfirst=True)
+def write_report(results, out_dir):
+    (out_dir / "report.md").write_text("CLOBBERED first")
+    return [out_dir / "report.md"]
+'''
+
 CLOBBER = '''
 from amp_suite import hookimpl
 
@@ -67,7 +76,7 @@ def report_sections(results, out_dir, environment):
 def folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     from amp_suite.sweep.store import ResultStore
 
-    for name, text in (("rounding", ROUNDING), ("store_writer", STORE_WRITER), ("clobber", CLOBBER),
+    for name, text in (("rounding", ROUNDING), ("store_writer", STORE_WRITER), ("clobber", CLOBBER), ("first", FIRST),
                        ("bad_sections", BAD_SECTIONS), ("number_sections", NUMBER_SECTIONS)):
         (tmp_path / f"{name}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -107,7 +116,7 @@ def test_a_reporter_that_overwrites_another_reporters_file_or_lists_what_it_did_
     assert (folder / "report.md").read_text().startswith("# amp-suite report")  # put back
     assert (folder / "mine.txt").read_text() == "mine"
     errors = _errors(capsys)
-    assert any("reporter 'clobber' failed: changed report.md, which reporter 'reporters' wrote (put back" in line
+    assert any("reporter 'clobber' failed: changed report.md, a file of amp-suite's built-in reporters (put back" in line
                for line in errors), errors
     assert any("never_written.txt', which it did not write (no such file)" in line for line in errors), errors
     assert any("escaped.txt', outside the output folder" in line for line in errors), errors
@@ -128,7 +137,8 @@ def test_report_sections_are_checked_against_their_type(folder, capsys):
 
 @pytest.mark.parametrize(("name", "problem"), [
     ("results.jsonl", "changed results.jsonl, the sweep's own record"),
-    ("report.md", "writes report.md, a name of amp-suite's own files"),
+    ("report.md", "changed report.md, a file of amp-suite's built-in reporters"),
+    ("results.csv", "changed results.csv, a file of amp-suite's built-in reporters"),
     ("../outside.txt", "outside the output folder"),
 ])
 def test_the_kits_run_reporter_fails_a_reporter_that_writes_what_is_not_its_own(folder, tmp_path, name, problem):
@@ -139,5 +149,32 @@ def test_the_kits_run_reporter_fails_a_reporter_that_writes_what_is_not_its_own(
         "from amp_suite import hookimpl\n\n@hookimpl\ndef write_report(out_dir):\n"
         f"    (out_dir / {name!r}).write_text('mine')\n    return [out_dir / {name!r}]\n")
     (tmp_path / "kit").mkdir()
-    with pytest.raises(AssertionError, match=problem):
+    with pytest.raises(AssertionError, match=problem) as failed:
         run_reporter(module, tmp_path / "kit")
+    assert "which it did not write" not in str(failed.value)  # the file put back is not named twice
+
+
+def test_a_reporter_that_writes_a_built_in_reporters_file_first_is_named_and_the_report_kept(folder, capsys):
+    """A re-check of the trial: a tryfirst reporter that wrote report.md kept it, and the built-in reporter that wrote
+    after it was blamed and had the clobbered file put back."""
+    assert main(["report", str(folder), "-p", "first"]) == 2
+    assert (folder / "report.md").read_text().startswith("# amp-suite report")
+    errors = _errors(capsys)
+    assert any("reporter 'first' failed: changed report.md, a file of amp-suite's built-in reporters" in line
+               for line in errors), errors
+    assert not any("reporter 'reporters' failed" in line for line in errors), errors
+
+
+def test_a_third_party_reporter_that_changes_anothers_file_has_it_put_back(tmp_path):
+    from amp_suite.plugins.report_guard import ReportGuard
+
+    guard = ReportGuard(tmp_path, (), ("report.md",))
+    guard.before(False)
+    (tmp_path / "summary.txt").write_text("a's")
+    assert guard.check("a", [tmp_path / "summary.txt"], False) == ([tmp_path / "summary.txt"], [])
+    guard.before(False)
+    (tmp_path / "summary.txt").write_text("b's")
+    kept, problems = guard.check("b", [tmp_path / "summary.txt"], False)
+    assert kept == [] and problems == ["changed summary.txt, which reporter 'a' wrote (put back as it was); a "
+                                       "reporter writes files of its own"]
+    assert (tmp_path / "summary.txt").read_text() == "a's"

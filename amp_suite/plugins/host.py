@@ -21,6 +21,8 @@ raises or answers wrongly is reported, and the other reporters still write.
 from __future__ import annotations
 
 import copy
+import functools
+import importlib.metadata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from amp_suite.errors import PluginError, UnsupportedError, one_line
+from amp_suite.markers import ENTRY_POINT_GROUP, PROJECT_NAME
 from amp_suite.plugins import hookspecs
 from amp_suite.plugins.answers import applied_problem, declaration_problem, figure_problem
 from amp_suite.plugins.containment import ENDING, contained
@@ -51,6 +54,16 @@ __all__ = [
     "ReportOutcome", "ReporterFailure", "contained", "declaration_problem", "figure_problem",
     "find_in_current_directory", "import_contained",
 ]
+
+
+@functools.cache
+def built_in_packages() -> frozenset[str]:
+    """The top-level packages of amp-suite's own plugins: those its distribution's entry points name."""
+    try:
+        entry_points = importlib.metadata.distribution(PROJECT_NAME).entry_points
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return frozenset()
+    return frozenset(ep.value.split(":")[0].split(".")[0] for ep in entry_points if ep.group == ENTRY_POINT_GROUP)
 
 
 @dataclass(frozen=True)
@@ -196,7 +209,8 @@ class PluginHost(LoadedPlugins):
     # --- reporting ---------------------------------------------------------
 
     def write_report(
-        self, results: list[CellResult], out_dir: Path, environment: dict[str, Any], stored: tuple[str, ...] = ()
+        self, results: list[CellResult], out_dir: Path, environment: dict[str, Any], stored: tuple[str, ...] = (),
+        built_in: tuple[str, ...] = (),
     ) -> ReportOutcome:
         """Call every reporter; one that raises is listed and the others still write.
 
@@ -204,13 +218,14 @@ class PluginHost(LoadedPlugins):
         listed the same way and the report goes on without them.  Each plugin
         gets its own copy of ``results`` and ``environment``, so one that
         changes them changes no other report nor the verdict; the files named
-        in ``stored`` and those an earlier reporter wrote are put back when a
-        reporter changes them (:mod:`amp_suite.plugins.report_guard`).
+        in ``stored``, those an earlier reporter wrote and, for a reporter that
+        is not built in, the files named by ``built_in`` (patterns) are put
+        back when a reporter changes them (:mod:`amp_suite.plugins.report_guard`).
         """
         written: list[Path] = []
         failures: list[ReporterFailure] = []
         sections: list[tuple[str, str]] = []
-        guard = ReportGuard(out_dir, stored)
+        guard = ReportGuard(out_dir, stored, built_in)
 
         def failed(plugin_name: str, exc: Exception, hook: str = "") -> None:
             text = str(exc).split(": ", 1)[1] if isinstance(exc, PluginError) else one_line(exc)
@@ -230,6 +245,8 @@ class PluginHost(LoadedPlugins):
                 failures.extend(ReporterFailure(plugin_name, problem) for problem in guard.check(plugin_name, [])[1])
         for plugin_name, call in self._each("write_report"):
             listed: list[Path] = []
+            ours = self._is_built_in(plugin_name)
+            guard.before(ours)
             try:
                 with contained(plugin_name, "write_report"):
                     answers = call(results=copy.deepcopy(results), out_dir=out_dir,
@@ -240,10 +257,17 @@ class PluginHost(LoadedPlugins):
             except Exception as exc:  # one broken reporter never costs the others
                 failed(plugin_name, exc)
             finally:
-                kept, problems = guard.check(plugin_name, listed)
+                kept, problems = guard.check(plugin_name, listed, ours)
                 written.extend(path for path in kept if path not in written)
                 failures.extend(ReporterFailure(plugin_name, problem) for problem in problems)
         return ReportOutcome(written, failures)
+
+    def _is_built_in(self, plugin_name: str) -> bool:
+        """Whether ``plugin_name`` is one of amp-suite's own plugins: its module is in a package that amp-suite's
+        own distribution's entry points name (however the plugin was loaded)."""
+        plugin = self.pm.get_plugin(plugin_name)
+        module = str(getattr(plugin, "__name__", "") or type(plugin).__module__)
+        return module.split(".")[0] in built_in_packages()
 
     # --- calling through pluggy --------------------------------------------
 

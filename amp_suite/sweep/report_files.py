@@ -46,6 +46,8 @@ _STARTS = {
 _HEAD_BYTES = 1024
 # The charts reporter's index of the charts it drew.
 CHARTS_INDEX = "charts.json"
+# The names only the built-in reporters write (fnmatch patterns): another reporter that changes one has it put back.
+BUILT_IN_REPORT_FILES = (*_STARTS, CHARTS_INDEX, CHART_PATTERN)
 # The key that marks a report-digests.json as amp-suite's record.
 _DIGESTS_MARK = "amp_suite_report_digests"
 # Largest report file read to check its digest (a chart is well below it; a bigger file is not one of ours).
@@ -85,7 +87,8 @@ def write_recorded_report(host: PluginHost, results: list[CellResult], directory
     directory = Path(directory)
     forget_report_digests(directory)
     # no reporter may change the sweep's record of its cells (each is put back, and the reporter named)
-    outcome = host.write_report(results, directory, environment, stored=(RESULTS_FILE, ENVIRONMENT_FILE))
+    outcome = host.write_report(results, directory, environment, stored=(RESULTS_FILE, ENVIRONMENT_FILE),
+                                built_in=BUILT_IN_REPORT_FILES)
     record_report_digests(directory, outcome.written)
     return outcome
 

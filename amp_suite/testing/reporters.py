@@ -42,13 +42,14 @@ def run_reporter(module: str, out_dir: Path | str, results: list[CellResult] | N
     from amp_suite.machine.environment import host_environment
     from amp_suite.plugins.host import PluginHost
     from amp_suite.sweep.output_dir import CHART_PATTERN, ENVIRONMENT_FILE, RESULTS_FILE, SWEEP_FILES
+    from amp_suite.sweep.report_files import BUILT_IN_REPORT_FILES
 
     host = PluginHost(extra_modules=(module,), autoload=False)
     assert not host.failures, f"{module} failed to load: {host.failures}"
     out = Path(out_dir)
     outcome = host.write_report(sample_results() if results is None else results, out,
                                 host_environment() if environment is None else environment,
-                                stored=(RESULTS_FILE, ENVIRONMENT_FILE))
+                                stored=(RESULTS_FILE, ENVIRONMENT_FILE), built_in=BUILT_IN_REPORT_FILES)
     assert not outcome.failures, f"reporter failed: {outcome.failures}"
     missing = [p for p in outcome.written if not Path(p).is_file()]
     assert not missing, f"reported paths that do not exist: {missing}"

@@ -612,7 +612,7 @@ def test_run_and_report_write_through_one_step_that_forgets_then_records_the_dig
     record_report_digests(out, [out / "report.md"])
 
     class StoppedHost:
-        def write_report(self, results, directory, environment, stored=()):
+        def write_report(self, results, directory, environment, stored=(), built_in=()):
             assert not (directory / "report-digests.json").exists()  # forgotten before any reporter runs
             (directory / "report.md").write_text("# amp-suite report\n\nhalf\n")
             raise KeyboardInterrupt
@@ -622,8 +622,8 @@ def test_run_and_report_write_through_one_step_that_forgets_then_records_the_dig
     assert not (out / "report-digests.json").exists() and foreign_report_files(out) == []
 
     class Host:
-        def write_report(self, results, directory, environment, stored=()):
-            assert stored == ("results.jsonl", "environment.json")
+        def write_report(self, results, directory, environment, stored=(), built_in=()):
+            assert stored == ("results.jsonl", "environment.json") and "report.md" in built_in
             (directory / "report.md").write_text("# amp-suite report\n\nwhole\n")
             return SimpleNamespace(written=[directory / "report.md"], failures=[])
 

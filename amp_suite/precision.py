@@ -45,5 +45,16 @@ DEFAULT_LOSS_SCALING = "dynamic"
 LOSS_SCALED_PRECISIONS = ("amp_fp16",)
 AMP_PRECISIONS = ("amp_fp16", "amp_bf16")
 
+
+def declared_choices(precision: str, loss_scaling: str, keep_fp32: tuple[str, ...]) -> str:
+    """The choices a run declared away from its precision's default recipe, as the verdict and numerics name them:
+    ``loss scaling none`` (or static) where the precision scales the loss, ``keep_fp32 conv1,logits``; "" for none."""
+    parts = []
+    if precision in LOSS_SCALED_PRECISIONS and loss_scaling and loss_scaling != DEFAULT_LOSS_SCALING:
+        parts.append(f"loss scaling {loss_scaling}")
+    if keep_fp32:
+        parts.append(f"keep_fp32 {','.join(keep_fp32)}")
+    return ", ".join(parts)
+
 # The precision every speed-up and accuracy difference is measured against.
 BASELINE = "fp32"

@@ -28,7 +28,7 @@ SHOWN_DIFFERENCES = 3
 DEVICE_OPTIONS = ("devices", "nnodes", "launcher")
 # The framework options only some precisions apply (loss scaling: amp_fp16; layers kept in float32: AMP): fp32 and
 # tf32 ignore them, so an fp32 or tf32 row is compared with an AMP row whatever these say on either side.
-PRECISION_OPTIONS = tuple(name for name in COMMON_FRAMEWORK_OPTIONS)
+PRECISION_OPTIONS = tuple(COMMON_FRAMEWORK_OPTIONS)
 
 
 def _comparable_definition(result: CellResult, ignore: tuple[str, ...] = ()) -> dict[str, Any] | None:

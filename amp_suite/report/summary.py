@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from amp_suite.precision import BASELINE
+from amp_suite.precision import BASELINE, declared_choices
 from amp_suite.records import CellResult
 from amp_suite.report.frames import as_number, column_first, column_median, device_label, results_frame
 from amp_suite.report.intervals import Interval, paired_ratios, pooled_log_intervals
@@ -146,20 +146,13 @@ def summary_frame(results: list[CellResult], environment: dict[str, Any] | None 
 
 
 def _declared(precision: str, ok: pd.DataFrame) -> str:
-    """The choices a row's cells declared away from the precision's default recipe, as the verdict names them:
-    ``loss scaling none`` (or static) under amp_fp16, whose default is dynamic, and ``keep_fp32 dense``."""
-    from amp_suite.precision import LOSS_SCALED_PRECISIONS
-
+    """The choices a row's cells declared away from the precision's default recipe
+    (:func:`amp_suite.precision.declared_choices`), from its first ok cell's record of what it applied."""
     if ok.empty:
         return ""
-    parts = []
     scaling = str(ok["loss_scaling"].iloc[0] or "") if "loss_scaling" in ok else ""
-    if precision in LOSS_SCALED_PRECISIONS and scaling and scaling != "dynamic":
-        parts.append(f"loss scaling {scaling}")
-    kept = str(ok["keep_fp32"].iloc[0] or "") if "keep_fp32" in ok else ""
-    if kept:
-        parts.append(f"keep_fp32 {kept}")
-    return ", ".join(parts)
+    kept = str(ok["keep_fp32"].iloc[0] or "") if "keep_fp32" in ok else ""  # the names joined by commas
+    return declared_choices(precision, scaling, tuple(name for name in kept.split(",") if name))
 
 
 # The figures of a summary row that compare its speed (or what follows from it) with another row's.

@@ -29,7 +29,7 @@ from amp_suite.machine import devices
 from amp_suite.modes import scaled_learning_rate
 from amp_suite.numerics.records import NumericsRun, StepTrace
 from amp_suite.plugins.host import PluginHost
-from amp_suite.precision import LOSS_SCALED_PRECISIONS
+from amp_suite.precision import declared_choices as precision_choices
 from amp_suite.records import PrecisionApplied, RunSpec, Workload, run_from_dict, to_plain, workload_from_dict
 from amp_suite.safe_files import write_file_atomically
 from amp_suite.shadow.traces import save_traces
@@ -96,14 +96,8 @@ def trace_run(run: RunSpec, workload: Workload, traces_path: Path, host: PluginH
 
 
 def declared_choices(applied: PrecisionApplied) -> str:
-    """What a run declared away from its precision's default recipe (as the sweep's verdict names it): loss scaling
-    other than dynamic where the precision scales the loss, and the layers kept in float32."""
-    parts = []
-    if applied.precision in LOSS_SCALED_PRECISIONS and applied.loss_scaling != "dynamic":
-        parts.append(f"loss scaling {applied.loss_scaling}")
-    if applied.keep_fp32:
-        parts.append(f"keep_fp32 {','.join(applied.keep_fp32)}")
-    return ", ".join(parts)
+    """What a run declared away from its precision's default recipe (:func:`amp_suite.precision.declared_choices`)."""
+    return precision_choices(applied.precision, applied.loss_scaling, applied.keep_fp32)
 
 
 def run_to_dict(outcome: NumericsRun) -> dict[str, Any]:

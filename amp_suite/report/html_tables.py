@@ -40,11 +40,11 @@ def extra_tables_html(summary: pd.DataFrame, cells: pd.DataFrame, environment: d
     from amp_suite.report.variants import VARIANT_NOTE, variant_table
 
     out: list[str] = []
-    best = best_configuration_lines(summary)
-    if best or mode_lines(summary):
+    best, modes = best_configuration_lines(summary), mode_lines(summary)
+    if best or modes:
         out += ['<h2 id="best-section">Best configuration per framework</h2>',
-                *paragraphs([*mode_lines(summary),
-                             "The fastest mode, batch and precision of the sweep for each framework:", "", *best])]
+                *paragraphs([*modes, "The fastest mode, batch and precision of the sweep for each framework:", "",
+                             *best])]
     out += frame_html("pools", "Across pools (images/s, speed-up over fp32 on the same pool; ceiling; cost)",
                       CROSS_POOL_NOTE, cross_pool_table(summary, cells, environment))
     out += frame_html("variants", "Framework variants (each against the first of its framework)", VARIANT_NOTE,

@@ -248,3 +248,31 @@ def test_report_html_has_the_tables_report_md_has_beside_its_main_ones():
         assert title in report and f'id="{section}-section"' in page, section
     assert "0.67x 1 run" in page.split('id="keras-cost-section"')[1]  # keras@jax fp32 over jax's, single runs
     assert ">emulated<" in page.split('id="summary-section"')[1].split("</table>")[0]
+
+
+def test_every_declared_table_is_on_both_pages_under_its_title_and_note(monkeypatch):
+    """report.md and report.html render one list of tables (extra_tables.EXTRA_TABLES): each table whose frame has
+    rows is on both pages, with its title, its note and the lines after it, and in the list's order."""
+    import dataclasses
+    import html
+
+    import pandas as pd
+
+    from amp_suite.report import extra_tables
+    from amp_suite.report.html import render_html
+    from amp_suite.report.markdown import render_markdown
+
+    tables = tuple(dataclasses.replace(table, frame=lambda inputs, name=table.table_id: pd.DataFrame(
+        {"workload": [f"row-of-{name}"], "framework": ["torch"]}),
+        after=lambda inputs, name=table.table_id: [f"- after {name}"]) for table in extra_tables.EXTRA_TABLES)
+    monkeypatch.setattr(extra_tables, "EXTRA_TABLES", tables)
+    page, report = render_html(RESULTS, ENV), render_markdown(RESULTS, ENV)
+    for table in tables:
+        assert f"## {table.title}\n\n{table.note}\n" in report, table.table_id
+        assert f'<h2 id="{table.table_id}-section">' in page, table.table_id
+        section = page.split(f'id="{table.table_id}-section"')[1].split("<h2")[0]
+        assert html.escape(table.note[:40]) in section and f"row-of-{table.table_id}" in section, table.table_id
+        assert f"after {table.table_id}" in section, table.table_id
+    order = [table.table_id for table in tables]
+    assert sorted(order, key=lambda name: page.index(f'id="{name}-section"')) == order
+    assert sorted(order, key=lambda name: report.index(f"row-of-{name}")) == order

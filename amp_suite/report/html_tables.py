@@ -1,10 +1,9 @@
-"""The report's tables that the markdown report has beside its main ones, as sections of ``report.html``.
+"""The report's tables beside its comparison tables, as sections of ``report.html``.
 
-``report.html`` is the same report as ``report.md`` on one page: every table
-the markdown builds from the summary and cell frames (the best configuration
-per framework, pools, framework variants, Keras against its backend's own
-framework, token workloads, time to target, scaling over devices) is here
-too, each a sortable table under its markdown note.
+``report.html`` is the same report as ``report.md`` on one page: the best
+configuration per framework, then each table of
+:data:`amp_suite.report.extra_tables.EXTRA_TABLES` (the list both pages
+render), a sortable table under its note.
 """
 
 from __future__ import annotations
@@ -31,13 +30,9 @@ def frame_html(table_id: str, title: str, note: str, frame: pd.DataFrame) -> lis
 
 
 def extra_tables_html(summary: pd.DataFrame, cells: pd.DataFrame, environment: dict[str, Any]) -> list[str]:
-    """Every markdown-only table of the report (see the module docstring), in the markdown's order."""
-    from amp_suite.report.cross_pool import CROSS_POOL_NOTE, cross_pool_table
-    from amp_suite.report.keras_backends import KERAS_COST_NOTE, keras_cost_table
+    """The best configuration per framework, then every table of ``extra_tables.EXTRA_TABLES``, in their order."""
+    from amp_suite.report.extra_tables import TableInputs, built_tables
     from amp_suite.report.notes import best_configuration_lines, mode_lines
-    from amp_suite.report.tables import TIME_TO_TARGET_NOTE, scaling_table, time_to_target_table
-    from amp_suite.report.tokens import TOKEN_NOTE, token_frame
-    from amp_suite.report.variants import VARIANT_NOTE, variant_table
 
     out: list[str] = []
     best, modes = best_configuration_lines(summary), mode_lines(summary)
@@ -45,15 +40,7 @@ def extra_tables_html(summary: pd.DataFrame, cells: pd.DataFrame, environment: d
         out += ['<h2 id="best-section">Best configuration per framework</h2>',
                 *paragraphs([*modes, "The fastest mode, batch and precision of the sweep for each framework:", "",
                              *best])]
-    out += frame_html("pools", "Across pools (images/s, speed-up over fp32 on the same pool; ceiling; cost)",
-                      CROSS_POOL_NOTE, cross_pool_table(summary, cells, environment))
-    out += frame_html("variants", "Framework variants (each against the first of its framework)", VARIANT_NOTE,
-                      variant_table(summary, cells))
-    out += frame_html("keras-cost", "Keras against its backend's own framework (the cost of the Keras layer)",
-                      KERAS_COST_NOTE, keras_cost_table(summary, cells))
-    out += frame_html("tokens", "Token workloads", TOKEN_NOTE, token_frame(cells))
-    out += frame_html("time-to-target", "Time to target accuracy", TIME_TO_TARGET_NOTE,
-                      time_to_target_table(summary, cells))
-    out += frame_html("scaling", "Scaling over devices, images/s (speed-up over 1 device, efficiency)", "",
-                      scaling_table(summary))
+    inputs = TableInputs(summary, cells, environment)
+    for table, frame in built_tables(inputs):
+        out += frame_html(table.table_id, table.title, table.note, frame) + paragraphs(table.after(inputs))
     return out

@@ -15,6 +15,8 @@ from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figures_lines
 from amp_suite.report.context import ceiling_lines, environment_lines, methodology_lines, runtime_lines
 from amp_suite.report.curves import curve_lines
+from amp_suite.report.extra_tables import TableInputs
+from amp_suite.report.extra_tables import markdown_lines as extra_table_lines
 from amp_suite.report.frames import device_label, is_synthetic, results_frame
 from amp_suite.report.loss_scale import loss_scale_lines
 from amp_suite.report.notes import (
@@ -31,9 +33,9 @@ from amp_suite.report.notes import (
 from amp_suite.report.published import published_section
 from amp_suite.report.seeds import margin_of, seeds_lines
 from amp_suite.report.summary import comparable_cells, summary_frame
-from amp_suite.report.tables import TIME_TO_TARGET_NOTE, comparison_tables, scaling_table, time_to_target_table
+from amp_suite.report.tables import comparison_tables
 from amp_suite.report.text import REPORT_FIRST_LINE, flat_text, no_raw_html, table_text
-from amp_suite.report.tokens import dataset_line, token_section
+from amp_suite.report.tokens import dataset_line
 
 # Why synthetic data has no accuracy figure.
 SYNTHETIC_ACCURACY_NOTE = ("Validation accuracy is n/a on synthetic data: its class-prototype images are "
@@ -49,8 +51,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     cells = results_frame(results, environment)
     from amp_suite.report.applied import applied_lines
     from amp_suite.report.every_run import every_run_lines
-    from amp_suite.report.keras_backends import KERAS_COST_NOTE, backend_lines, keras_cost_table
-    from amp_suite.report.variants import VARIANT_NOTE, variant_table
+    from amp_suite.report.keras_backends import backend_lines
     from amp_suite.report.variants import environment_lines as variant_environment_lines
     from amp_suite.report.verdict import build_verdict, markdown_lines, not_run_cells
 
@@ -86,26 +87,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                         *best]
         if title.startswith("Peak memory"):
             out += memory_noise_lines(summary)
-    from amp_suite.report.cross_pool import CROSS_POOL_NOTE, cross_pool_table, pool_lines
-
-    pooled = cross_pool_table(summary, cells, environment)
-    if not pooled.empty:
-        out += ["## Across pools (images/s, speed-up over fp32 on the same pool; ceiling; cost)", "",
-                CROSS_POOL_NOTE, "", pooled.to_markdown(index=False, disable_numparse=True), "",
-                *pool_lines(environment), ""]
-    variants = variant_table(summary, cells)
-    if not variants.empty:
-        out += ["## Framework variants (each against the first of its framework)", "", VARIANT_NOTE, "",
-                variants.to_markdown(index=False, disable_numparse=True), ""]
-    keras_cost = keras_cost_table(summary, cells)
-    if not keras_cost.empty:
-        out += ["## Keras against its backend's own framework (the cost of the Keras layer)", "",
-                KERAS_COST_NOTE, "", keras_cost.to_markdown(index=False, disable_numparse=True), ""]
-    out += token_section(cells)
-    target = time_to_target_table(summary, cells)
-    if not target.empty:
-        out += ["## Time to target accuracy", "", TIME_TO_TARGET_NOTE, "",
-                target.to_markdown(index=False, disable_numparse=True), ""]
+    inputs = TableInputs(summary, cells, environment)
+    out += extra_table_lines(inputs, "middle")
     out += seeds_lines(comparable_cells(cells, summary), margin_of(environment), table_text)
     out += curve_lines(results, table_text)
     out += loss_scale_lines(results)
@@ -125,15 +108,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         out += [f"## {flat_text(published[0])}", "", published[1], ""]
     for title, body in sections:
         out += [f"## {flat_text(title)}", "", body, ""]
-    scaling = scaling_table(summary)
-    if not scaling.empty:
-        out += ["## Scaling over devices, images/s (speed-up over 1 device, efficiency)", "",
-                "Data parallel: the workload's batch is the global batch, split evenly over the devices. "
-                "Throughput is global samples over the slowest process's window time; efficiency is "
-                "throughput(N) / (N x throughput(1)) for the same workload, framework, device kind and "
-                "precision. Devices that share a machine's cores (logical CPU devices, one process per core) "
-                "compete for them: read the efficiency as measured, not as a property of the framework.", "",
-                scaling.to_markdown(index=False, disable_numparse=True), ""]
+    out += extra_table_lines(inputs, "end")
     out += ["## What ran", "", *(applied_lines(results) or ["_no cell recorded the precision it applied_", ""])]
     added = added_figures_lines(results)
     if added:

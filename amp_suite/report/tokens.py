@@ -74,18 +74,6 @@ def token_frame(cells: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
-def token_table(cells: pd.DataFrame) -> str:
-    """The markdown table of token workloads' figures, or ``""`` when the sweep has none."""
-    frame = token_frame(cells)
-    return "" if frame.empty else frame.to_markdown(index=False, disable_numparse=True)
-
-
-def token_section(cells: pd.DataFrame) -> list[str]:
-    """The report's "Token workloads" section (empty when no token workload finished)."""
-    table = token_table(cells)
-    return ["## Token workloads", "", TOKEN_NOTE, "", table, ""] if table else []
-
-
 def throughput_unit(token_workloads: pd.Series | list[bool]) -> str:
     """What a throughput column counts: ``images/s``, ``samples/s`` for token workloads alone, or both named."""
     flags = [bool(flag) for flag in token_workloads]

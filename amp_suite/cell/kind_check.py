@@ -11,16 +11,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from amp_suite.records import FrameworkInfo, LayerSpec, Workload
+from amp_suite.workloads.layers import iter_layers
 
 
 def kinds_used(layers: Iterable[LayerSpec]) -> list[str]:
     """The kinds of ``layers`` and of every nested body and shortcut, in the order first met."""
-    found: dict[str, None] = {}
-    for layer in layers:
-        found[layer.kind] = None
-        for kind in kinds_used((*layer.body, *layer.shortcut)):
-            found[kind] = None
-    return list(found)
+    return list(dict.fromkeys(layer.kind for layer in iter_layers(tuple(layers))))
 
 
 def undeclared_kinds(info: FrameworkInfo, workload: Workload) -> list[str]:

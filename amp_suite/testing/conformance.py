@@ -150,11 +150,11 @@ class BackendConformance:
         """The kinds of ``workload`` (its ``table``, else the kit's) in :attr:`lacks_kinds`."""
         if not self.lacks_kinds:
             return []
-        from amp_suite.workloads.layers import iter_layers
+        from amp_suite.cell.kind_check import kinds_used
         from amp_suite.workloads.workload import workload_from_config
 
         layers = workload_from_config(workload, table if table is not None else WORKLOADS[workload]).layers
-        return sorted({spec.kind for spec in iter_layers(layers)} & set(self.lacks_kinds))
+        return sorted(set(kinds_used(layers)) & set(self.lacks_kinds))
 
     def _buildable(self, workload: str) -> str:
         """``workload``, or mnist_cnn when the backend lacks one of its kinds (a backend without BatchNorm still

@@ -348,7 +348,7 @@ def test_epoch_extra_becomes_a_figure_of_the_run(tiny_config):
 
 def test_an_epoch_extra_key_the_host_computes_is_refused():
     epochs = [EpochResult([0.1], [1.0], 8, 0.1, extra={"throughput": 3.0})]
-    with pytest.raises(PluginError, match="plugin of framework 'fake': EpochResult.extra key 'throughput' is a figure the "
+    with pytest.raises(PluginError, match="plugin 'fake': EpochResult.extra key 'throughput' is a figure the "
                                           "host computes itself"):
         epoch_extra_metrics("fake", epochs, reserved={"throughput"})
 

@@ -186,6 +186,9 @@ def test_validation_of_a_token_workload_runs_over_every_token_and_keeps_ids_int3
             assert images.dtype == np.int32
             return table[images].astype(np.float32)
 
+        def implementer(self, hook_name):
+            return "bigram_plugin"
+
     data = Dataset("text", ids, labels, ids, labels)
     pipeline = input_pipeline(workload, data, batch_size=2, steps=1, seed=0)
     figures = validate(Host(), RunSpec("bigram", "text_gpt_nano", "fp32"), None, pipeline, batch_size=2, outputs=3)
@@ -247,9 +250,12 @@ def test_logits_of_another_number_of_classes_are_a_plugin_error_not_a_loss(width
         def predict(self, run, model, images, training=False):
             return np.zeros((len(images), width), dtype=np.float32)
 
+        def implementer(self, hook_name):
+            return "numpy_backend"
+
     pipeline = input_pipeline(workload, Dataset("mnist", images, labels, images, labels), batch_size=4, steps=1,
                               seed=0)
-    with pytest.raises(PluginError, match=rf"predict returned logits of shape \(4, {width}\) for labels of shape "
+    with pytest.raises(PluginError, match=rf"plugin 'numpy_backend': predict returned logits of shape \(4, {width}\) for labels of shape "
                                           r"\(4,\); expected \(4, 10\) \(10 classes of mnist_cnn\)"):
         validate(Host(), RunSpec("fake", "mnist_cnn", "fp32"), None, pipeline, batch_size=4,
                  outputs=workload.outputs)

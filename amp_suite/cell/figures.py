@@ -30,7 +30,7 @@ def check_finite(losses: list[float], epoch: int, first_step: int = 0) -> None:
             raise DivergedError(f"loss became {loss} at epoch {epoch} step {step}")
 
 
-def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set[str],
+def epoch_extra_metrics(plugin: str, epochs: list[EpochResult], reserved: set[str],
                         dropped: list[str] | None = None) -> dict[str, Any]:
     """``EpochResult.extra`` promoted to figures of the run: each key with its last epoch's value.
 
@@ -44,11 +44,11 @@ def epoch_extra_metrics(framework: str, epochs: list[EpochResult], reserved: set
     for epoch in epochs:
         for key, value in epoch.extra.items():
             if key in reserved:
-                raise PluginError(f"plugin of framework {framework!r}: EpochResult.extra key {key!r} is a figure the "
+                raise PluginError(f"plugin {plugin!r}: EpochResult.extra key {key!r} is a figure the "
                                   "host computes itself; give the figure another name")
             problem = figure_problem(key, value)
             if problem:
-                line = (f"plugin of framework {framework!r}: EpochResult.extra key {key!r} {problem}; the value is "
+                line = (f"plugin {plugin!r}: EpochResult.extra key {key!r} {problem}; the value is "
                         "left out")
                 if dropped is None:
                     raise PluginError(line)

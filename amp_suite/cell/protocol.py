@@ -96,6 +96,7 @@ class Training:
     load_before: Any
     target: TargetTracker
     curve: CurveTracker
+    plugin: str  # the name of the plugin that answered train_epoch
 
 
 def run_cell(run: RunSpec, workload: Workload, host: PluginHost, result: CellResult) -> None:
@@ -222,7 +223,7 @@ def train(run: RunSpec, inputs: CellInputs, host: PluginHost, model: Any, device
                     target.evaluate(phase, parts, validation)
                 if curve.due(phase):
                     curve.record(phase, validation())
-    return Training(parts, plan, meter, staged_peak, load_before, target, curve)
+    return Training(parts, plan, meter, staged_peak, load_before, target, curve, host.implementer("train_epoch"))
 
 
 def training_figures(run: RunSpec, inputs: CellInputs, training: Training,
@@ -255,7 +256,7 @@ def training_figures(run: RunSpec, inputs: CellInputs, training: Training,
     metrics["train_flops_per_image"] = train_flops_per_image(workload)
     metrics["achieved_tflops"] = metrics["throughput"] * metrics["train_flops_per_image"] / 1e12
     dropped: list[str] = []  # a plugin's values that cannot be stored: left out, the cell kept
-    metrics.update(epoch_extra_metrics(run.framework, [part for _, part in parts], reserved=set(metrics),
+    metrics.update(epoch_extra_metrics(training.plugin, [part for _, part in parts], reserved=set(metrics),
                                        dropped=dropped))
     return metrics, dropped
 

@@ -41,7 +41,7 @@ def validate(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline
         y = labels[start:start + batch_size]
         if logits.shape != (*y.shape, outputs):
             what = f"{outputs} tokens of vocabulary" if logits.ndim > 2 or y.ndim > 1 else f"{outputs} classes"
-            raise PluginError(f"plugin of framework {run.framework!r}: predict returned logits of shape "
+            raise PluginError(f"plugin {host.implementer('predict')!r}: predict returned logits of shape "
                               f"{logits.shape} for labels of shape {y.shape}; expected {(*y.shape, outputs)} "
                               f"({what} of {run.workload})")
         correct += int((logits.argmax(axis=-1) == y).sum())

@@ -126,7 +126,7 @@ class PluginHost(LoadedPlugins):
         return applied
 
     def reset_memory_peak(self, run: RunSpec, model: Any, device: DeviceInfo) -> None:
-        with contained(" or ".join(self._implementers("reset_memory_peak")) or "?", "reset_memory_peak"):
+        with contained(self.implementer("reset_memory_peak"), "reset_memory_peak"):
             self.pm.hook.reset_memory_peak(run=run, model=model, device=device)
 
     def predict(self, run: RunSpec, model: Any, images: np.ndarray, training: bool = False) -> np.ndarray:
@@ -199,7 +199,7 @@ class PluginHost(LoadedPlugins):
 
     def runtime_versions(self, run: RunSpec) -> dict[str, str]:
         """The CUDA runtime and cuDNN versions the run's framework loaded; ``{}`` when its plugin gives none."""
-        plugin_name = " or ".join(self._implementers("runtime_versions")) or "?"
+        plugin_name = self.implementer("runtime_versions")
         with contained(plugin_name, "runtime_versions"):
             answer = self.pm.hook.runtime_versions(run=run)
         if answer is None:
@@ -312,7 +312,7 @@ class PluginHost(LoadedPlugins):
         where several implement the hook (in-process tests), the answer is
         attributed to them all by name.
         """
-        plugin_name = " or ".join(self._implementers(hook_name)) or "?"
+        plugin_name = self.implementer(hook_name)
         with contained(plugin_name, hook_name):
             answer = getattr(self.pm.hook, hook_name)(**kwargs)
         if answer is None:

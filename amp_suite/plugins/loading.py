@@ -289,7 +289,7 @@ class LoadedPlugins:
     def frameworks(self) -> dict[str, FrameworkInfo]:
         """Framework name -> description, from every ``framework_info`` answer."""
         found: dict[str, FrameworkInfo] = {}
-        with contained(" or ".join(self._implementers("framework_info")) or "?", "framework_info"):
+        with contained(self.implementer("framework_info"), "framework_info"):
             infos = self.pm.hook.framework_info()
         for info in infos:
             if info.name in found:
@@ -301,6 +301,11 @@ class LoadedPlugins:
         """Plugins implementing ``hook_name`` (not as a wrapper), in pluggy's call order."""
         return [impl.plugin_name for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls())
                 if not (impl.hookwrapper or impl.wrapper)]
+
+    def implementer(self, hook_name: str) -> str:
+        """The name of the plugin that answers ``hook_name`` (``"a or b"`` where several implement it; ``"?"``
+        where none does): what an error about its answer names."""
+        return " or ".join(self._implementers(hook_name)) or "?"
 
 
 def _validation_message(exc: pluggy.PluginValidationError) -> str:

@@ -108,3 +108,32 @@ def test_the_kit_skips_a_check_whose_workload_a_backend_lacks_and_checks_its_opt
     with pytest.raises(pytest.skip.Exception, match=r"mine lacks batch_norm, global_avg_pool, residual \(lacks_kinds\), "
                                                      "which this check's workload resnet8 has"):
         get(workload="resnet8", steps=1)
+
+
+def test_the_kit_checks_the_gradients_and_trajectory_of_a_backend_without_batch_norm_on_mnist_cnn(monkeypatch):
+    """A backend without BatchNorm had no gradient or trajectory check against the reference (both trained resnet8
+    or deep_cnn only): both now train mnist_cnn there, and deep_cnn's case, which would repeat it, skips."""
+
+    class CnnOnly(BackendConformance):
+        framework = "mine"
+        lacks_kinds = ("batch_norm", "global_avg_pool", "residual", "max_pool", *TOKEN_KINDS)
+
+    asked: list[tuple[str | None, str]] = []
+
+    def probe(framework=None, **fields):
+        asked.append((framework, fields["workload"]))
+        raise _Stop
+
+    class _Stop(Exception):
+        pass
+
+    kit = CnnOnly()
+    monkeypatch.setattr(CnnOnly, "_reference", lambda self: "torch")
+    with pytest.raises(_Stop):
+        kit.test_gradients_at_the_canonical_weights_match_the_reference(probe, "resnet8")
+    with pytest.raises(_Stop):
+        kit.test_a_stable_trajectory_trains_like_the_reference(probe)
+    assert asked == [(None, "mnist_cnn"), (None, "mnist_cnn")]
+    with pytest.raises(pytest.skip.Exception, match="mine lacks kinds of deep_cnn; its gradients are checked on "
+                                                    "mnist_cnn in the resnet8 case"):
+        kit.test_gradients_at_the_canonical_weights_match_the_reference(probe, "deep_cnn")

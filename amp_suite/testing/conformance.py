@@ -158,7 +158,7 @@ class BackendConformance:
 
     def _buildable(self, workload: str) -> str:
         """``workload``, or mnist_cnn when the backend lacks one of its kinds (a backend without BatchNorm still
-        gets its optimizers checked)."""
+        gets its gradients, its trajectory and its optimizers checked)."""
         return "mnist_cnn" if self._lacked(workload, None) else workload
 
     def _reference(self) -> str:
@@ -196,9 +196,14 @@ class BackendConformance:
 
     @pytest.mark.parametrize("model", ["resnet8", "deep_cnn"])
     def test_gradients_at_the_canonical_weights_match_the_reference(self, probe: Any, model: str) -> None:
-        # one step's gradients and BatchNorm statistics, compared before any training can amplify round-off
+        # one step's gradients and BatchNorm statistics, compared before any training can amplify round-off; a
+        # backend that lacks one of the model's kinds has its gradients checked on mnist_cnn instead (once)
         reference = self._reference()
-        fields = self._oracle_fields(model, "sgd")
+        checked = self._buildable(model)
+        if checked != model and model != "resnet8":
+            pytest.skip(f"{self.framework} lacks kinds of {model}; its gradients are checked on {checked} in the "
+                        "resnet8 case")
+        fields = self._oracle_fields(checked, "sgd")
         assert_gradients_match_reference(probe(**fields), probe(reference, **fields), rtol=self.rtol)
 
     @pytest.mark.parametrize("optimizer", list(OPTIMIZER_CHECKS))
@@ -212,16 +217,18 @@ class BackendConformance:
     def test_a_stable_trajectory_trains_like_the_reference(self, probe: Any) -> None:
         # resnet8 (BatchNorm state, momentum carried across steps), SGD at a rate where the loss falls: three
         # steps stay within round-off of the reference's.  deep_cnn's steps are covered by the step checks above.
+        # A backend that lacks one of resnet8's kinds trains mnist_cnn instead (no BatchNorm state to compare).
         reference = self._reference()
-        fields = {"workload": "resnet8", "table": {**WORKLOADS["resnet8"], **OPTIMIZERS["sgd"]}, "steps": 3,
+        model = self._buildable("resnet8")
+        fields = {"workload": model, "table": {**WORKLOADS[model], **OPTIMIZERS["sgd"]}, "steps": 3,
                   "batch_size": 8}
         ours, theirs = probe(**fields), probe(reference, **fields)
         assert_trains_like_reference(ours, theirs, rtol=self.rtol)
         assert_training_predict_changes_nothing(ours)
         import numpy as np
 
-        # the running statistics really moved
-        assert not np.allclose(ours.variables["bn1/mean"], 0) and not np.allclose(ours.variables["bn1/var"], 1)
+        if model == "resnet8":  # the running statistics really moved
+            assert not np.allclose(ours.variables["bn1/mean"], 0) and not np.allclose(ours.variables["bn1/var"], 1)
 
     @pytest.mark.parametrize("precision", ["amp_bf16", "amp_fp16"])
     def test_batch_norm_computes_in_float32_under_amp(self, probe: Any, precision: str) -> None:

@@ -180,3 +180,54 @@ def test_a_gpu_cell_numbers_gpus_in_pci_order_as_nvml_does():
     assert gpu_numbering(RunSpec("jax", "w", "fp32")) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert gpu_numbering(RunSpec("jax", "w", "fp32", devices=2)) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     assert gpu_numbering(RunSpec("jax", "w", "fp32", device="cpu")) == {}
+
+
+def test_a_cell_of_two_gpus_meters_one_and_counts_its_share_of_the_images(tiny_config, monkeypatch, clean_fake_env):
+    """A GPU review: one GPU's energy was divided by the images of every GPU of a data-parallel cell, so a cell of
+    N GPUs read about N times too little energy per image.  The meter now gets its GPU's share of each window's
+    images, and the cell says what its energy covers."""
+    import dataclasses
+
+    from amp_suite import hookimpl
+    from amp_suite.cell import protocol
+    from amp_suite.cell.worker import execute
+    from amp_suite.config.catalog import load_config
+    from amp_suite.machine.telemetry import energy_scope, metered_share
+    from amp_suite.machine.window_meter import WindowMeter
+    from amp_suite.plugins.host import PluginHost
+    from amp_suite.records import DeviceInfo, RunSpec
+
+    class TwoGpus:
+        @hookimpl(tryfirst=True)
+        def select_device(self, run):
+            return DeviceInfo(kind="gpu", platform="cuda", name="fake gpu", count=run.devices)
+
+    class Meter(WindowMeter):
+        source = "NVML (GPU 0)"
+
+        def __init__(self):
+            self.images: list[float] = []
+
+        def stop(self, samples):
+            self.images.append(samples)
+
+        def summary(self):
+            return {"telemetry_source": self.source, "energy_j": 6.0, "energy_per_image_j": 6.0 / sum(self.images)}
+
+    meters: list[Meter] = []
+    monkeypatch.setattr(protocol.telemetry, "open_meter", lambda kind, index: meters.append(Meter()) or meters[-1])
+    monkeypatch.setattr("amp_suite.cell.figures.ENERGY_MIN_MEAN_WINDOW_S", 0.0)
+    workload = load_config(tiny_config).workloads["tiny"]
+    host = PluginHost(autoload=False, extra_modules=("fakefw",), framework="fake")
+    host.register(TwoGpus(), name="two_gpus")
+    infos = host.frameworks()  # the fake declares a data-parallel engine: its one process trains both shares
+    monkeypatch.setattr(host, "frameworks", lambda: {**infos, "fake": dataclasses.replace(infos["fake"],
+                                                                                           launcher="process")})
+    run = RunSpec(framework="fake", workload="tiny", precision="fp32", steps=6, warmup=1, batch_size=8, devices=2)
+    result = execute(run, workload, host)
+    assert result.status == "ok", result.error
+    (meter,) = meters
+    assert sum(meter.images) * 2 == result.metrics["timed_samples"]  # its GPU's half of every window's images
+    assert result.metrics["energy_scope"] == energy_scope("gpu", 2) and "1/2 of the images" in energy_scope("gpu", 2)
+    assert (metered_share("gpu", 8, 2), metered_share("cpu", 8, 2), metered_share("cpu", 4, 1)) == (8, 2, 1)
+    assert energy_scope("gpu", 1) == "" and "one machine" in energy_scope("cpu", 2)

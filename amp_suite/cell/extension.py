@@ -31,13 +31,13 @@ def short_timing(metrics: dict[str, Any], run: RunSpec) -> bool:
 
 
 def extend_timing(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPipeline, plan: MeasurementPlan,
-                  meter: Any) -> list[tuple[Phase, EpochResult]]:
+                  meter: Any, share: int = 1) -> list[tuple[Phase, EpochResult]]:
     """Train on in timed windows until the trust bounds are met (or :data:`EXTENSION_MAX_S` passed).
 
     Batches continue in the host's order after the configured epochs; a
     window may span an epoch boundary (plugins train on the batches they are
     given, whatever their epoch), so on a small split the windows still last
-    ``window_seconds``.
+    ``window_seconds``.  ``share``: :func:`~amp_suite.machine.telemetry.metered_share`.
     """
     windows: list[tuple[Phase, EpochResult]] = []
     epoch, step = run.epochs, 0
@@ -57,7 +57,7 @@ def extend_timing(host: PluginHost, run: RunSpec, model: Any, pipeline: InputPip
         staged = host.stage_batches(run, model, batches)
         meter.start()
         part = host.train_epoch(run, model, staged, first[0])
-        meter.stop(part.samples)
+        meter.stop(part.samples / share)
         del staged, batches
         check_finite(part.step_losses, first[0], first[1])
         phase = Phase("window", first[0], first[1], first[1] + part.steps)

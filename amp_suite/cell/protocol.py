@@ -114,7 +114,7 @@ def run_cell(run: RunSpec, workload: Workload, host: PluginHost, result: CellRes
     measured = measure(run, host, model, device, metrics, dropped, training.staged_peak, rss_before, result)
     metrics.update(validate(host, run, model, inputs.pipeline, run.batch_size, inputs.workload.outputs))
     meter, settled = time_again_if_short(run, host, model, inputs, training, device, metrics)
-    final_figures(run, inputs, metrics, meter, settled, dropped)
+    final_figures(run, inputs, metrics, meter, settled, dropped, device.kind)
     result.metrics = metrics
     record_machine(run, device, measured, result)
     record_runtime(run, host, result)
@@ -191,6 +191,7 @@ def train(run: RunSpec, inputs: CellInputs, host: PluginHost, model: Any, device
     plan = MeasurementPlan(pipeline.steps_per_epoch, run.warmup, run.window_steps, run.latency_steps,
                            window_seconds=run.window_seconds, settle_warmup=run.settle_warmup)
     meter = telemetry.open_meter(device.kind, device_index())
+    share = telemetry.metered_share(device.kind, run.devices, run.nnodes)
     staged_peak = 0  # bytes of the largest window's batches on one device, staged after the peak reset
     load_before = noise.snapshot()
     target = TargetTracker(workload.target_accuracy, workload.eval_every, pipeline.steps_per_epoch)
@@ -211,7 +212,7 @@ def train(run: RunSpec, inputs: CellInputs, host: PluginHost, model: Any, device
                 meter.start()
             part = host.train_epoch(run, model, staged, epoch)
             if phase.kind == "window":
-                meter.stop(part.samples)
+                meter.stop(part.samples / share)
             del staged, batches
             check_finite(part.step_losses, epoch, phase.start)
             parts.append((phase, part))
@@ -290,7 +291,8 @@ def time_again_if_short(run: RunSpec, host: PluginHost, model: Any, inputs: Cell
         # Accuracy, losses and memory above are those of the configured training; the timing
         # comes from long windows of further training (the same step), which they never see.
         meter = telemetry.open_meter(device.kind, device_index())
-        extension = extend_timing(host, run, model, inputs.pipeline, training.plan, meter)
+        extension = extend_timing(host, run, model, inputs.pipeline, training.plan, meter,
+                                  telemetry.metered_share(device.kind, run.devices, run.nnodes))
         meter.close()
         timed = steady_state(extension)
         for key in TIMING_KEYS:
@@ -307,11 +309,15 @@ def time_again_if_short(run: RunSpec, host: PluginHost, model: Any, inputs: Cell
 
 
 def final_figures(run: RunSpec, inputs: CellInputs, metrics: dict[str, Any], meter: Any, settled: bool,
-                  dropped: list[str]) -> None:
-    """A token workload's figures, the meter's energy and telemetry, and every flag on the cell's timing."""
+                  dropped: list[str], device_kind: str) -> None:
+    """A token workload's figures, the meter's energy and telemetry (with what it covered where that is one
+    device of several), and every flag on the cell's timing."""
     data = inputs.pipeline.dataset
     metrics.update(token_figures(inputs.workload, metrics, data.baseline_bits_per_char, int(data.val_labels.size)))
     metrics.update(energy_figures(meter.summary(), metrics))
+    scope = telemetry.energy_scope(device_kind, telemetry.metered_share(device_kind, run.devices, run.nnodes))
+    if scope and "energy_j" in metrics:
+        metrics["energy_scope"] = scope
     metrics["measurement_flags"] = timing_flags(
         metrics, min_timed_steps=run.min_timed_steps, min_timed_seconds=run.min_timed_seconds,
         settle_asked=run.settle_warmup, settled=settled, steps_per_epoch=inputs.pipeline.steps_per_epoch,

@@ -198,7 +198,7 @@ class NvmlMeter(WindowMeter):
         except Exception:
             self._window_started = None
 
-    def stop(self, samples: int) -> None:
+    def stop(self, samples: float) -> None:
         if self._window_started is None:
             return
         try:

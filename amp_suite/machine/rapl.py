@@ -84,7 +84,7 @@ class RaplMeter(WindowMeter):
         self._start_uj = self._read_all()
         self._started = time.perf_counter()
 
-    def stop(self, samples: int) -> None:
+    def stop(self, samples: float) -> None:
         if self._started is None:
             return
         end_uj = self._read_all()

@@ -57,3 +57,26 @@ def open_meter(device_kind: str, index: int | None = 0, *, nvml: Any = None,
         return NullMeter(str(error))
     except Exception as error:
         return NullMeter(f"telemetry failed to open: {one_line(error)}")
+
+
+def metered_share(device_kind: str, devices: int, nnodes: int) -> int:
+    """Into how many equal shares a cell's images split, of which one meter's counter measures one.
+
+    A data-parallel cell splits its global batch evenly over its ``devices``.
+    An NVML meter reads one GPU, so its energy is that of one share of
+    ``devices``; a RAPL meter reads the CPU packages of one machine, which
+    every device of that machine shares, so its energy is that of one share
+    of ``nnodes``.  A window's images over this share are the images the
+    counter's energy trained: ``energy_per_image_j`` of the metered device.
+    """
+    return max(devices if device_kind == "gpu" else nnodes, 1)
+
+
+def energy_scope(device_kind: str, share: int) -> str:
+    """What a cell's energy figures cover where its meter measured one of ``share`` shares ("" when all)."""
+    if share <= 1:
+        return ""
+    what = "one GPU" if device_kind == "gpu" else "the CPU packages of one machine"
+    return (f"{what} of the cell's {share} {'GPUs' if device_kind == 'gpu' else 'machines'}: energy_j and "
+            f"mean_power_w are its own, energy_per_image_j is over its 1/{share} of the images (the data-parallel "
+            "split is even)")

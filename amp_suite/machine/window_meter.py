@@ -39,8 +39,9 @@ class WindowMeter:
     def start(self) -> None:
         """Called right before a timed window's clock starts."""
 
-    def stop(self, samples: int) -> None:
-        """Called right after the window's clock stops; ``samples`` = images trained in it."""
+    def stop(self, samples: float) -> None:
+        """Called right after the window's clock stops; ``samples`` = the images trained in it that the meter's
+        counter measured (its share of them: :func:`~amp_suite.machine.telemetry.metered_share`)."""
 
     def summary(self) -> dict[str, Any]:
         """The run's figures over all windows: JSON-able scalars and lists, units in the key names."""
@@ -68,11 +69,11 @@ class EnergyTotals:
 
     joules: float = 0.0
     seconds: float = 0.0
-    samples: int = 0
+    samples: float = 0.0
     windows: int = 0
     windows_missing: int = 0
 
-    def add(self, joules: float | None, seconds: float, samples: int) -> None:
+    def add(self, joules: float | None, seconds: float, samples: float) -> None:
         if joules is None:
             self.windows_missing += 1
             return

@@ -44,7 +44,7 @@ HOST_FIGURES = frozenset({
     "val_examples", "warmup_settled", "warmup_steps", "window_event_step_time_median_s", "window_throughput_max",
     "window_throughput_median", "window_throughput_min", "window_throughputs", "window_time_s", "dataset_note",
     "cpu_cores", "device_peak_memory_with_inputs_bytes", "device_peak_memory_excludes_inputs", "energy_j",
-    "energy_note", "energy_windows_missing", "machine_busy_s", "memory_clock_mhz_median", "sm_clock_mhz_min",
+    "energy_note", "energy_scope", "energy_windows_missing", "machine_busy_s", "memory_clock_mhz_median", "sm_clock_mhz_min",
     "telemetry_samples", "accuracy_at_target", "eval_every_steps", "target_curve", "learning_curve", "step_losses", "log", "log_tail",
     "traceback", "power_capped_windows", "gpu_processes_unmatched", "gpu_error", "loss_scale_trajectory",
     "loss_scale_points_dropped",

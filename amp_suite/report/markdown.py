@@ -22,6 +22,7 @@ from amp_suite.report.loss_scale import loss_scale_lines
 from amp_suite.report.notes import (
     best_configuration_lines,
     busy_lines,
+    energy_scope_lines,
     incomplete_lines,
     interval_lines,
     memory_noise_lines,
@@ -88,6 +89,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
                         *best]
         if title.startswith("Peak memory"):
             out += memory_noise_lines(summary)
+        if title.startswith("Energy"):
+            out += energy_scope_lines(summary)
     inputs = TableInputs(summary, cells, environment)
     out += extra_table_lines(inputs, "middle")
     out += seeds_lines(comparable_cells(cells, summary), margin_of(environment), table_text)

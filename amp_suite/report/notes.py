@@ -233,3 +233,14 @@ def memory_noise_lines(summary: pd.DataFrame) -> list[str]:
     return ["fp32 and tf32 keep the same tensors in float32, so the gap between their peaks is this figure's noise "
             "(the libraries' workspace and algorithm choices), not a saving: " + "; ".join(parts)
             + ". A memory ratio of an AMP precision within that gap is no measured difference.", ""]
+
+
+def energy_scope_lines(summary: pd.DataFrame) -> list[str]:
+    """Under the energy table: what a row of several GPUs' energy per image is (one metered GPU's share)."""
+    rows = summary[(summary["devices"] > 1) & summary["energy_per_image_mj"].notna()
+                   & (summary["device_kind"] == "gpu")]
+    if rows.empty:
+        return []
+    return ["A row of several GPUs meters one of them (NVML): its energy over its own share of the images, "
+            "the global batch split evenly, so the figure is per image whichever the device count, taken as if "
+            "every GPU drew what the metered one did (`energy_scope` in results.jsonl).", ""]

@@ -34,13 +34,18 @@ class KerasJaxModel:
 
 def _write_back(jax: Any, model: KerasJaxModel) -> None:
     """Copies of the state's values into the Keras variables (for get_variables); the next step donates the
-    state's own buffers."""
+    state's own buffers.  The copies finish before it returns: queued, they would hold up the next phase's first
+    step (which donates their sources) inside its clock."""
     trainable, non_trainable, optimizer_values = _local(model, model.state)
+    copies = []
     for variables, values in ((model.model.trainable_variables, trainable),
                               (model.model.non_trainable_variables, non_trainable),
                               (model.optimizer.variables, optimizer_values)):
         for variable, value in zip(variables, values, strict=True):
-            variable.assign(jax.device_put(value, may_alias=False))  # a copy, with no program compiled per shape
+            copy = jax.device_put(value, may_alias=False)  # a copy, with no program compiled per shape
+            variable.assign(copy)
+            copies.append(copy)
+    jax.block_until_ready(copies)
 
 
 def _local(model: KerasJaxModel, tree: Any) -> Any:

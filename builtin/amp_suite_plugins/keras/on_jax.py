@@ -275,7 +275,9 @@ def stage_batches(run: RunSpec, model: KerasJaxModel, batches: list[Batch]) -> l
     if staged and model.batch_shapes is None:
         model.batch_shapes = jax.tree_util.tree_map(
             lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=a.sharding), staged[0])
-    return staged
+    # device_put returns before its copies are done: they finish here, outside the window's clock, as in the
+    # JAX plugin (a GPU's copies would otherwise run into the first steps of the window)
+    return jax.block_until_ready(staged)
 
 
 @hookimpl
@@ -290,7 +292,8 @@ def train_epoch(run: RunSpec, model: KerasJaxModel, staged: list[tuple[Any, Any,
         losses, finite = jax.device_get(outcomes and tuple(zip(*outcomes, strict=True)))
         return [float(v) for v in losses], [bool(v) for v in finite]
 
-    result = timed_window(staged, one, wait=lambda outcome: jax.block_until_ready(outcome[0]),
+    # the wait holds the last step's updated state too (eager: the loss is ready before the optimizer's updates)
+    result = timed_window(staged, one, wait=lambda outcome: jax.block_until_ready((outcome[0], model.state)),
                           fetch=lambda outcomes: fetch(outcomes) if outcomes else ([], []))
     _write_back(jax, model)
     if model.loss_scaled:

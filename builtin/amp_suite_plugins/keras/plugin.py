@@ -203,18 +203,28 @@ def stage_batches(run: RunSpec, model: KerasModel, batches: list[Batch]) -> list
     import tensorflow as tf
 
     if model.strategy is not None:
-        return [_distribute(tf, run, model, b) for b in batches]
+        staged = [_distribute(tf, run, model, b) for b in batches]
+        _wait_for_copies(tf, [tensor for images, labels, _ in staged for value in (images, labels)
+                              for tensor in model.strategy.experimental_local_results(value)])
+        return staged
     stored = [b.astype(model.stored_dtype) for b in batches]  # float64 under fp64, else float32 as the host made them
     with tf.device(model.device_name):
         staged = [(tf.identity(tf.constant(b.images)), tf.identity(tf.constant(b.labels)),
                    {name: tf.identity(tf.constant(mask)) for name, mask in b.masks.items()})
                   for b in stored]
-        # The copies to a GPU are queued, not done: one reduction over every staged tensor, read back,
-        # waits for all of them, so no copy is still running when the first timed window starts.
-        if staged:
-            tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32)) for images, labels, _ in staged
-                      for t in (images, labels)]).numpy()
+    _wait_for_copies(tf, [t for images, labels, _ in staged for t in (images, labels)])
     return staged
+
+
+def _wait_for_copies(tf: Any, tensors: list[Any]) -> None:
+    """The copies to a GPU are queued, not done: one reduction over each device's staged tensors, read back, waits
+    for all of them, so no copy is still running when the first timed window starts."""
+    by_device: dict[str, list[Any]] = {}
+    for tensor in tensors:
+        by_device.setdefault(tensor.device, []).append(tensor)
+    for device, on_device in by_device.items():
+        with tf.device(device):
+            tf.add_n([tf.reduce_sum(tf.cast(t, tf.float32)) for t in on_device]).numpy()
 
 
 def _scale(model: KerasModel) -> float | None:

@@ -37,6 +37,7 @@ from amp_suite.plugins.kit import (
     hwc_rows_to_chw,
     layer_name,
     loss_scale_growth_interval,
+    no_meet,
     no_wait,
     read_cuda_versions,
     require_device_kind,
@@ -86,7 +87,7 @@ __all__ = [
     # a backend's helpers: devices, precision, the timed window, layouts
     "STANDARD_PRECISIONS", "StepFn", "chw_rows_to_hwc", "cpu_device", "fetch_floats", "fp8_matmul_path",
     "has_fp8_matmul", "hwc_rows_to_chw", "layer_name",
-    "loss_scale_growth_interval", "no_wait", "read_cuda_versions", "require_device_kind", "standard_precision",
+    "loss_scale_growth_interval", "no_meet", "no_wait", "read_cuda_versions", "require_device_kind", "standard_precision",
     "take_slowest_window", "timed_window", "stored_dtype", "MODES", "Field", "this_process",
     # the workload: layers, optimizer schedule, canonical variables
     "LAYER_KINDS", "KINDS", "TOKEN_KINDS", "LayerShapes", "Shape", "dense_after_flatten", "iter_layers", "keeps",

@@ -168,3 +168,25 @@ def test_a_window_of_several_processes_takes_the_slowest_time_and_keeps_its_own(
     take_slowest_window(result, slowest)
     assert asked == [1.1] and result.window_time_s == 1.7
     assert PROCESS_WINDOW_TIME == "process_window_time_s" and result.extra == {PROCESS_WINDOW_TIME: 1.1}
+
+
+def test_the_processes_of_a_cell_meet_before_the_clock_starts():
+    """A GPU review: each rank started its clock after its own staging, so the slowest window held the ranks' start
+    skew.  ``meet`` (a barrier) runs before the clock: its wait is not in the window."""
+    import time
+
+    events: list[str] = []
+
+    def meet():
+        events.append("meet")
+        time.sleep(0.3)  # the other processes still staging
+
+    def step(batch):
+        events.append("step")
+        return batch, True
+
+    class Labels:
+        shape = (2,)
+
+    result = timed_window([(0.5, Labels())], step, fetch=lambda outcomes: ([0.5], [True]), meet=meet)
+    assert events == ["meet", "step"] and result.window_time_s < 0.3

@@ -164,6 +164,10 @@ def fetch_floats(outcomes: list[tuple[Any, Any]]) -> tuple[list[float], list[boo
     return [float(loss) for loss, _ in outcomes], [bool(applied) for _, applied in outcomes]
 
 
+def no_meet() -> None:
+    """A cell of one process has no other process to meet before the clock starts."""
+
+
 def no_wait(outcome: tuple[Any, Any]) -> None:
     """The default wait: the step's work is done when it returns (eager CPU code)."""
 
@@ -195,6 +199,7 @@ def timed_window(
     guard: Callable[[], AbstractContextManager[Any]] = nullcontext,
     step_times: Callable[[], list[float]] | None = None,
     samples: Callable[[Any], int] | None = None,
+    meet: Callable[[], None] = no_meet,
 ) -> EpochResult:
     """Run ``step`` on each staged batch back to back, wait once, then fetch the losses.
 
@@ -207,9 +212,14 @@ def timed_window(
     ``step_times``, where the framework records device events per step, returns
     their durations after the wait.  ``samples(batch)`` counts a staged
     batch's examples where its labels have no ``shape`` (per-replica values).
+    ``meet()``, in a cell of several processes, returns once every process
+    has reached it (a barrier): the clock starts after it, so the slowest
+    process's window (:func:`take_slowest_window`) holds no wait for the
+    processes that finished staging later.
     The caller fills in ``loss_scale_final`` and ``extra``.
     """
     outcomes: list[tuple[Any, Any]] = []
+    meet()
     start = time.perf_counter()
     with guard():
         for batch in batches:

@@ -49,6 +49,7 @@ from amp_suite.machine.environment import package_version
 from amp_suite.plugins.kit import (
     BUILT_IN_PRECISIONS,
     loss_scale_growth_interval,
+    no_meet,
     standard_precision,
     take_slowest_window,
     timed_window,
@@ -321,7 +322,8 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]
 
     # The transfer guard makes any device-to-host copy inside the window an error.
     result = timed_window(staged, step, wait=lambda outcome: jax.block_until_ready((model.params, outcome)),
-                          fetch=fetch, guard=lambda: jax.transfer_guard_device_to_host("disallow"))
+                          fetch=fetch, guard=lambda: jax.transfer_guard_device_to_host("disallow"),
+                          meet=_meet if model.process is not None and model.process.num_processes > 1 else no_meet)
     result.loss_scale_final = _scale_value(model)
     result.extra["traces"] = model.trace_count[0]
     if model.process is not None and model.process.num_processes > 1:
@@ -330,6 +332,13 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]
         take_slowest_window(result, lambda seconds: float(np.max(multihost_utils.process_allgather(
             np.asarray([seconds])))))
     return result
+
+
+def _meet() -> None:
+    """Returns once every process of the cell has reached it (before a window's clock starts)."""
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices("amp_suite window")
 
 
 @hookimpl

@@ -139,3 +139,8 @@ def _slowest_window(tf: Any, strategy: Any, seconds: float) -> float:
     """The largest of every worker's window time (tf.distribute reduces by SUM or MEAN only: gather, then max)."""
     local = strategy.run(lambda: tf.constant([seconds], tf.float64))
     return float(tf.reduce_max(strategy.gather(local, axis=0)))
+
+
+def _meet(tf: Any, strategy: Any) -> None:
+    """Returns once every worker has reached it (a gather each joins), before a window's clock starts."""
+    _slowest_window(tf, strategy, 0.0)

@@ -34,6 +34,7 @@ from amp_suite.numerics.records import StepTrace
 from amp_suite.plugins.kit import (
     BUILT_IN_PRECISIONS,
     cpu_device,
+    no_meet,
     require_device_kind,
     standard_precision,
     take_slowest_window,
@@ -56,7 +57,7 @@ from amp_suite_plugins.keras.backends import (
     set_policy,
 )
 from amp_suite_plugins.keras.loss_scaling import scales_loss
-from amp_suite_plugins.keras.mirrored import _build_mirrored, _distribute, _slowest_window
+from amp_suite_plugins.keras.mirrored import _build_mirrored, _distribute, _meet, _slowest_window
 from amp_suite_plugins.keras.model import (
     LAYER_KINDS,
     build_keras_model,
@@ -246,7 +247,9 @@ def train_epoch(run: RunSpec, model: KerasModel, staged: list[tuple[Any, Any, An
     # loss waits for every step dispatched before it.
     result = timed_window(staged, lambda batch: model.train_step(*batch),
                           wait=lambda outcome: outcome[0].numpy(), fetch=fetch,
-                          samples=(lambda batch: run.batch_size) if model.strategy is not None else None)
+                          samples=(lambda batch: run.batch_size) if model.strategy is not None else None,
+                          meet=(lambda: _meet(tf, model.strategy)) if model.strategy is not None and run.nnodes > 1
+                          else no_meet)
     result.loss_scale_final = _scale(model)
     result.extra["traces"] = int(model.train_step.experimental_get_tracing_count())
     if model.strategy is not None and run.nnodes > 1:  # the slowest worker's window, after the clock stopped

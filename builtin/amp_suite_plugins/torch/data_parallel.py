@@ -77,6 +77,16 @@ def _across_ranks(torch: Any, model: TorchModel, result: EpochResult) -> None:
     result.step_times_s = []  # per-rank device events do not describe the cell
 
 
+def _meet(torch: Any, model: TorchModel) -> None:
+    """Returns once every rank has reached it: a one-number all-reduce, read back (on a GPU that waits for the
+    all-reduce on the rank's stream).  Called right before a window's clock starts."""
+    import torch.distributed as dist
+
+    token = torch.zeros(1, device=model.device)
+    dist.all_reduce(token)
+    token.item()
+
+
 def _per_rank_memory(torch: Any, figures: dict[str, Any]) -> dict[str, Any]:
     """Every rank's peaks, gathered over the process group: per rank, and the largest."""
     import torch.distributed as dist

@@ -70,6 +70,7 @@ from amp_suite.plugins.kit import (
     BUILT_IN_PRECISIONS,
     cpu_device,
     loss_scale_growth_interval,
+    no_meet,
     require_device_kind,
     standard_precision,
     timed_window,
@@ -87,7 +88,13 @@ from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.layers import dense_after_flatten
 from amp_suite.workloads.workload import variable_specs
 from amp_suite_plugins.torch.compile_counters import _compile_figures
-from amp_suite_plugins.torch.data_parallel import _across_ranks, _data_parallel, _data_parallel_notes, _per_rank_memory
+from amp_suite_plugins.torch.data_parallel import (
+    _across_ranks,
+    _data_parallel,
+    _data_parallel_notes,
+    _meet,
+    _per_rank_memory,
+)
 from amp_suite_plugins.torch.fp8 import fp8_note, use_fp8
 from amp_suite_plugins.torch.inputs import _stage_masks, _to_tensor
 from amp_suite_plugins.torch.layers import (
@@ -310,6 +317,7 @@ def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any, An
         wait=(lambda outcome: torch.cuda.synchronize()) if model.device_type == "cuda" else (lambda outcome: None),
         fetch=lambda outcomes: _fetch(torch, outcomes),
         step_times=step_times,
+        meet=(lambda: _meet(torch, model)) if model.process is not None else no_meet,
     )
     result.loss_scale_final = float(model.scaler.get_scale()) if model.scaler is not None else None
     if model.process is not None:

@@ -344,3 +344,19 @@ def test_the_compiled_mode_trains_a_tiny_vit_like_eager() -> None:
         result = torch_plugin.train_epoch(run, model, torch_plugin.stage_batches(run, model, batches), 0)
         losses[mode] = result.step_losses
     assert losses["compiled"] == pytest.approx(losses[""], rel=1e-5)
+
+
+def test_token_ids_and_labels_are_staged_at_the_hosts_size_so_the_memory_figure_subtracts_them_whole() -> None:
+    """A GPU review: ids and labels were staged as int64, twice the host's int32 bytes the memory figure subtracts
+    from the allocator's peak, so half of every window's staged tokens stayed in PyTorch's training-only peak."""
+    from amp_suite.cell.figures import staged_bytes
+
+    workload = _workload(GPT)
+    run, model = _build(workload, "fp32")
+    batches = _batches(workload, 2)
+    staged = torch_plugin.stage_batches(run, model, batches)
+    on_device = sum(t.numel() * t.element_size() for ids, labels, masks in staged
+                    for t in (ids, labels, *masks.values()))
+    assert on_device == staged_bytes(batches) and staged[0][0].dtype == staged[0][1].dtype == torch.int32
+    result = torch_plugin.train_epoch(run, model, staged, 0)  # the loss widens the labels itself
+    assert len(result.step_losses) == 2 and all(np.isfinite(result.step_losses))

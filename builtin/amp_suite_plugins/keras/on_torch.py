@@ -209,7 +209,9 @@ def stage_batches(run: RunSpec, model: KerasTorchModel, batches: list[Batch]) ->
     def tensor(array: np.ndarray) -> Any:
         return torch.as_tensor(np.ascontiguousarray(array)).to(model.device_name)
 
-    staged = [(tensor(b.images), tensor(b.labels).long(), {name: tensor(mask) for name, mask in b.masks.items()})
+    # labels as the host's int32 (the loss takes them so): staged at the host's size, the bytes the memory figure
+    # subtracts
+    staged = [(tensor(b.images), tensor(b.labels), {name: tensor(mask) for name, mask in b.masks.items()})
               for b in (batch.astype(model.stored_dtype) for batch in batches)]
     _synchronize(torch, model)  # the copies to a GPU are done before the first timed window starts
     return staged

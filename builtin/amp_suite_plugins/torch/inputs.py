@@ -12,10 +12,11 @@ from amp_suite_plugins.torch.model import (
 
 
 def _to_tensor(torch: Any, model: TorchModel, images: np.ndarray) -> Any:
-    """The model's input: token ids as int64, else NHWC numpy images as logical NCHW in the model's memory
-    format and stored dtype (float64 under fp64)."""
+    """The model's input: token ids as the host's int32 (the embeddings take them as they are; staged at the
+    host's size, the bytes the memory figure subtracts), else NHWC numpy images as logical NCHW in the model's
+    memory format and stored dtype (float64 under fp64)."""
     if model.tokens:
-        return torch.from_numpy(np.ascontiguousarray(images, dtype=np.int64)).to(model.device)
+        return torch.from_numpy(np.ascontiguousarray(images, dtype=np.int32)).to(model.device)
     tensor = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32)).permute(0, 3, 1, 2)
     return tensor.contiguous(memory_format=model.memory_format).to(model.device, model.stored_dtype)
 

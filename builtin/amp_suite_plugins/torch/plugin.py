@@ -19,7 +19,7 @@ logits, loss and ``get_variables`` are float64.
 Layers: each kind of the vocabulary is one entry of
 :data:`amp_suite_plugins.torch.layers.TORCH_KINDS` (its module, its forward,
 its canonical variables).  Transformers (``docs/layers.md``): a token
-workload's inputs are int64 ids ``(batch, context)`` and its loss the mean
+workload's inputs are int32 ids ``(batch, context)`` and its loss the mean
 cross-entropy over every token; option ``attention`` picks
 ``scaled_dot_product_attention`` or the explicit reference; LayerNorm,
 RMSNorm and the reference softmax are upcast to float32 under AMP on every
@@ -278,7 +278,9 @@ def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list
         size = run.shard_size
         first = model.process.first_replica * size
         batches = [b.rows(first, first + size) for b in batches]
-    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int64)).to(model.device),
+    # labels as the host's int32: staged at the host's size (the bytes the memory figure subtracts), widened to
+    # int64 for the loss inside the step
+    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int32)).to(model.device),
                _stage_masks(torch, model, b.masks)) for b in batches]
     if model.device_type == "cuda":
         torch.cuda.synchronize()

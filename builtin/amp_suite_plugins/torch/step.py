@@ -16,11 +16,16 @@ def _autocast(torch: Any, model: TorchModel) -> Any:
                           enabled=model.autocast_dtype is not None)
 
 
+def mean_cross_entropy(torch: Any, model: TorchModel, logits: Any, labels: Any) -> Any:
+    """The mean cross-entropy over every label (one per example, or one per token), from float32 logits; the
+    labels, staged as int32, widened to the int64 the loss takes."""
+    return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype).flatten(0, -2), labels.flatten().long())
+
+
 def _forward_loss(torch: Any, model: TorchModel, images: Any, labels: Any, masks: dict[str, Any]) -> Any:
-    """The mean cross-entropy over every label (one per example, or one per token), from float32 logits."""
+    """The step's loss: :func:`mean_cross_entropy` of the forward pass under the run's autocast."""
     with _autocast(torch, model):
-        logits = model.train_forward(images, masks)
-        return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype).flatten(0, -2), labels.flatten())
+        return mean_cross_entropy(torch, model, model.train_forward(images, masks), labels)
 
 
 def _clip(torch: Any, model: TorchModel) -> None:

@@ -93,6 +93,7 @@ def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> 
 
     from amp_suite_plugins.torch.fp8 import recording as fp8_recording
     from amp_suite_plugins.torch.plugin import _autocast, _clip
+    from amp_suite_plugins.torch.step import mean_cross_entropy
 
     if len(staged) != 1:
         raise ValueError(f"trace_step traces one batch at a time, got {len(staged)}")
@@ -104,7 +105,7 @@ def trace_step(run: RunSpec, model: Any, staged: list[tuple[Any, Any, Any]]) -> 
     fp8 = Fp8Recorder()  # the FP8 layers' scales and amax (fp8 precision), StepTrace.extra
     with fp8_recording(fp8), recording(torch, net, outputs), _autocast(torch, model):
         logits = net(images, masks)
-        loss = torch.nn.functional.cross_entropy(logits.to(model.stored_dtype).flatten(0, -2), labels.flatten())
+        loss = mean_cross_entropy(torch, model, logits, labels)
     dtypes = {name: str(value.dtype).removeprefix("torch.") for name, value in outputs.items()}
     scale: float | None = None
     if model.scaler is None:

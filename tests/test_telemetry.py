@@ -319,3 +319,26 @@ def test_no_framework_is_imported() -> None:
             "print(sorted(m for m in ('torch', 'tensorflow', 'jax', 'pynvml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_gpu_utilization_leaves_out_the_sample_taken_as_a_window_starts() -> None:
+    """A GPU review: NVML's utilization is over its past sample period, which at a window's start lay before the
+    clock (staging, an idle GPU), so counting it pulled a busy GPU's figure down toward the launch-bound mark."""
+
+    class IdleBeforeEachWindow(FakeNvml):
+        def __init__(self) -> None:
+            super().__init__()
+            self.read_in: set[int] = set()
+
+        def nvmlDeviceGetUtilizationRates(self, handle: str) -> types.SimpleNamespace:
+            first = self.window not in self.read_in  # the start's reading: the GPU idled while batches staged
+            self.read_in.add(self.window)
+            return types.SimpleNamespace(gpu=0 if first else 90, memory=0 if first else 40)
+
+    fake = IdleBeforeEachWindow()
+    meter = make_meter(fake)
+    run_windows(meter, fake, windows=3, images=100)
+    summary = meter.summary()
+    assert summary["gpu_utilization_pct_mean"] == pytest.approx(90.0)
+    assert summary["memory_utilization_pct_mean"] == pytest.approx(40.0)
+    assert summary["telemetry_samples"] >= 6  # the start samples still count for clocks, power and throttling

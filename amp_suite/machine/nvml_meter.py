@@ -51,6 +51,8 @@ class _GpuSample:
     memory_utilization_pct: int | None = None
     clock_event_mask: int | None = None
     process_memory_bytes: dict[int, int | None] = field(default_factory=dict)
+    # taken at the window's start: its utilization describes NVML's last sample period, before the clock started
+    at_start: bool = False
 
 
 class NvmlMeter(WindowMeter):
@@ -188,7 +190,9 @@ class NvmlMeter(WindowMeter):
     def start(self) -> None:
         try:
             self._end_sampler()
-            self._window_samples = [self._read_sample()]
+            first = self._read_sample()
+            first.at_start = True
+            self._window_samples = [first]
             self._stop_sampling = threading.Event()
             self._sampler = threading.Thread(target=self._sample_until_stopped,
                                              name="amp-suite-nvml-sampler", daemon=True)
@@ -272,7 +276,9 @@ class NvmlMeter(WindowMeter):
           instantaneous power where the driver has it, else its one-second
           average: ``power_reading`` says which), ``temperature_c_max`` (°C),
           ``gpu_utilization_pct_mean`` / ``memory_utilization_pct_mean`` (% of
-          time a kernel / memory transfer was running): over every sample.
+          time a kernel / memory transfer was running): over every sample but
+          those taken as a window started (NVML's utilization is over its past
+          sample period, which then lay before the clock: staging, an idle GPU).
         - ``clock_event_reasons``: the non-benign clock event (throttle) reasons
           seen; ``clock_event_reasons_benign`` the benign ones
           (:data:`BENIGN_CLOCK_EVENT_REASONS`); ``throttled_windows``: how many
@@ -308,8 +314,8 @@ class NvmlMeter(WindowMeter):
         temperature = values("temperature_c")
         if temperature:
             found["temperature_c_max"] = max(temperature)
-        for key in ("gpu_utilization_pct", "memory_utilization_pct"):
-            if rates := values(key):
+        for key in ("gpu_utilization_pct", "memory_utilization_pct"):  # over the past period: not the start's
+            if rates := [v for s in self._samples if not s.at_start and (v := getattr(s, key)) is not None]:
                 found[f"{key}_mean"] = statistics.fmean(rates)
         if any(s.clock_event_mask is not None for s in self._samples):
             found["clock_event_reasons"] = self._ordered(self._throttle_names)

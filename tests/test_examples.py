@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from amp_suite.testing.shared_probes import PROBE_CACHE_ENV, session_probe_folder
 from suite_cli import REPO
 
 # Every test here starts a real framework (slow on 2 cores): -m 'not slow' leaves them out.
@@ -36,9 +37,13 @@ def _install(example: Path, target: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
 
 
-def _run_tests(example: Path, site: Path) -> subprocess.CompletedProcess:
+def _run_tests(example: Path, site: Path, probes: Path | None = None) -> subprocess.CompletedProcess:
+    """The example's own tests in a pytest process of their own; ``probes``: this session's shared probe folder,
+    so the example's reference probes (the built-in backends' own, the same requests) are run once for both."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", ""))
                                                        if p)}
+    if probes is not None:
+        env[PROBE_CACHE_ENV] = str(probes)
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=example, env=env,
                           capture_output=True, text=True, timeout=3000)
 
@@ -55,9 +60,9 @@ def test_the_json_reporter_installs_and_passes_its_tests(tmp_path):
 
 @pytest.mark.skipif(any(importlib.util.find_spec(m) is None for m in ("flax", "jax", "jmp", "optax")),
                     reason="flax is not installed (pip install -e '.[flax-example]')")
-def test_the_flax_backend_installs_and_passes_its_tests(tmp_path):
+def test_the_flax_backend_installs_and_passes_its_tests(tmp_path, tmp_path_factory):
     example = EXAMPLES / "amp-suite-flax"
     _install(example, tmp_path / "site")
-    done = _run_tests(example, tmp_path / "site")
+    done = _run_tests(example, tmp_path / "site", session_probe_folder(tmp_path_factory))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and "failed" not in done.stdout

@@ -577,31 +577,11 @@ def test_report_lists_each_file_of_a_folder_named_with_a_newline_on_one_line(tin
     assert lines and all(line.startswith(str(tmp_path / "a\\nb") + "/") for line in lines), lines
 
 
-def test_a_report_stopped_half_way_leaves_no_record_that_calls_its_files_changed(tmp_path):
-    """The record of digests goes before a report replaces the files it names: a report stopped while its charts
-    drew had left the old digests, and the next run called the report.md it had just written "changed"."""
-    from amp_suite.sweep.report_files import (
-        foreign_report_files,
-        forget_report_digests,
-        record_report_digests,
-    )
-
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "report.md").write_text("# amp-suite report\n\nfirst\n")
-    record_report_digests(out, [out / "report.md"])
-    assert (out / "report-digests.json").is_file() and foreign_report_files(out) == []
-    forget_report_digests(out)
-    (out / "report.md").write_text("# amp-suite report\n\nsecond, then a Ctrl-C before the record\n")
-    assert not (out / "report-digests.json").exists() and foreign_report_files(out) == []
-    (out / "report-digests.json").write_text('{"mine": true}')  # not amp-suite's record: never removed
-    forget_report_digests(out)
-    assert (out / "report-digests.json").read_text() == '{"mine": true}'
-
-
-def test_run_and_report_write_through_one_step_that_forgets_then_records_the_digests(tmp_path):
-    """``write_recorded_report`` is the one way both commands write a report: the old record goes before the
-    reporters start (a Ctrl-C in them leaves none), and the files they wrote are recorded after."""
+def test_a_report_stopped_half_way_keeps_a_record_true_to_each_file_so_a_later_edit_is_seen(tmp_path):
+    """A hostile user's trial: the record of digests was removed before a report began and written again only at
+    its end, so after a report stopped half-way (Ctrl-C, SIGTERM, SIGKILL) a paragraph added to report.md was
+    replaced by the next report without a word.  The earlier record now stays, and each reporter's files are
+    recorded as soon as it has written them."""
     from types import SimpleNamespace
 
     from amp_suite.sweep.report_files import foreign_report_files, record_report_digests, write_recorded_report
@@ -609,25 +589,59 @@ def test_run_and_report_write_through_one_step_that_forgets_then_records_the_dig
     out = tmp_path / "out"
     out.mkdir()
     (out / "report.md").write_text("# amp-suite report\n\nfirst\n")
-    record_report_digests(out, [out / "report.md"])
+    (out / "results.csv").write_text("workload,framework,precision,\nfirst\n")
+    record_report_digests(out, [out / "report.md", out / "results.csv"])
 
-    class StoppedHost:
-        def write_report(self, results, directory, environment, stored=(), built_in=()):
-            assert not (directory / "report-digests.json").exists()  # forgotten before any reporter runs
-            (directory / "report.md").write_text("# amp-suite report\n\nhalf\n")
+    class StoppedHost:  # the markdown reporter finished, then a Ctrl-C in the next
+        def write_report(self, results, directory, environment, stored=(), built_in=(), on_written=None):
+            (directory / "report.md").write_text("# amp-suite report\n\nsecond\n")
+            on_written([directory / "report.md"])
             raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
         write_recorded_report(StoppedHost(), [], out, {})
-    assert not (out / "report-digests.json").exists() and foreign_report_files(out) == []
+    assert foreign_report_files(out) == []  # the report it did write is recorded as amp-suite's
+    with (out / "report.md").open("a") as report:
+        report.write("MY ANALYSIS: keep this paragraph\n")
+    with (out / "results.csv").open("a") as table:
+        table.write("my,own\n")
+    assert sorted(path.name for path, _ in foreign_report_files(out)) == ["report.md", "results.csv"]
 
     class Host:
-        def write_report(self, results, directory, environment, stored=(), built_in=()):
+        def write_report(self, results, directory, environment, stored=(), built_in=(), on_written=None):
             assert stored == ("results.jsonl", "environment.json") and "report.md" in built_in
             (directory / "report.md").write_text("# amp-suite report\n\nwhole\n")
+            on_written([directory / "report.md"])
             return SimpleNamespace(written=[directory / "report.md"], failures=[])
 
+    (out / "results.csv").write_text("workload,framework,precision,\nfirst\n")  # the edit undone
+    (out / "report.md").write_text("# amp-suite report\n\nsecond\n")
     outcome = write_recorded_report(Host(), [], out, {})
     assert outcome.written == [out / "report.md"] and "report.md" in (out / "report-digests.json").read_text()
     (out / "report.md").write_text("# amp-suite report\n\nwhole, then edited\n")
     assert foreign_report_files(out) != []
+
+
+def test_a_report_file_no_reporter_wrote_this_time_is_removed_as_stale_unless_edited(tmp_path, capsys):
+    """A hostile user's trial: with the html and charts reporters turned off, report left the last report.html
+    and charts beside the new report.md, showing 0.08x where report.md said 1.80x."""
+    from types import SimpleNamespace
+
+    from amp_suite.sweep.report_files import record_report_digests, write_recorded_report
+
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("report.md", "report.html", "results.csv"):
+        (out / name).write_text(f"old {name}\n")
+    record_report_digests(out, [out / "report.md", out / "report.html", out / "results.csv"])
+    (out / "results.csv").write_text("old results.csv\nmy,own\n")  # edited by its user: never removed
+
+    class MarkdownOnly:
+        def write_report(self, results, directory, environment, stored=(), built_in=(), on_written=None):
+            (directory / "report.md").write_text("# amp-suite report\n\nnew\n")
+            on_written([directory / "report.md"])
+            return SimpleNamespace(written=[directory / "report.md"], failures=[])
+
+    write_recorded_report(MarkdownOnly(), [], out, {})
+    assert not (out / "report.html").exists() and (out / "results.csv").read_text().endswith("my,own\n")
+    assert "removed report.html of the report before" in capsys.readouterr().err

@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import functools
 import importlib.metadata
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,7 +211,7 @@ class PluginHost(LoadedPlugins):
 
     def write_report(
         self, results: list[CellResult], out_dir: Path, environment: dict[str, Any], stored: tuple[str, ...] = (),
-        built_in: tuple[str, ...] = (),
+        built_in: tuple[str, ...] = (), on_written: Callable[[list[Path]], None] | None = None,
     ) -> ReportOutcome:
         """Call every reporter; one that raises is listed and the others still write.
 
@@ -221,6 +222,7 @@ class PluginHost(LoadedPlugins):
         in ``stored``, those an earlier reporter wrote and, for a reporter that
         is not built in, the files named by ``built_in`` (patterns) are put
         back when a reporter changes them (:mod:`amp_suite.plugins.report_guard`).
+        ``on_written(paths)`` is called after each reporter with the files it wrote and kept.
         """
         written: list[Path] = []
         failures: list[ReporterFailure] = []
@@ -260,6 +262,8 @@ class PluginHost(LoadedPlugins):
                 kept, problems = guard.check(plugin_name, listed, ours)
                 written.extend(path for path in kept if path not in written)
                 failures.extend(ReporterFailure(plugin_name, problem) for problem in problems)
+                if on_written is not None:
+                    on_written(list(kept))
         return ReportOutcome(written, failures)
 
     def _is_built_in(self, plugin_name: str) -> bool:

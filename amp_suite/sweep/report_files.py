@@ -80,48 +80,66 @@ def _recorded_digests(directory: Path) -> dict[str, str] | None:
 
 def write_recorded_report(host: PluginHost, results: list[CellResult], directory: Path,
                           environment: dict[str, Any]) -> ReportOutcome:
-    """Write ``results``' report into ``directory`` through ``host``'s reporters, then record the digest of each
-    file written, so an edit of one is seen; the earlier record goes first (:func:`forget_report_digests`).
+    """Write ``results``' report into ``directory`` through ``host``'s reporters, keeping the record of digests
+    true at every moment: the earlier record stays, and after each reporter the digests of the files it wrote
+    replace their old ones (a report stopped half-way leaves each file recorded as it is, so an edit made after
+    it is still seen).  At the end, a file the earlier report wrote and this one did not (its reporter turned
+    off, or failing) is stale: it is removed, and said so, when its bytes are still those recorded.
     No reporter may change the folder's ``results.jsonl`` or ``environment.json``.
     ``amp-suite run`` and ``amp-suite report`` both write their report through here."""
     directory = Path(directory)
-    forget_report_digests(directory)
+    earlier = dict(_recorded_digests(directory) or {})  # a record not amp-suite's was refused, or --force given
+    current = dict(earlier)
+
+    def record_reporter(paths: list[Path]) -> None:
+        current.update(_report_digests(directory, paths))
+        _write_record(directory, current)
+
     # no reporter may change the sweep's record of its cells (each is put back, and the reporter named)
     outcome = host.write_report(results, directory, environment, stored=(RESULTS_FILE, ENVIRONMENT_FILE),
-                                built_in=BUILT_IN_REPORT_FILES)
+                                built_in=BUILT_IN_REPORT_FILES, on_written=record_reporter)
+    rewritten = {Path(path).name for path in outcome.written if Path(path).parent == directory}
+    stale = sorted(name for name, value in earlier.items()
+                   if name not in rewritten and _digest_of(directory, name) == value)
+    for name in stale:
+        path = directory / name
+        if path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+    if stale:
+        print(f"amp-suite: removed {', '.join(stale)} of the report before, which no reporter wrote this time "
+              "(stale beside the new report)", file=sys.stderr)
     record_report_digests(directory, outcome.written)
     return outcome
 
 
-def forget_report_digests(directory: Path) -> None:
-    """Remove the record of digests before a report replaces the files it names: a report stopped half-way (a
-    Ctrl-C while the charts draw) must not leave a record that calls the files it did write changed.  Until the
-    next record, the files are judged by how they begin.  Only amp-suite's own record, a regular file, goes."""
-    directory = Path(directory)
-    if _recorded_digests(directory):
-        path = directory / REPORT_DIGESTS_FILE
-        if path.is_file() and not path.is_symlink():
-            path.unlink(missing_ok=True)
-
-
-def record_report_digests(directory: Path, written: Iterable[Path]) -> None:
-    """Record the digest of each built-in report file among ``written`` (what a report just wrote in
-    ``directory``); a record that cannot be written is a warning (the files are then judged by how they
-    begin: :func:`forget_report_digests` removed the earlier record)."""
-    directory = Path(directory)
+def _report_digests(directory: Path, written: Iterable[Path]) -> dict[str, str]:
+    """Name -> SHA-256 of each built-in report file among ``written`` (paths in ``directory``)."""
     digests: dict[str, str] = {}
     for path in written:
         path = Path(path)
         if path.parent == directory and _is_report_file(path.name):
-            current = _digest_of(directory, path.name)
-            if current is not None:
-                digests[path.name] = current
+            found = _digest_of(directory, path.name)
+            if found is not None:
+                digests[path.name] = found
+    return digests
+
+
+def _write_record(directory: Path, digests: dict[str, str]) -> None:
+    """``report-digests.json`` holding ``digests``; one that cannot be written is a warning (the files are then
+    judged by how they begin)."""
     text = json.dumps({_DIGESTS_MARK: 1, "files": dict(sorted(digests.items()))}, indent=1) + "\n"
     try:
         write_file_atomically(directory / REPORT_DIGESTS_FILE, text)
     except OSError as exc:
         print(f"amp-suite: warning: cannot record the report's digests in {str(directory)[:300]!r}: "
               f"{exc.strerror or exc}", file=sys.stderr)
+
+
+def record_report_digests(directory: Path, written: Iterable[Path]) -> None:
+    """Record the digest of each built-in report file among ``written`` (what a report just wrote in
+    ``directory``), and of no other."""
+    directory = Path(directory)
+    _write_record(directory, _report_digests(directory, written))
 
 
 def _digest_of(directory: Path, name: str) -> str | None:

@@ -645,3 +645,20 @@ def test_a_report_file_no_reporter_wrote_this_time_is_removed_as_stale_unless_ed
     write_recorded_report(MarkdownOnly(), [], out, {})
     assert not (out / "report.html").exists() and (out / "results.csv").read_text().endswith("my,own\n")
     assert "removed report.html of the report before" in capsys.readouterr().err
+
+
+def test_an_environment_json_of_your_own_that_merely_holds_amp_suites_key_is_not_taken_for_a_sweeps(tmp_path):
+    """A hostile user's trial: an environment.json holding the key amp_suite_version anywhere was taken for a
+    sweep's and replaced; the docs say a sweep's opens with it, and only that now counts."""
+    from amp_suite.errors import UsageError
+    from amp_suite.sweep.output_dir import is_suite_output, refuse_foreign_directory
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "environment.json").write_text('{"name": "x", "amp_suite_version": "1"}')
+    assert not is_suite_output(mine)
+    with pytest.raises(UsageError, match="its environment.json does not open with 'amp_suite_version' as "
+                                         "amp-suite's does, no results.jsonl"):
+        refuse_foreign_directory(mine)
+    (mine / "environment.json").write_text('{"amp_suite_version": "1", "name": "x"}')
+    assert is_suite_output(mine)

@@ -136,7 +136,7 @@ def _is_suite_environment(path: Path) -> bool:
         value = json.loads(data)
     except ValueError:
         return _ENVIRONMENT_START.match(data) is not None
-    return isinstance(value, dict) and ENVIRONMENT_MARK in value
+    return isinstance(value, dict) and next(iter(value), None) == ENVIRONMENT_MARK  # the first key, as written
 
 
 def is_suite_output(directory: Path) -> bool:
@@ -168,6 +168,15 @@ def _is_empty(directory: Path) -> bool:
     return not entries
 
 
+def _why_not_ours(directory: Path) -> str:
+    """Why ``directory`` is not a sweep's output, in a few words for a refusal."""
+    environment = (f"its {ENVIRONMENT_FILE} does not open with {ENVIRONMENT_MARK!r} as amp-suite's does"
+                   if os.path.lexists(directory / ENVIRONMENT_FILE) else f"no {ENVIRONMENT_FILE}")
+    results = (f"no result in its {RESULTS_FILE}" if os.path.lexists(directory / RESULTS_FILE)
+               else f"no {RESULTS_FILE}")
+    return f"{environment}, {results}"
+
+
 def refuse_foreign_directory(directory: Path) -> None:
     """A one-line :class:`UsageError` when ``directory`` is neither empty nor an amp-suite output."""
     try:
@@ -175,9 +184,8 @@ def refuse_foreign_directory(directory: Path) -> None:
             return
     except OSError as exc:
         raise UsageError(f"cannot read the output directory {str(directory)!r}: {_reason(exc)}") from None
-    raise UsageError(f"{str(directory)!r} is not an amp-suite output directory (no {ENVIRONMENT_FILE}, no "
-                     f"result in {RESULTS_FILE}) and is not empty; amp-suite writes only into its own or an "
-                     "empty directory: choose another --out")
+    raise UsageError(f"{str(directory)!r} is not an amp-suite output directory ({_why_not_ours(directory)}) and "
+                     "is not empty; amp-suite writes only into its own or an empty directory: choose another --out")
 
 
 def check_sweep_paths(directory: Path, cell_logs: Iterable[Path] = ()) -> None:
@@ -368,7 +376,7 @@ def report_lock(text: str | os.PathLike[str]) -> OutputLock:
     except OSError as exc:
         raise UsageError(f"cannot read {str(directory)!r}: {_reason(exc)}") from None
     if not suite_output:
-        raise UsageError(f"{str(directory)!r} is not an amp-suite output directory (no {ENVIRONMENT_FILE}, no "
-                         f"result in {RESULTS_FILE}); the report is not written there")
+        raise UsageError(f"{str(directory)!r} is not an amp-suite output directory ({_why_not_ours(directory)}); "
+                         "the report is not written there")
     check_sweep_paths(directory)
     return OutputLock(directory)

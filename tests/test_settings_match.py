@@ -7,6 +7,7 @@ accuracy gap of 6 steps against 3 an AMP effect of -21.85 points.
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 
@@ -18,13 +19,14 @@ DEFINITION = {"workload": {"input_size": 28}, "data": {"dataset": "mnist"},
               "options": {"steps": 6, "warmup": 1, "seed": 0}, "environment": {"jax": "0.10.2"}}
 
 
-def cell(precision, *, throughput, accuracy, repeat=0, seed=0, **options) -> CellResult:
+def cell(precision, *, throughput, accuracy, repeat=0, seed=0, seed_axis=True, **options) -> CellResult:
     definition = copy.deepcopy(DEFINITION)
     definition["options"].update(seed=seed, **options)
     return CellResult(key=f"jax/w/{precision}/s{seed}/r{repeat}", framework="jax", workload="w",
                       precision=precision, repeat=repeat, status="ok",
                       metrics={"throughput": throughput, "val_accuracy": accuracy, "peak_rss_bytes": 1 << 28},
-                      config={"dataset": "mnist", "batch_size": 8, "seed": seed}, device={"kind": "cpu"},
+                      config={"dataset": "mnist", "batch_size": 8, "seed": seed, "seed_axis": seed_axis},
+                      device={"kind": "cpu"},
                       definition=definition)
 
 
@@ -57,6 +59,18 @@ def test_cells_that_ran_alike_are_compared_seeds_included():
     assert row["settings_differ"] == "" and row["speedup"] == pytest.approx(1.5)
     report = render_markdown(results, {"settings": {"steps": 6}})
     assert "Not compared" not in report and "- sweep: 6 steps per epoch" in report
+
+
+def test_without_a_seed_axis_an_amp_cell_of_another_seed_is_not_compared_with_fp32():
+    """A hostile user's trial: amp_bf16 run with --seed 7 into a folder of fp32 at seed 0 read -17.95 pt of
+    accuracy against it as if paired (with the same seed: -0.10 pt); seeds pair only as the sweep's axis."""
+    results = [cell("fp32", throughput=100.0, accuracy=0.7555, seed_axis=False),
+               cell("amp_bf16", throughput=150.0, accuracy=0.576, seed=7, seed_axis=False)]
+    row = _row(results)
+    assert row["settings_differ"] == "ran with other settings than fp32 (seed 0 -> 7)", row["settings_differ"]
+    assert math.isnan(row["speedup"])
+    report = render_markdown(results, {})
+    assert "-17.95 pt" not in report and "Accuracy over seeds" not in report
 
 
 def test_repeats_of_one_precision_with_other_settings_are_named():

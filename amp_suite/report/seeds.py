@@ -97,10 +97,13 @@ def margin_of(environment: dict[str, Any] | None) -> float:
 
 
 def has_seed_axis(cells: pd.DataFrame) -> bool:
-    """Whether the sweep ran several seeds (``--seeds``) with a finished cell each."""
+    """Whether the sweep ran several seeds as an axis (``--seeds``) with a finished cell each (cells of runs with
+    another ``--seed`` are not an axis: the settings rule keeps them apart)."""
     if cells.empty or "seed" not in cells:
         return False
     ok = cells[cells["status"] == "ok"]
+    if "seed_axis" in ok:
+        ok = ok[ok["seed_axis"].fillna(False).astype(bool)]
     return bool(ok["seed"].nunique() > 1)
 
 
@@ -350,7 +353,8 @@ def seeds_lines(cells: pd.DataFrame, margin: float, cell=str) -> list[str]:
         out += [f"AMP precisions against fp32, margin ±{margin:g} points of validation accuracy:", "",
                 *_table(precision_rows, cell)]
     else:
-        out += ["_no AMP precision and fp32 share a seed with a validation accuracy (synthetic data has none)_", ""]
+        out += ["_no AMP precision and fp32 share a seed with a validation accuracy (synthetic data has none, and "
+                "cells that ran with other settings than fp32 are not paired)_", ""]
     if framework_rows:
         out += ["Frameworks against each other at fp32 (the same initial weights and data order):", "",
                 *_table(framework_rows, cell)]

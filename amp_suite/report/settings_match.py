@@ -6,8 +6,9 @@ summary pairs rows by workload, framework, device, mode and batch size, which
 would then call a gap of training length an AMP effect.  Each stored result
 carries its definition (everything that determines its figures, without its
 precision: :mod:`amp_suite.records.definition`); an AMP row whose ``ok`` cells
-were defined otherwise than its fp32 row's (the seed aside, a paired axis of
-its own) gets no comparison, and the report says which values differ.
+were defined otherwise than its fp32 row's (the seed aside where seeds are
+the sweep's axis, paired seed by seed) gets no comparison, and the report
+says which values differ.
 Results stored before definitions existed are not judged.
 """
 
@@ -32,14 +33,18 @@ PRECISION_OPTIONS = tuple(COMMON_FRAMEWORK_OPTIONS)
 
 
 def _comparable_definition(result: CellResult, ignore: tuple[str, ...] = ()) -> dict[str, Any] | None:
-    """``result``'s definition without its seed (and the options named in ``ignore``: the run's own, or the
-    framework's, its ``options``); None when it has none (stored before definitions)."""
+    """``result``'s definition without its seed where seeds are the sweep's axis (``--seeds``: cells pair by
+    seed), and without the options named in ``ignore`` (the run's own, or the framework's, its ``options``); None
+    when it has none (stored before definitions).  Without a seed axis the seed is a setting like any other: an
+    AMP cell run with ``--seed 7`` is not compared with an fp32 cell of seed 0."""
     definition = result.definition
     if not isinstance(definition, dict) or not definition:
         return None
+    paired = bool((result.config or {}).get("seed_axis"))
     options = definition.get("options")
     if isinstance(options, dict):
-        options = {name: value for name, value in options.items() if name != "seed" and name not in ignore}
+        options = {name: value for name, value in options.items()
+                   if not (name == "seed" and paired) and name not in ignore}
         if isinstance(options.get("options"), dict):
             options["options"] = {name: value for name, value in options["options"].items() if name not in ignore}
     return {**definition, "options": options}

@@ -39,6 +39,7 @@ from amp_suite.records import CellResult
 from amp_suite.records.definition import definition_changes, shown_value
 from amp_suite.report.intervals import Interval, LogEstimate, log_interval, paired_ratios
 from amp_suite.report.settings_match import PRECISION_OPTIONS, settings_key
+from amp_suite.report.superseded import current_results
 
 MIB = 1024 * 1024
 # The first line of every comparison: how `compare --out` knows a file it may replace.
@@ -327,8 +328,10 @@ def _fmt(value: float, metric: str) -> str:
 
 def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataFrame,
                       base: tuple[list[CellResult], dict[str, Any]],
-                      new: tuple[list[CellResult], dict[str, Any]]) -> str:
-    """The markdown comparison: environment differences, one table per metric, unmatched cells."""
+                      new: tuple[list[CellResult], dict[str, Any]],
+                      superseded: tuple[list[str], list[str]] = ([], [])) -> str:
+    """The markdown comparison: environment differences, one table per metric, unmatched cells; ``superseded``:
+    each side's cells left out (:func:`amp_suite.report.superseded.current_results`)."""
     from amp_suite.report.normalize import table_text
 
     out = [FIRST_LINE, "",
@@ -338,6 +341,11 @@ def render_comparison(base_dir: str | Path, new_dir: str | Path, frame: pd.DataF
     out += [f"- {table_text(d)}" for d in diffs] or ["- none recorded (same versions, device, CPU flags, settings "
                                                      "and cell definitions)"]
     out.append("")
+    for name, left_out in (("BASE", superseded[0]), ("NEW", superseded[1])):
+        if left_out:
+            out += [f"> **{name} left out {len(left_out)} superseded cell{'' if len(left_out) == 1 else 's'}** "
+                    "(a later run of the same row with other settings; the latest's value -> its): "
+                    f"{table_text('; '.join(left_out[:6]))}{' and more' if len(left_out) > 6 else ''}.", ""]
     for name, results in (("BASE", base[0]), ("NEW", new[0])):
         busy = _busy(results)
         if busy:
@@ -399,6 +407,10 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     from amp_suite.sweep.stored import load_results
 
     base_loaded, new_loaded = load_results(base), load_results(new)
+    # within each folder, a cell a later run of its row superseded with other settings is left out, and named
+    (base_kept, base_superseded), (new_kept, new_superseded) = (current_results(base_loaded[0]),
+                                                                current_results(new_loaded[0]))
+    base_loaded, new_loaded = (base_kept, base_loaded[1]), (new_kept, new_loaded[1])
     frame = compare_results(base_loaded[0], new_loaded[0])
     base_keys = {_cell_key(r) for r in base_loaded[0]}
     new_keys = {_cell_key(r) for r in new_loaded[0]}
@@ -406,5 +418,7 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
         environment_differences=environment_differences(base_loaded[1], new_loaded[1]),
         definition_differences=definition_differences(base_loaded[0], new_loaded[0]),
         base_only=sorted(base_keys - new_keys), new_only=sorted(new_keys - base_keys),
-        markdown=render_comparison(base, new, frame, base_loaded, new_loaded))
+        superseded={"base": base_superseded, "new": new_superseded},
+        markdown=render_comparison(base, new, frame, base_loaded, new_loaded,
+                                   superseded=(base_superseded, new_superseded)))
     return frame

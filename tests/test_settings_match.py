@@ -14,6 +14,7 @@ import pytest
 from amp_suite.records import CellResult
 from amp_suite.report.normalize import render_markdown, summary_frame, sweep_verdict
 from amp_suite.report.settings_match import differences, settings_key
+from amp_suite.report.superseded import current_results, without_superseded
 
 DEFINITION = {"workload": {"input_size": 28}, "data": {"dataset": "mnist"},
               "options": {"steps": 6, "warmup": 1, "seed": 0}, "environment": {"jax": "0.10.2"}}
@@ -164,3 +165,30 @@ def test_options_that_only_amp_applies_do_not_keep_fp32_from_being_compared():
     other = cell("amp_bf16", throughput=150.0, accuracy=0.9, options={"jit_compile": False})
     row = _row([results[0], other])
     assert row["settings_differ"] == "ran with other settings than fp32 (options.jit_compile absent -> False)"
+
+
+def test_a_cell_a_later_run_of_its_row_superseded_with_other_settings_is_left_out_and_named():
+    """A hostile user's trial: fp32 run again for 6 steps into a folder of 3-step cells replaced its repeat 0 and
+    kept its repeat 1, and the report's fp32 figures were the mean of the two configurations (76.83%), unmarked."""
+    first = [cell("fp32", throughput=100.0, accuracy=0.7555, repeat=r, steps=3) for r in (0, 1)] + \
+            [cell("amp_bf16", throughput=150.0, accuracy=0.75, repeat=r, steps=3) for r in (0, 1)]
+    for result in first:
+        result.started_at = "2026-11-28T10:00:00+00:00"
+    again = cell("fp32", throughput=300.0, accuracy=0.7810, repeat=0, steps=6)
+    again.started_at = "2026-11-28T11:00:00+00:00"
+    results = [again, *first[1:]]  # the store keeps the latest line of each key: r0 is the 6-step run
+    kept, superseded = current_results(results)
+    assert [r.key for r in kept] == [again.key, *(r.key for r in first[2:])]
+    assert superseded == [f"{first[1].key} (steps 6 -> 3)"]
+    summary = summary_frame(kept, {})
+    fp32 = summary[summary["precision"] == "fp32"].iloc[0]
+    assert fp32["val_accuracy"] == pytest.approx(0.7810) and fp32["repeats"] == 1
+    report = render_markdown(*without_superseded(results, {}))
+    assert "**Superseded:** 1 cell" in report and "76.83%" not in report and "78.10%" in report
+    assert "not compared" in report  # amp_bf16 ran 3 steps, fp32 now 6
+
+
+def test_cells_of_one_settings_are_all_kept_whatever_their_start():
+    results = [cell("fp32", throughput=100.0, accuracy=0.9, repeat=r) for r in (0, 1)]
+    results[1].started_at = "2026-11-28T11:00:00+00:00"
+    assert current_results(results) == (results, [])

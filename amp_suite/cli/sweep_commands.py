@@ -72,8 +72,9 @@ def _warn_about_settings(results: list, environment: dict) -> None:
     one-device row's): cells of runs with other settings side by side in one folder (the header names them too)."""
     from amp_suite.report.notes import not_compared
     from amp_suite.report.summary import summary_frame
+    from amp_suite.report.superseded import without_superseded
 
-    summary = summary_frame(results, environment)
+    summary = summary_frame(*without_superseded(results, environment))
     for line in not_compared(summary) if not summary.empty else []:
         print(f"amp-suite: warning: not compared: {line}", file=sys.stderr)
 

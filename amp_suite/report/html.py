@@ -49,6 +49,7 @@ from amp_suite.report.notes import (
 from amp_suite.report.repeat_spread import repeat_spread_lines
 from amp_suite.report.seeds import margin_of
 from amp_suite.report.summary import comparable_cells, summary_frame
+from amp_suite.report.superseded import superseded_lines
 from amp_suite.report.verdict import build_verdict, not_run_cells
 
 # The pieces are html_parts.py's, the sections html_sections.py's; this module is the page.
@@ -161,7 +162,7 @@ def render_html(results: list[CellResult], environment: dict[str, Any], *, chart
     verdict = build_verdict(summary, cells, not_run_cells(environment))
     body = ["<h1>amp-suite report</h1>", '<h2 id="verdict-section">Verdict</h2>', *verdict_html(verdict)]
     body += paragraphs(incomplete_lines(environment) + other_results_lines(environment) + settings_lines(summary)
-                       + busy_lines(cells) + repeat_spread_lines(results))
+                       + busy_lines(cells) + repeat_spread_lines(results) + superseded_lines(environment))
     if not summary.empty:
         body += ['<h2 id="summary-section">Every framework and precision</h2>', *summary_html(summary)]
         body += extra_tables_html(summary, cells, environment)

@@ -35,6 +35,7 @@ from amp_suite.report.published import published_section
 from amp_suite.report.repeat_spread import repeat_spread_lines
 from amp_suite.report.seeds import margin_of, seeds_lines
 from amp_suite.report.summary import comparable_cells, summary_frame
+from amp_suite.report.superseded import superseded_lines
 from amp_suite.report.tables import comparison_tables
 from amp_suite.report.text import REPORT_FIRST_LINE, flat_text, no_raw_html, table_text
 from amp_suite.report.tokens import dataset_line
@@ -74,7 +75,7 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
         if any(is_synthetic(r) for r in results if r.status == "ok"):
             out += [f"> {SYNTHETIC_ACCURACY_NOTE}", ""]
     out += (incomplete_lines(environment) + other_results_lines(environment) + settings_lines(summary)
-            + busy_lines(cells) + repeat_spread_lines(results))
+            + busy_lines(cells) + repeat_spread_lines(results) + superseded_lines(environment))
     out += ["## Hardware ceiling", "", *ceiling_lines(environment, cells),
             "Beside each speed-up, its ceiling is the measured peak of the AMP dtype over the fp32 peak "
             "(the speed-up a compute-bound model could reach); beside each achieved TFLOP/s, the fraction of "

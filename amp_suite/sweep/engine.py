@@ -28,6 +28,7 @@ from amp_suite.config.workload_datasets import DatasetChoice
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult
 from amp_suite.report.frames import pooled_label
+from amp_suite.report.superseded import without_superseded
 from amp_suite.report.text import path_text
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE, RESULTS_FILE
 from amp_suite.sweep.plan import SweepPlan, SweepRequest
@@ -210,7 +211,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     report_environment = {**environment, "other_results": {"keys": others}} if others else environment
     report = write_recorded_report(host, outcome.results, out_dir, report_environment)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
-    print_verdict(outcome.results, environment)  # the answer first, then where the files are
+    print_verdict(*without_superseded(outcome.results, environment))  # the answer first, then where the files are
     print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "
           f"{time.perf_counter() - started:.0f} s; wrote "
           + (", ".join(path_text(p) for p in report.written) or "no report"), file=sys.stderr)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
+from amp_suite.report.superseded import without_superseded
 from amp_suite.safe_files import write_file_atomically
 from amp_suite.sweep.output_dir import CHART_PATTERN, ENVIRONMENT_FILE, REPORT_DIGESTS_FILE, RESULTS_FILE
 
@@ -84,10 +85,13 @@ def write_recorded_report(host: PluginHost, results: list[CellResult], directory
     true at every moment: the earlier record stays, and after each reporter the digests of the files it wrote
     replace their old ones (a report stopped half-way leaves each file recorded as it is, so an edit made after
     it is still seen).  At the end, a file the earlier report wrote and this one did not (its reporter turned
-    off, or failing) is stale: it is removed, and said so, when its bytes are still those recorded.
+    off, or failing) is stale: it is removed, and said so, when its bytes are still those recorded.  Cells a
+    later cell of their row superseded with other settings are left out, and named
+    (:mod:`amp_suite.report.superseded`).
     No reporter may change the folder's ``results.jsonl`` or ``environment.json``.
     ``amp-suite run`` and ``amp-suite report`` both write their report through here."""
     directory = Path(directory)
+    results, environment = without_superseded(results, environment)  # no row pools cells of two configurations
     earlier = dict(_recorded_digests(directory) or {})  # a record not amp-suite's was refused, or --force given
     current = dict(earlier)
 

@@ -662,3 +662,32 @@ def test_an_environment_json_of_your_own_that_merely_holds_amp_suites_key_is_not
         refuse_foreign_directory(mine)
     (mine / "environment.json").write_text('{"amp_suite_version": "1", "name": "x"}')
     assert is_suite_output(mine)
+
+
+def test_a_sweep_folder_that_cannot_take_a_write_is_refused_in_one_line_before_anything(tiny_config, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """A hostile user's trial: report (and run --resume) on a read-only sweep folder ended in a PermissionError
+    traceback; the folder is now tried with a file of its own first, and refused in one line (exit 2)."""
+    import errno
+
+    from amp_suite.sweep import output_dir
+
+    out = tmp_path / "out"
+    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "--out", str(out),
+                   "-q").returncode == 0
+    before = {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()}
+    real = output_dir.tempfile.mkstemp
+
+    def read_only(*args, dir=None, **kwargs):
+        if Path(dir) == out:
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(output_dir.tempfile, "mkstemp", read_only)
+    for argv in (["report", str(out)], ["run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32",
+                                        "--out", str(out), "--resume", "-q"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.strip().splitlines() == [f"amp-suite: error: output directory {str(out)!r} cannot take a write: "
+                                            "Operation not permitted"], err
+    assert {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()} == before

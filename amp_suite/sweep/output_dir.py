@@ -279,6 +279,7 @@ def prepare_output_dir(text: str | os.PathLike[str]) -> Path:
             os.unlink(probe)
     except OSError as exc:
         raise UsageError(f"output directory {str(directory)!r} cannot take a write: {_reason(exc)}") from None
+    refuse_unwritable(directory)  # the report's files go beside logs/, which may be writable where it is not
     results = directory / RESULTS_FILE
     if results.exists():
         try:
@@ -355,6 +356,17 @@ class OutputLock:
         self.release()
 
 
+def refuse_unwritable(directory: Path) -> None:
+    """A one-line :class:`UsageError` when no file can be made in ``directory`` itself (a read-only or immutable
+    folder): a small file is created there and removed again."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=PROBE_PREFIX, dir=directory)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"output directory {str(directory)!r} cannot take a write: {_reason(exc)}") from None
+
+
 def report_lock(text: str | os.PathLike[str]) -> OutputLock:
     """The lock ``amp-suite report DIR`` holds while it reads the store and writes the report.
 
@@ -379,4 +391,5 @@ def report_lock(text: str | os.PathLike[str]) -> OutputLock:
         raise UsageError(f"{str(directory)!r} is not an amp-suite output directory ({_why_not_ours(directory)}); "
                          "the report is not written there")
     check_sweep_paths(directory)
+    refuse_unwritable(directory)
     return OutputLock(directory)

@@ -105,10 +105,14 @@ def write_recorded_report(host: PluginHost, results: list[CellResult], directory
     rewritten = {Path(path).name for path in outcome.written if Path(path).parent == directory}
     stale = sorted(name for name, value in earlier.items()
                    if name not in rewritten and _digest_of(directory, name) == value)
-    for name in stale:
+    for name in list(stale):
         path = directory / name
-        if path.is_file() and not path.is_symlink():
-            path.unlink(missing_ok=True)
+        try:
+            if path.is_file() and not path.is_symlink():
+                path.unlink(missing_ok=True)
+        except OSError as exc:
+            stale.remove(name)
+            print(f"amp-suite: warning: cannot remove the stale {name}: {exc.strerror or exc}", file=sys.stderr)
     if stale:
         print(f"amp-suite: removed {', '.join(stale)} of the report before, which no reporter wrote this time "
               "(stale beside the new report)", file=sys.stderr)

@@ -691,3 +691,23 @@ def test_a_sweep_folder_that_cannot_take_a_write_is_refused_in_one_line_before_a
         assert err.strip().splitlines() == [f"amp-suite: error: output directory {str(out)!r} cannot take a write: "
                                             "Operation not permitted"], err
     assert {path.name: path.read_bytes() for path in out.iterdir() if path.is_file()} == before
+
+
+def test_a_run_killed_part_way_reads_as_incomplete_from_the_cells_it_planned(tiny_config, tmp_path, capsys):
+    """A hostile user's trial: after a SIGKILL (or a torn line) the report said "fp32 is the only precision that
+    ran" with no "Incomplete sweep" note, although the run had planned amp_bf16 too."""
+    out = tmp_path / "out"
+    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32,amp_bf16", "--out", str(out),
+                   "-q").returncode == 0
+    environment = json.loads((out / "environment.json").read_text())
+    assert [cell[3] for cell in environment["planned_cells"]] == ["fp32", "amp_bf16"]
+    report = (out / "report.md").read_text()
+    assert "Incomplete sweep" not in report
+    lines = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text(lines[0] + "\n")  # what a SIGKILL after the first cell leaves
+    assert main(["report", str(out), "-p", "fakefw"]) == 0
+    capsys.readouterr()
+    report = (out / "report.md").read_text()
+    assert "> **Incomplete sweep:** the run ended before every planned cell had a result, and recorded no stop" \
+           in report and "1 of 2 planned cells did not run: fake/tiny/amp_bf16/r0" in report, report[:3000]
+    assert "amp_bf16 not run" in report and "fp32 is the only precision that ran" not in report

@@ -137,6 +137,10 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     environment = host_environment(host.distributions())
     environment["config_file"] = str(config.path) if config.path is not None else "none (the packaged catalog)"
     environment["settings"] = asdict(settings)
+    # every cell this run plans (key, framework as reported, workload, precision): a report of the folder tells a
+    # run killed part-way (no stop recorded) by the cells of it that have no result
+    environment["planned_cells"] = [[cell.run.key, pooled_label(cell.run.label, cell.run.pool), cell.run.workload,
+                                     cell.run.precision] for cell in cells]
     if datasets:  # which dataset and splits each workload trained on (the report's header says so)
         environment["workload_datasets"] = {name: asdict(choice) for name, choice in datasets.items()}
     if plan.preset is not None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from amp_suite.owned_paths import FORCE_FLAG, NotOursError, read_private_file
 from amp_suite.report.superseded import without_superseded
+from amp_suite.report.unfinished import with_unfinished
 from amp_suite.safe_files import write_file_atomically
 from amp_suite.sweep.output_dir import CHART_PATTERN, ENVIRONMENT_FILE, REPORT_DIGESTS_FILE, RESULTS_FILE
 
@@ -91,6 +92,7 @@ def write_recorded_report(host: PluginHost, results: list[CellResult], directory
     No reporter may change the folder's ``results.jsonl`` or ``environment.json``.
     ``amp-suite run`` and ``amp-suite report`` both write their report through here."""
     directory = Path(directory)
+    environment = with_unfinished(results, environment)  # a run killed part-way says so
     results, environment = without_superseded(results, environment)  # no row pools cells of two configurations
     earlier = dict(_recorded_digests(directory) or {})  # a record not amp-suite's was refused, or --force given
     current = dict(earlier)

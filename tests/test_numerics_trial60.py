@@ -170,3 +170,23 @@ def test_the_docs_name_the_initial_loss_scale_the_plugins_use() -> None:
     assert scale == "32768"
     assert "65536" not in text
     assert f"scale {scale}" in text and re.search(rf"starts? (it )?at {scale}", text)
+
+
+def test_a_forced_command_stopped_before_any_run_keeps_the_earlier_results(tmp_path: Path, monkeypatch,
+                                                                           capsys) -> None:
+    """A hostile user's trial: `numerics --force` stopped before any run finished replaced the earlier
+    numerics.jsonl and numerics.md with empty ones (a report of nothing, as `run` never writes)."""
+    from amp_suite.shadow import command
+
+    _numerics(tmp_path, inline=True)
+    out = tmp_path / "numerics"
+    before = {name: (out / name).read_bytes() for name in ("numerics.jsonl", "numerics.md")}
+
+    def stop_at_once(plan, out_dir):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "run_inline", stop_at_once)
+    with pytest.raises(KeyboardInterrupt):
+        _numerics(tmp_path, inline=True, force=True)
+    assert {name: (out / name).read_bytes() for name in before} == before
+    assert "no run finished: the earlier numerics.jsonl and numerics.md" in capsys.readouterr().err

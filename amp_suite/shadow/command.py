@@ -39,7 +39,7 @@ from amp_suite.safe_files import (
 )
 from amp_suite.shadow.bisect import bisect, check_bisect
 from amp_suite.shadow.plan import SHADOWS, NumericsRequest, PlannedRun, check_request, has_fp64, plan_runs
-from amp_suite.shadow.report import LAYERS_FILE, RECORD_PREFIX, REPORT_FILES, write_report
+from amp_suite.shadow.report import LAYERS_FILE, MARKDOWN_FILE, RECORD_PREFIX, REPORT_FILES, write_report
 from amp_suite.shadow.traces import TRACE_SUFFIXES, TRACES_DIR, load_traces
 from amp_suite.shadow.worker import BOOTSTRAP, run_to_dict, trace_run
 from amp_suite.sweep.output_dir import output_path
@@ -279,6 +279,8 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
                             {name: config.workloads[name] for name in request.workloads})
     # every check of the request (the dataset against each workload among them) before the output is created
     planned = plan_runs(request, config, frameworks, worker_plugin_modules(host, request.plugins))
+    # an earlier run's results (replaced with --force) stay until this run finishes one of its own
+    earlier = read_private_file(output_path(request.out), LAYERS_FILE, 1) is not None
     out_dir = prepare_out(request.out, force=request.force, planned=planned)
     env = worker_env(host)
     runs: list[NumericsRun] = []
@@ -294,6 +296,10 @@ def numerics(request: NumericsRequest) -> NumericsOutcome:
             if run.status != "ok":
                 print(f"amp-suite numerics: {label}: {run.status}: {run.error}", file=sys.stderr)
     except KeyboardInterrupt:  # stopped: the runs that finished are compared and written, then the stop goes on
+        if earlier and not runs:  # a report of nothing never replaces the earlier run's
+            print(f"amp-suite numerics: no run finished: the earlier {LAYERS_FILE} and {MARKDOWN_FILE} in "
+                  f"{str(out_dir)[:300]!r} are kept as they were", file=sys.stderr)
+            raise
         problems: dict[tuple[str, ...], str] = {}
         layers = compare_runs(planned, runs, out_dir, problems)
         write_report(out_dir, runs, layers, planned=len(planned),

@@ -238,7 +238,13 @@ def regressions(frame: pd.DataFrame, percent: float) -> pd.DataFrame:
 
 
 def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``name: BASE → NEW`` for every recorded version, device, flag and setting that differs."""
+    """``name: BASE → NEW`` for every recorded version, device, flag and setting that differs; where a side has
+    no usable ``environment.json`` (this machine stands in for it), a line saying so instead."""
+    missing = [f"{name}'s {side['environment_substituted']}" for name, side in (("BASE", base), ("NEW", new))
+               if isinstance(side.get("environment_substituted"), str)]
+    if missing:
+        return [f"{' and '.join(missing)}: its machine, versions and settings are unknown, so none is compared "
+                "(this machine's are not the sweep's)"]
     lines = []
 
     def differ(name: str, a: Any, b: Any) -> None:
@@ -252,7 +258,7 @@ def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[s
             if gone or added:
                 lines.append("cpu_flags: " + ", ".join([*(f"-{f}" for f in gone), *(f"+{f}" for f in added)]))
             return
-        if a != b:
+        if a != b and _shown(a) != _shown(b):  # an absent list and an empty one both read "(none)": no change
             lines.append(f"{name}: {_shown(a)} → {_shown(b)}")
 
     for key in ENVIRONMENT_KEYS:

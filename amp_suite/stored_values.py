@@ -28,7 +28,7 @@ ENVIRONMENT_TYPES: dict[str, type[Any] | tuple[type[Any], ...]] = {
     "amp_suite_version": str, "python": str, "platform": str, "date": str, "cpu_model": str,
     "cpu_count": int, "cpu_flags": list, "gpus": list, "packages": dict, "git_commit": (str, type(None)),
     "config_file": str, "settings": dict, "preset": dict, "cost": dict, "calibration": dict, "incomplete": dict,
-    "planned_cells": list,
+    "planned_cells": list, "environment_substituted": str,
 }
 
 

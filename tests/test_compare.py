@@ -192,3 +192,26 @@ def test_no_speedup_is_taken_over_an_fp32_of_other_settings():
     assert "speedup" in set(alike["metric"])
     mixed = compare_results(sweep(3), sweep(6))
     assert "speedup" not in set(mixed["metric"]) and "throughput" in set(mixed["metric"])
+
+
+def test_a_sweep_without_its_environment_is_not_described_as_this_machine_now(two_sweeps, capsys):
+    """A hostile user's trial: compare on a folder of results copied without environment.json showed this machine
+    and the current time as that sweep's, its CPU and packages compared, and `settings.modes: (none) -> (none)`."""
+    base, new = two_sweeps
+    (base / "environment.json").unlink()
+    frame = amp_suite.compare(base, new)
+    markdown = frame.attrs["markdown"]
+    assert f"- BASE: {base} (unknown (not recorded))" in markdown
+    assert frame.attrs["environment_differences"] == [
+        "BASE's environment.json is missing: its machine, versions and settings are unknown, so none is compared "
+        "(this machine's are not the sweep's)"]
+    assert "cpu_flags" not in markdown and "(none) → (none)" not in markdown
+    from amp_suite.report.context import environment_lines
+    from amp_suite.sweep.stored import stored_environment
+
+    assert environment_lines(stored_environment(base, warn=False))[0].startswith(
+        "- recorded environment: none (environment.json is missing); the lines below describe the machine")
+
+
+def test_a_setting_absent_on_one_side_and_empty_on_the_other_is_no_difference():
+    assert environment_differences({**ENV, "settings": {"modes": None}}, {**ENV, "settings": {"modes": []}}) == []

@@ -89,7 +89,10 @@ def environment_lines(environment: dict[str, Any], several_runs: bool = False) -
     the sweep's settings named are the last run's (environment.json is each run's own), not every cell's."""
     packages = environment.get("packages", {})
     gpus = environment.get("gpus") or []
-    lines = [
+    substituted = environment.get("environment_substituted")
+    lines = [f"- recorded environment: none ({substituted}); the lines below describe the machine that wrote this "
+             "report, not necessarily the one the cells ran on"] if isinstance(substituted, str) else []
+    lines += [
         f"- amp-suite {environment.get('amp_suite_version', '?')}"
         + (f", commit {environment['git_commit']}" if environment.get("git_commit") else ""),
         f"- date: {environment.get('date', '?')}",

@@ -77,7 +77,11 @@ def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
             problem = "is unreadable or truncated"
     if warn:
         print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
-    return host_environment()
+    environment = host_environment()
+    # said in the report (and compare) too, not only on stderr: the machine and the date are not the sweep's
+    environment["environment_substituted"] = f"{ENVIRONMENT_FILE} {problem}"
+    environment["date"] = "unknown (not recorded)"
+    return environment
 
 
 def _drop_unusable_fields(path: Path, environment: dict[str, Any], warn: bool) -> None:

@@ -215,3 +215,25 @@ def test_a_sweep_without_its_environment_is_not_described_as_this_machine_now(tw
 
 def test_a_setting_absent_on_one_side_and_empty_on_the_other_is_no_difference():
     assert environment_differences({**ENV, "settings": {"modes": None}}, {**ENV, "settings": {"modes": []}}) == []
+
+
+def test_compare_names_a_bad_folder_or_out_for_what_it_is(two_sweeps, tmp_path, capsys, monkeypatch):
+    """A hostile user's trial: `--out ''` exited 0 and wrote nothing, `--out ' '` wrote a file named " ", and a file,
+    a link loop or an empty argument given as a sweep each read "'X/results.jsonl' does not exist"."""
+    from amp_suite.cli import main
+
+    base, new = two_sweeps
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "afile").write_text("mine\n")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    for argv, message in (
+            ([str(base), str(new), "--out", ""], "--out must name a file, got ''"),
+            ([str(base), str(new), "--out", " "], "--out must name a file, got ' '"),
+            ([str(base), "afile"], "'afile' is not a directory; pass a sweep's output directory"),
+            (["loop1", str(new)], "'loop1' is a link that leads nowhere (or in a loop)"),
+            (["", str(new)], "the sweep's output directory is empty ('')")):
+        assert main(["compare", *argv]) == 2, argv
+        err = capsys.readouterr().err
+        assert len(err.strip().splitlines()) == 1 and message in err, (argv, err)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["afile", "base", "loop1", "loop2", "new"]

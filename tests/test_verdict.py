@@ -99,7 +99,7 @@ def test_an_amp_precision_within_the_noise_is_no_measurable_difference():
 
 def test_a_failed_baseline_judges_nothing_and_a_large_accuracy_drop_is_named():
     failed = sweep_verdict([cell("torch", "fp32", status="failed"), cell("torch", "amp_bf16")], {})
-    assert "fp32 baseline is failed" in failed.frameworks[0].sentence and failed.frameworks[0].best == ""
+    assert "fp32 baseline did not finish (failed)" in failed.frameworks[0].sentence and failed.frameworks[0].best == ""
     drop = sweep_verdict([*repeated("torch", "fp32", [100.0, 101.0]),
                           *repeated("torch", "amp_fp16", [300.0, 303.0], accuracy=0.85)], {})
     assert "-5.00 pt below fp32's" in drop.frameworks[0].sentence

@@ -112,11 +112,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     if args.fail_above is not None and not 0 <= args.fail_above <= 100:
         raise UsageError(f"--fail-above must be a percentage from 0 to 100, got {args.fail_above:g}")
-    if args.out:
-        _check_compare_out(Path(args.out), args.force)
+    if args.out is not None:
+        _check_compare_out(args.out, args.force)
     frame = compare(args.base, args.new)
     print(frame.attrs["markdown"])
-    if args.out:
+    if args.out is not None:
         from amp_suite.safe_files import write_file_atomically
 
         try:
@@ -143,13 +143,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return EXIT_FAILED if len(worse) else EXIT_OK
 
 
-def _check_compare_out(out: Path, force: bool) -> None:
-    """Refuse ``compare --out`` over a sweep's stored results, and over a file compare did not write unless
-    ``force``; before anything is printed."""
+def _check_compare_out(text: str, force: bool) -> None:
+    """Refuse ``compare --out`` with no file name, over a sweep's stored results, and over a file compare did not
+    write unless ``force``; before anything is printed."""
     from amp_suite.comparison import FIRST_LINE
     from amp_suite.owned_paths import check_replaceable
     from amp_suite.sweep.output_dir import STORED_FILES, is_suite_output
 
+    if not str(text).strip() or not Path(text).name.strip():
+        raise UsageError(f"--out must name a file, got {str(text)!r}")
+    out = Path(text)
     shown = out_text(out)
     if not out.parent.is_dir():
         raise UsageError(f"cannot write {shown}: the folder {out_text(out.parent)} does not exist")

@@ -282,7 +282,7 @@ def _framework_verdict(place: str, baseline: Any, lines: list[VerdictLine],
                        not_run: list[str] | None = None) -> FrameworkVerdict:
     emulated = [line.precision for line in lines if line.emulated and line.status == "ok"]
     if baseline is None or baseline["status"] != "ok":
-        status = "did not run" if baseline is None else f"is {baseline['status']}"
+        status = "did not run" if baseline is None else f"did not finish ({baseline['status']})"
         return FrameworkVerdict(place, "", f"{place}: the fp32 baseline {status}, so no AMP precision can be "
                                            "judged against it." + _emulated_text(emulated))
     measured = [line for line in lines if line.speedup is not None and not line.emulated]

@@ -375,6 +375,8 @@ def report_lock(text: str | os.PathLike[str]) -> OutputLock:
     not an amp-suite output.  Holding the lock, the report cannot race a run
     writing the same directory, so it is never older than the store it read.
     """
+    if not str(text).strip():
+        raise UsageError(f"the output directory is empty ({str(text)!r}); pass a sweep's output directory")
     directory = Path(text)
     try:
         mode = os.stat(directory).st_mode

@@ -8,6 +8,7 @@ read.  Nothing here runs a cell; values read from disk are checked
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -104,9 +105,16 @@ def load_results(directory: str | Path, *, strict: bool = False) -> tuple[list[C
     from amp_suite.calibration.ceiling import attach_calibration
     from amp_suite.sweep.store import RESULTS_FILE, ResultStore
 
+    if not str(directory).strip():
+        raise UsageError(f"the sweep's output directory is empty ({str(directory)!r}); pass a sweep's output "
+                         "directory")
     directory = Path(directory)
     store = ResultStore(directory)
     try:
+        if os.path.lexists(directory) and not directory.is_dir():
+            what = "a link that leads nowhere (or in a loop)" if directory.is_symlink() and not directory.exists() \
+                else "not a directory"
+            raise UsageError(f"{str(directory)[:300]!r} is {what}; pass a sweep's output directory")
         is_file, exists = store.path.is_file(), store.path.exists()
     except (OSError, ValueError) as exc:  # an over-long name, a NUL, an unreadable parent
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

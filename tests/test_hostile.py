@@ -711,3 +711,15 @@ def test_a_run_killed_part_way_reads_as_incomplete_from_the_cells_it_planned(tin
     assert "> **Incomplete sweep:** the run ended before every planned cell had a result, and recorded no stop" \
            in report and "1 of 2 planned cells did not run: fake/tiny/amp_bf16/r0" in report, report[:3000]
     assert "amp_bf16 not run" in report and "fp32 is the only precision that ran" not in report
+
+
+def test_a_resumed_run_counts_the_cells_it_ran_apart_from_those_it_kept(tiny_config, tmp_path):
+    """A hostile user's trial: `run --resume -q` with 1 of 2 cells kept said "2 cells in 16 s"."""
+    out = tmp_path / "out"
+    argv = ("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32,amp_bf16", "--out", str(out), "-q")
+    assert run_cli(*argv).returncode == 0
+    lines = (out / "results.jsonl").read_text().splitlines()
+    (out / "results.jsonl").write_text(lines[0] + "\n")
+    again = run_cli(*argv, "--resume")
+    assert again.returncode == 0 and "amp-suite: 1 cell run (1 kept from the last run) in " in again.stderr, \
+        again.stderr

@@ -216,8 +216,10 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     report = write_recorded_report(host, outcome.results, out_dir, report_environment)
     outcome.written, outcome.reporter_failures = list(report.written), list(report.failures)
     print_verdict(*without_superseded(outcome.results, environment))  # the answer first, then where the files are
-    print(f"amp-suite: {len(outcome.results)} cell{'' if len(outcome.results) == 1 else 's'} in "
-          f"{time.perf_counter() - started:.0f} s; wrote "
+    kept_count = len(outcome.results) - outcome.ran  # --resume's cells of the last run, not run again
+    print(f"amp-suite: {outcome.ran} cell{'' if outcome.ran == 1 else 's'} "
+          + (f"run ({kept_count} kept from the last run) " if kept_count else "")
+          + f"in {time.perf_counter() - started:.0f} s; wrote "
           + (", ".join(path_text(p) for p in report.written) or "no report"), file=sys.stderr)
     if others:
         print(f"amp-suite: note: {RESULTS_FILE} also holds {len(others)} result{'' if len(others) == 1 else 's'} "
@@ -296,6 +298,7 @@ def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: 
                                 progress=None if request.quiet else progress, pools=plan.config.pools,
                                 environment=environment):
             outcome.results.append(result)
+            outcome.ran += 1
         repeat += 1
         wide = wide_speedups(outcome.results, environment, width)
     if wide:

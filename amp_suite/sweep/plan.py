@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from amp_suite.report.text import path_text
 from amp_suite.sweep.estimate import CellEstimate, duration_text
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class SweepPlan:
         count = len(self.cells)
         lines = [f"plan: {count} cell{'' if count == 1 else 's'} on {self.device_kind}, executor {self.executor.kind}"
                  + (f" ({self.executor.ray_address})" if self.executor.ray_address else "")
-                 + f", output {self.out_dir}",
+                 + f", output {path_text(self.out_dir)}",
                  f"estimated time: {duration_text(self.seconds)} ({self._estimate_sources()})"]
         if self.preset is not None:
             lines.append(f"preset: {self.preset['name']}")

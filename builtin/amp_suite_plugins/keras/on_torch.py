@@ -164,6 +164,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         f"jit_compile={_jit(run)} ({'torch.compile of the train step' if _jit(run) else 'eager'}; "
         "no XLA on the PyTorch backend)",
     )
+    if device.kind == "gpu":  # torch's own cells turn cuDNN's benchmark on by default: a difference between the two
+        notes += (f"cudnn.benchmark={torch.backends.cudnn.benchmark} (Keras leaves torch's default; the torch "
+                  "plugin's cells turn it on by default)",)
     return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 

@@ -278,9 +278,11 @@ def stage_batches(run: RunSpec, model: TorchModel, batches: list[Batch]) -> list
         size = run.shard_size
         first = model.process.first_replica * size
         batches = [b.rows(first, first + size) for b in batches]
-    # labels as the host's int32: staged at the host's size (the bytes the memory figure subtracts), widened to
-    # int64 for the loss inside the step
-    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(np.int32)).to(model.device),
+    # A token workload's labels as the host's int32, like its ids: a window holds thousands of them, staged at the
+    # host's size (the bytes the memory figure subtracts) and widened for the loss inside the step.  An image
+    # workload's one label per image stays int64, as an idiomatic loop stages it (no widening kernel per step).
+    label_dtype = np.int32 if model.tokens else np.int64
+    staged = [(_to_tensor(torch, model, b.images), torch.from_numpy(b.labels.astype(label_dtype)).to(model.device),
                _stage_masks(torch, model, b.masks)) for b in batches]
     if model.device_type == "cuda":
         torch.cuda.synchronize()

@@ -17,8 +17,8 @@ def _autocast(torch: Any, model: TorchModel) -> Any:
 
 
 def mean_cross_entropy(torch: Any, model: TorchModel, logits: Any, labels: Any) -> Any:
-    """The mean cross-entropy over every label (one per example, or one per token), from float32 logits; the
-    labels, staged as int32, widened to the int64 the loss takes."""
+    """The mean cross-entropy over every label (one per example, or one per token), from float32 logits; a token
+    workload's labels, staged as int32, widened to the int64 the loss takes (int64 labels pass unchanged)."""
     return torch.nn.functional.cross_entropy(logits.to(model.stored_dtype).flatten(0, -2), labels.flatten().long())
 
 

@@ -33,7 +33,7 @@ from typing import Any
 
 import pandas as pd
 
-from amp_suite.config.settings import COMPARED_SETTINGS
+from amp_suite.comparison_environment import environment_differences
 from amp_suite.precision import BASELINE, PRECISIONS
 from amp_suite.records import CellResult
 from amp_suite.records.definition import definition_changes, shown_value
@@ -60,11 +60,6 @@ NO_VERDICT = "no verdict (no spread measured)"
 GUARDED = ("throughput", "speedup")
 COLUMNS = ["metric", "workload", "framework", "precision", "devices", "device_kind", "mode", "batch_size", "base",
            "new", "ratio", "low", "high", "basis", "verdict"]
-# Environment entries whose differences are listed (nested dicts are compared key by key).
-ENVIRONMENT_KEYS = ("amp_suite_version", "git_commit", "python", "platform", "cpu_model", "cpu_count", "cpu_flags",
-                    "gpus", "packages")
-
-
 def _num(value: Any) -> float | None:
     try:
         number = float(value)
@@ -237,42 +232,6 @@ def regressions(frame: pd.DataFrame, percent: float) -> pd.DataFrame:
     return frame[frame["metric"].isin(GUARDED) & (frame["verdict"] == "slower") & (frame["ratio"] < limit)]
 
 
-def environment_differences(base: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``name: BASE → NEW`` for every recorded version, device, flag and setting that differs; where a side has
-    no usable ``environment.json`` (this machine stands in for it), a line saying so instead."""
-    missing = [f"{name}'s {side['environment_substituted']}" for name, side in (("BASE", base), ("NEW", new))
-               if isinstance(side.get("environment_substituted"), str)]
-    if missing:
-        return [f"{' and '.join(missing)}: its machine, versions and settings are unknown, so none is compared "
-                "(this machine's are not the sweep's)"]
-    lines = []
-
-    def differ(name: str, a: Any, b: Any) -> None:
-        if isinstance(a, dict) or isinstance(b, dict):
-            a, b = a if isinstance(a, dict) else {}, b if isinstance(b, dict) else {}
-            for sub in sorted(set(a) | set(b)):
-                differ(f"{name}.{sub}", a.get(sub), b.get(sub))
-            return
-        if name == "cpu_flags" and isinstance(a, list) and isinstance(b, list):
-            gone, added = sorted(set(a) - set(b)), sorted(set(b) - set(a))
-            if gone or added:
-                lines.append("cpu_flags: " + ", ".join([*(f"-{f}" for f in gone), *(f"+{f}" for f in added)]))
-            return
-        if a != b and _shown(a) != _shown(b):  # an absent list and an empty one both read "(none)": no change
-            lines.append(f"{name}: {_shown(a)} → {_shown(b)}")
-
-    for key in ENVIRONMENT_KEYS:
-        if key == "gpus":
-            differ("gpus", ", ".join(g.get("name", "?") for g in base.get("gpus") or []) or "none",
-                   ", ".join(g.get("name", "?") for g in new.get("gpus") or []) or "none")
-        else:
-            differ(key, base.get(key), new.get(key))
-    a_settings, b_settings = base.get("settings") or {}, new.get("settings") or {}
-    for key in COMPARED_SETTINGS:  # those declared compared=True in amp_suite/config/settings.py
-        differ(f"settings.{key}", a_settings.get(key), b_settings.get(key))
-    return lines
-
-
 def definition_differences(base: list[CellResult], new: list[CellResult], limit: int = 3) -> list[str]:
     """``definition workload.input_size: 28 → 56 (3 cells: torch/mnist_cnn/fp32, ...)`` for every value of the
     cells' definitions (:mod:`amp_suite.records.definition`) that differs between matched cells; one line saying
@@ -303,14 +262,6 @@ def definition_differences(base: list[CellResult], new: list[CellResult], limit:
             lines.append(f"definition: {name} recorded none for {missing} matched cell{'' if missing == 1 else 's'} "
                          "(stored before fingerprints): their workloads, data and options cannot be compared")
     return lines
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "(none)"
-    if isinstance(value, (list, tuple)):
-        return ", ".join(map(str, value)) or "(none)"
-    return " ".join(str(value).split())
 
 
 def _busy(results: list[CellResult]) -> int:

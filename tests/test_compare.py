@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import amp_suite
-from amp_suite.comparison import NO_DIFFERENCE, compare_results, environment_differences
+from amp_suite.comparison import NO_DIFFERENCE, compare_results
+from amp_suite.comparison_environment import environment_differences
 from amp_suite.records import CellResult
 from suite_cli import run_cli
 

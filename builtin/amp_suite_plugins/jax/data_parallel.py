@@ -65,3 +65,10 @@ def _shard_batch(jax: Any, run: RunSpec, model: JaxModel, batch: Batch) -> tuple
     rows = slice(first, first + model.process.local_devices * run.shard_size)
     return jax.tree_util.tree_map(lambda array: jax.make_array_from_process_local_data(
         sharding, array[rows], array.shape), (batch.images, batch.labels, dict(batch.masks)))
+
+
+def _meet() -> None:
+    """Returns once every process of the cell has reached it (before a window's clock starts)."""
+    from jax.experimental import multihost_utils
+
+    multihost_utils.sync_global_devices("amp_suite window")

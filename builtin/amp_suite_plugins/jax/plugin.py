@@ -66,7 +66,7 @@ from amp_suite.records import (
 from amp_suite.workloads.fp8_layers import fp8_layer_names
 from amp_suite.workloads.layers import iter_layers
 from amp_suite_plugins.jax.cuda_versions import cuda_versions
-from amp_suite_plugins.jax.data_parallel import AXIS, _join_nodes, _local, _replicate, _shard_batch
+from amp_suite_plugins.jax.data_parallel import AXIS, _join_nodes, _local, _meet, _replicate, _shard_batch
 from amp_suite_plugins.jax.devices import jax_device_info, split_host_devices
 from amp_suite_plugins.jax.fp8 import fp8_note
 from amp_suite_plugins.jax.haiku_import import import_haiku
@@ -332,13 +332,6 @@ def train_epoch(run: RunSpec, model: JaxModel, staged: list[tuple[Any, Any, Any]
         take_slowest_window(result, lambda seconds: float(np.max(multihost_utils.process_allgather(
             np.asarray([seconds])))))
     return result
-
-
-def _meet() -> None:
-    """Returns once every process of the cell has reached it (before a window's clock starts)."""
-    from jax.experimental import multihost_utils
-
-    multihost_utils.sync_global_devices("amp_suite window")
 
 
 @hookimpl

@@ -233,7 +233,7 @@ def test_compare_names_a_bad_folder_or_out_for_what_it_is(two_sweeps, tmp_path, 
             ([str(base), str(new), "--out", " "], "--out must name a file, got ' '"),
             ([str(base), "afile"], "'afile' is not a directory; pass a sweep's output directory"),
             (["loop1", str(new)], "'loop1' is a link that leads nowhere (or in a loop)"),
-            (["", str(new)], "the sweep's output directory is empty ('')")):
+            (["", str(new)], "no sweep's output directory given ('')")):
         assert main(["compare", *argv]) == 2, argv
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and message in err, (argv, err)

@@ -708,7 +708,7 @@ def test_a_run_killed_part_way_reads_as_incomplete_from_the_cells_it_planned(tin
     assert main(["report", str(out), "-p", "fakefw"]) == 0
     capsys.readouterr()
     report = (out / "report.md").read_text()
-    assert "> **Incomplete sweep:** the run ended before every planned cell had a result, and recorded no stop" \
+    assert "> **Incomplete sweep:** the run ended before every planned cell had a readable result, and recorded no stop" \
            in report and "1 of 2 planned cells did not run: fake/tiny/amp_bf16/r0" in report, report[:3000]
     assert "amp_bf16 not run" in report and "fp32 is the only precision that ran" not in report
 
@@ -723,3 +723,21 @@ def test_a_resumed_run_counts_the_cells_it_ran_apart_from_those_it_kept(tiny_con
     again = run_cli(*argv, "--resume")
     assert again.returncode == 0 and "amp-suite: 1 cell run (1 kept from the last run) in " in again.stderr, \
         again.stderr
+
+
+def test_a_refusal_of_several_report_files_gives_each_its_own_reason(tmp_path):
+    """A re-check: "'report.html' was changed after amp-suite wrote it (and chart-mine.png too)" called a chart
+    amp-suite never wrote "changed"."""
+    from amp_suite.errors import UsageError
+    from amp_suite.sweep.report_files import check_report_files_replaceable, record_report_digests
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "report.html").write_text("<!DOCTYPE html><title>amp-suite report</title>\n")
+    record_report_digests(out, [out / "report.html"])
+    (out / "report.html").write_text("<!DOCTYPE html><title>amp-suite report</title>\n<!-- mine -->\n")
+    (out / "chart-mine.png").write_bytes(b"\x89PNG mine")
+    with pytest.raises(UsageError) as refused:
+        check_report_files_replaceable(out, force=False)
+    assert "report.html' was changed after amp-suite wrote it (and chart-mine.png, which exists and is not a file " \
+           "amp-suite wrote too)" in str(refused.value)

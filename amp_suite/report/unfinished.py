@@ -16,7 +16,8 @@ from typing import Any
 
 from amp_suite.records import CellResult
 
-REASON = "the run ended before every planned cell had a result, and recorded no stop (killed, or its machine stopped)"
+REASON = ("the run ended before every planned cell had a readable result, and recorded no stop (killed, its machine "
+          "stopped, or a stored line torn)")
 
 
 def _planned(environment: dict[str, Any]) -> list[tuple[str, str, str, str]]:

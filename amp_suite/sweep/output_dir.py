@@ -376,7 +376,7 @@ def report_lock(text: str | os.PathLike[str]) -> OutputLock:
     writing the same directory, so it is never older than the store it read.
     """
     if not str(text).strip():
-        raise UsageError(f"the output directory is empty ({str(text)!r}); pass a sweep's output directory")
+        raise UsageError(f"no output directory given ({str(text)!r}); pass a sweep's output directory")
     directory = Path(text)
     try:
         mode = os.stat(directory).st_mode

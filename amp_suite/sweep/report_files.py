@@ -211,6 +211,7 @@ def check_report_files_replaceable(directory: Path, *, force: bool, other_way: s
     foreign = foreign_report_files(directory)
     if foreign:
         (first, why), rest = foreign[0], foreign[1:]
-        more = f" (and {', '.join(path.name for path, _ in rest)} too)" if rest else ""
+        more = (f" (and {', '.join(path.name if other == why else f'{path.name}, which {other}' for path, other in rest)}"
+                " too)") if rest else ""
         raise NotOursError(f"{str(first)[:300]!r} {why}{more}; left alone "
                            f"(pass {FORCE_FLAG} to replace it, or {other_way})")

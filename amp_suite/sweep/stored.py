@@ -77,7 +77,8 @@ def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             problem = "is unreadable or truncated"
     if warn:
-        print(f"amp-suite: warning: {path} {problem}; the report describes this machine instead", file=sys.stderr)
+        print(f"amp-suite: warning: {path} {problem}; this machine's environment stands in for it, and the "
+              "report says so", file=sys.stderr)
     environment = host_environment()
     # said in the report (and compare) too, not only on stderr: the machine and the date are not the sweep's
     environment["environment_substituted"] = f"{ENVIRONMENT_FILE} {problem}"
@@ -106,7 +107,7 @@ def load_results(directory: str | Path, *, strict: bool = False) -> tuple[list[C
     from amp_suite.sweep.store import RESULTS_FILE, ResultStore
 
     if not str(directory).strip():
-        raise UsageError(f"the sweep's output directory is empty ({str(directory)!r}); pass a sweep's output "
+        raise UsageError(f"no sweep's output directory given ({str(directory)!r}); pass a sweep's output "
                          "directory")
     directory = Path(directory)
     store = ResultStore(directory)

@@ -741,3 +741,25 @@ def test_a_refusal_of_several_report_files_gives_each_its_own_reason(tmp_path):
         check_report_files_replaceable(out, force=False)
     assert "report.html' was changed after amp-suite wrote it (and chart-mine.png, which exists and is not a file " \
            "amp-suite wrote too)" in str(refused.value)
+
+
+def test_an_existing_folder_where_logs_cannot_be_made_is_named_as_such(tmp_path, monkeypatch):
+    """A re-check: an empty read-only folder read "cannot create output directory" although it exists."""
+    import errno
+
+    from amp_suite.errors import UsageError
+    from amp_suite.sweep import output_dir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    real = Path.mkdir
+
+    def read_only(self, *args, **kwargs):
+        if self == out / "logs":
+            raise PermissionError(errno.EPERM, "Operation not permitted")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", read_only)
+    with pytest.raises(UsageError, match=r"cannot create logs/ in the output directory '.*out': Operation not "
+                                         "permitted"):
+        output_dir.prepare_output_dir(out)

@@ -265,7 +265,8 @@ def prepare_output_dir(text: str | os.PathLike[str]) -> Path:
     except UnsafeFileError as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
-        raise UsageError(f"cannot create output directory {str(directory)!r}: {_reason(exc)}") from None
+        what = "output directory" if not directory.is_dir() else f"{LOGS_DIR}/ in the output directory"
+        raise UsageError(f"cannot create {what} {str(directory)!r}: {_reason(exc)}") from None
     if (directory / RESULTS_FILE).is_dir():
         raise UsageError(f"{str(directory / RESULTS_FILE)!r} must be a file")
     check_sweep_paths(directory)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from amp_suite.precision import PRECISIONS
 from amp_suite.records import CellResult
+from amp_suite.report.frames import cell_seed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,11 +34,6 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value) if math.isfinite(value) else None
-
-
-def _seed(config: dict[str, Any]) -> int:
-    seed = config.get("seed", 0)
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
 
 
 def _points(result: CellResult) -> list[tuple[int, float | None, float | None]]:
@@ -62,7 +58,7 @@ def curve_points(results: Iterable[CellResult]) -> pd.DataFrame:
     import pandas as pd
 
     rows = [{"workload": r.workload, "framework": r.framework, "precision": r.precision,
-             "seed": _seed(r.config or {}), "repeat": r.repeat, "steps": steps, "val_loss": loss,
+             "seed": cell_seed(r.config or {}), "repeat": r.repeat, "steps": steps, "val_loss": loss,
              "val_accuracy": accuracy}
             for r in results for steps, loss, accuracy in _points(r)]
     return pd.DataFrame(rows, columns=POINT_COLUMNS)

@@ -150,7 +150,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "learning_rate_rule": (r.config or {}).get("learning_rate_rule", "unchanged"),
             "devices": _devices(r),
             "repeat": r.repeat,
-            "seed": _seed(r.config or {}),
+            "seed": cell_seed(r.config or {}),
             "seed_axis": bool((r.config or {}).get("seed_axis")),
             "status": r.status,
             "error": r.error,
@@ -289,7 +289,7 @@ def _ms(seconds: Any) -> float | None:
     return None if value is None else value * 1000.0
 
 
-def _seed(config: dict[str, Any]) -> int:
+def cell_seed(config: dict[str, Any]) -> int:
     """The cell's seed (0 where a stored config has none, as a cell without one ran)."""
     seed = config.get("seed", 0)
     return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from amp_suite.records import CellResult
+from amp_suite.report.frames import cell_seed
 from amp_suite.report.text import table_text
 
 # Groups named in the note before "and N more".
@@ -54,18 +55,13 @@ def _number(value: object) -> float | None:
     return float(value)
 
 
-def _seed(result: CellResult) -> int:
-    seed = (result.config or {}).get("seed", 0)
-    return seed if isinstance(seed, int) and not isinstance(seed, bool) else 0
-
-
 def repeat_spreads(results: Iterable[CellResult]) -> list[RepeatSpread]:
     """Each cell (definition, framework, precision, mode, seed) whose finished repeats ended with other losses."""
     groups: dict[tuple, list[CellResult]] = {}
     for result in results:
         if result.status == "ok" and _number((result.metrics or {}).get("final_loss")) is not None:
             key = (result.fingerprint, result.workload, result.framework, result.precision, result.mode or "",
-                   _seed(result))
+                   cell_seed(result.config or {}))
             groups.setdefault(key, []).append(result)
     spreads = []
     for (_, workload, framework, precision, mode, seed), group in groups.items():

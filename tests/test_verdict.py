@@ -8,7 +8,8 @@ import pytest
 from amp_suite.records import CellResult
 from amp_suite.report.marks import FLAG_MARK, NO_DIFFERENCE_MARK, SINGLE_RUN_MARK
 from amp_suite.report.normalize import render_markdown, results_frame, summary_frame, sweep_verdict
-from amp_suite.report.verdict import build_verdict, markdown_lines, terminal_lines
+from amp_suite.report.verdict import build_verdict
+from amp_suite.report.verdict_text import markdown_lines, terminal_lines
 
 MIB = 1024 * 1024
 BUSY = ("machine busy: other processes kept 1.20 of 2 cores busy while the cell trained (more than 25% of them); "
@@ -222,7 +223,8 @@ def test_report_md_writes_a_long_verdict_sentence_whole():
     """An ML engineer's trial: report.md cut sentences at 300 characters, so an fp8 sentence lost the clause that
     says its speed is the emulation's (the terminal and report.html had it whole)."""
     from amp_suite.report.text import table_text
-    from amp_suite.report.verdict import FrameworkVerdict, Verdict, markdown_lines
+    from amp_suite.report.verdict import FrameworkVerdict, Verdict
+    from amp_suite.report.verdict_text import markdown_lines
 
     sentence = "torch: fp32 stays the choice; " + "x" * 400 + ", its speed is the emulation's, not FP8's."
     lines = markdown_lines(Verdict((), (FrameworkVerdict("torch", "fp32", sentence),)), table_text)

@@ -17,7 +17,8 @@ from amp_suite.report.html_parts import Cell, Chart, as_number, formatted, parag
 from amp_suite.report.marks import EMULATED_MARK, FLAG_MARK, SINGLE_RUN_MARK
 from amp_suite.report.text import LINE_CHARS, html_text
 from amp_suite.report.tokens import throughput_unit
-from amp_suite.report.verdict import MARK_LEGEND, Verdict, accuracy_cell, memory_cell, speedup_cell
+from amp_suite.report.verdict import Verdict
+from amp_suite.report.verdict_text import MARK_LEGEND, accuracy_cell, memory_cell, speedup_cell
 
 
 def verdict_html(verdict: Verdict) -> list[str]:

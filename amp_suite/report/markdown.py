@@ -56,7 +56,8 @@ def render_markdown(results: list[CellResult], environment: dict[str, Any],
     from amp_suite.report.every_run import every_run_lines
     from amp_suite.report.keras_backends import backend_lines
     from amp_suite.report.variants import environment_lines as variant_environment_lines
-    from amp_suite.report.verdict import build_verdict, markdown_lines, not_run_cells
+    from amp_suite.report.verdict import build_verdict, not_run_cells
+    from amp_suite.report.verdict_text import markdown_lines
 
     verdict = build_verdict(summary, cells, not_run_cells(environment))
     out = [REPORT_FIRST_LINE, "", "## Verdict", "", *markdown_lines(verdict, table_text),

@@ -233,7 +233,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
 def print_verdict(results: list[CellResult], environment: dict[str, Any]) -> None:
     """The sweep's verdict (:mod:`amp_suite.report.verdict`) on standard output; nothing when no cell ran."""
     from amp_suite.report.normalize import sweep_verdict
-    from amp_suite.report.verdict import terminal_lines
+    from amp_suite.report.verdict_text import terminal_lines
 
     lines = terminal_lines(sweep_verdict(results, environment)) if results else []
     if lines:

@@ -33,22 +33,21 @@ def current_results(results: Iterable[CellResult]) -> tuple[list[CellResult], li
     """``results`` without the cells a later cell of their row superseded with other settings, in their order;
     and a line per superseded cell (``torch/mnist_cnn/fp32/r1 (steps 6 -> 3)``: the latest's value first)."""
     results = list(results)
-    latest: dict[tuple, tuple[str, int, CellResult]] = {}
-    for index, result in enumerate(results):
-        key = settings_key(result)
+    keys = [settings_key(result) for result in results]
+    latest: dict[tuple, tuple[str, int, str]] = {}
+    for index, (result, key) in enumerate(zip(results, keys, strict=True)):
         if not key:
             continue
         order = (result.started_at or "", index)
         row = _row(result)
         if row not in latest or order >= latest[row][:2]:
-            latest[row] = (*order, result)
+            latest[row] = (*order, key)
     kept: list[CellResult] = []
     superseded: list[str] = []
-    for result in results:
-        key = settings_key(result)
+    for result, key in zip(results, keys, strict=True):
         newest = latest.get(_row(result))
-        if key and newest is not None and key != settings_key(newest[2]):
-            superseded.append(f"{result.key} ({differences(newest[2], result)})")
+        if key and newest is not None and key != newest[2]:
+            superseded.append(f"{result.key} ({differences(results[newest[1]], result)})")
         else:
             kept.append(result)
     return kept, superseded

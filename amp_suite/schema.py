@@ -18,7 +18,7 @@ import argparse
 import difflib
 import math
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,6 +164,22 @@ def _allowed(field: Field) -> str:
     else:
         return ""
     return f" (allowed: {low} to {_bound(field.maximum)})"
+
+
+def number_parser(field: Field) -> Callable[[str], Any]:
+    """An argparse ``type`` for a number ``field``: its error names the value and the range allowed
+    (``'abc' is not a whole number (allowed: 1 to 1000000)``); the range itself is checked with the field."""
+    kind = field.kind
+
+    def parse(text: str) -> Any:
+        try:
+            return kind(text)
+        except (TypeError, ValueError):
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}{_allowed(field)}") from None
+
+    parse.__name__ = kind.__name__  # argparse names a type by it in its own messages
+    return parse
 
 
 def _check_text(name: str, value: Any, field: Field) -> str:

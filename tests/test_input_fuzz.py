@@ -96,7 +96,8 @@ CLI_CASES = [
     (["--dataset", "mnist", "--train-split", ""], "train_split must not be empty"),
     (["--data-dir", ""], "data_dir must not be empty"),
     (["--inline", "--timeout", "5"], "--timeout cannot be enforced with --inline"),
-    (["--steps", "x"], "invalid int value: 'x'"),
+    (["--steps", "x"], "argument --steps: 'x' is not a whole number (allowed: 1 to 1000000)"),
+    (["--timeout", "soon"], "argument --timeout: 'soon' is not a number"),
 ]
 
 

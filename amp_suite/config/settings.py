@@ -31,7 +31,7 @@ from typing import Any
 from amp_suite.errors import UsageError
 from amp_suite.modes import LEARNING_RATE_RULES, MODES
 from amp_suite.precision import PRECISIONS, REFERENCE_PRECISIONS
-from amp_suite.schema import Field, FlagValueError, check_value, closest, comma_separated, counted, shown
+from amp_suite.schema import Field, FlagValueError, check_value, closest, comma_separated, counted, number_parser, shown
 
 # How a setting's value is read from its command-line text, when not by its type.
 Parse = Callable[[str], Any]
@@ -300,7 +300,8 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
         if schema.kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
-            kwargs["type"] = meta["parse"] or (parse_list if schema.kind is tuple else schema.kind)
+            kwargs["type"] = meta["parse"] or (parse_list if schema.kind is tuple else
+                                               number_parser(schema) if schema.kind in (int, float) else schema.kind)
             kwargs["metavar"] = meta["metavar"] or _metavar(declared.name, schema)
         parser.add_argument(flag_of(declared.name), **kwargs)
 

@@ -6,8 +6,17 @@ import argparse
 import sys
 
 from amp_suite.errors import UsageError
-from amp_suite.schema import comma_separated
-from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_OUT, DEFAULT_STEPS, DEFAULT_TOLERANCE, NumericsRequest
+from amp_suite.schema import Field, comma_separated, number_parser
+from amp_suite.shadow.plan import (
+    DEFAULT_MAX_RUNS,
+    DEFAULT_OUT,
+    DEFAULT_STEPS,
+    DEFAULT_TOLERANCE,
+    MAX_BATCH_SIZE,
+    MAX_SEED,
+    MAX_STEPS,
+    NumericsRequest,
+)
 
 
 def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,14 +33,14 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--precisions", default="amp_fp16,amp_bf16",
                         help="comma-separated precisions to set beside the shadows (default amp_fp16,amp_bf16; "
                              "any precision a requested framework runs)")
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+    parser.add_argument("--steps", type=number_parser(Field(int, minimum=1, maximum=MAX_STEPS)), default=DEFAULT_STEPS,
                         help=f"training steps to trace (default {DEFAULT_STEPS})")
-    parser.add_argument("--batch-size", type=int, help="examples per step (default: each workload's own)")
+    parser.add_argument("--batch-size", type=number_parser(Field(int, minimum=1, maximum=MAX_BATCH_SIZE)), help="examples per step (default: each workload's own)")
     parser.add_argument("--dataset", help="the dataset every workload trains on (default: each workload's own, "
                                           "else the catalog's default)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and batches (default 0)")
+    parser.add_argument("--seed", type=number_parser(Field(int, minimum=0, maximum=MAX_SEED)), default=0, help="seed of the initial weights and batches (default 0)")
     parser.add_argument("--device", default="auto", help="auto, cpu or gpu (default auto)")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds each run may take (default 600)")
+    parser.add_argument("--timeout", type=number_parser(Field(float, above=0)), default=600.0, help="seconds each run may take (default 600)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")
     parser.add_argument("--force", action="store_true",
                         help="replace the results an earlier amp-suite numerics left in --out (kept otherwise)")
@@ -43,9 +52,9 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
                         help="search for layers to keep in float32 (keep_fp32) that bring the AMP run's losses within "
                              "--tolerance of float32's: one framework, workload and AMP precision (docs/numerics.md)")
     # default None: a --tolerance or --max-runs given without --bisect is refused; the real defaults apply after
-    parser.add_argument("--tolerance", type=float,
+    parser.add_argument("--tolerance", type=number_parser(Field(float, above=0)),
                         help=f"--bisect: the largest relative loss gap accepted (default {DEFAULT_TOLERANCE:g})")
-    parser.add_argument("--max-runs", type=int,
+    parser.add_argument("--max-runs", type=number_parser(Field(int, minimum=1)),
                         help=f"--bisect: the most AMP runs the search makes (default {DEFAULT_MAX_RUNS})")
     parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")

@@ -108,6 +108,11 @@ def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dic
     declared = list(dict.fromkeys(name for framework in request.frameworks
                                   for names in frameworks[framework].precisions.values() for name in names))
     check_names("precision", request.precisions, declared)
+    shadow = next((name for name in request.precisions if name in SHADOWS), None)
+    if shadow is not None:
+        beside = [name for name in declared if name not in SHADOWS]
+        raise UsageError(f"precision {shown(shadow)} is a shadow every run is compared with, not a precision to set "
+                         f"beside the shadows (allowed: {', '.join(beside) or 'none'})")
     for label, names in (("frameworks", request.frameworks), ("workloads", request.workloads),
                          ("precisions", request.precisions)):
         twice = next((name for index, name in enumerate(names) if name in names[:index]), None)

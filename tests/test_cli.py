@@ -88,7 +88,7 @@ def test_a_plugin_asked_for_that_fails_to_load_is_a_one_line_error(tmp_path):
     (["--precisions", "fp4"], "unknown precision 'fp4'; allowed: fp32, tf32, amp_fp16, amp_bf16, fp8, fp64"),
     (["--warmup", "4"], "warmup (4) must be smaller than steps per epoch (4)"),
     (["--dataset", "imagenet"], "unknown dataset 'imagenet'"),
-    (["--steps", "x"], "invalid int value: 'x'"),
+    (["--steps", "x"], "'x' is not a whole number (allowed: 1 to 1000000)"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tiny_config, args, needle):
     out = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", *args)

@@ -59,8 +59,8 @@ def test_every_setting_has_a_run_flag_that_reaches_the_sweep_unchanged():
 
 
 @pytest.mark.parametrize(("argv", "message"), [
-    (["--steps", "many"], "invalid int value: 'many'"),
-    (["--window-seconds", "soon"], "invalid float value: 'soon'"),
+    (["--steps", "many"], "'many' is not a whole number (allowed: 1 to 1000000)"),
+    (["--window-seconds", "soon"], "argument --window-seconds: 'soon' is not a number (allowed: 0 to 3600)"),
 ])
 def test_a_malformed_flag_is_one_line_exit_2(argv, message, capsys):
     assert main(["run", *argv]) == 2

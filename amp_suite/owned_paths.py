@@ -90,8 +90,23 @@ def refusal(path: Path, what: str, fix: str) -> NotOursError:
         kind = _kind(os.lstat(path).st_mode)
     except OSError:
         kind = "something"
-    return NotOursError(f"{str(path)[:300]!r} is {kind} amp-suite did not make (it holds no {MARKER} marker), "
+    return NotOursError(f"{str(path)[:300]!r} is {kind} amp-suite did not make ({_marker_state(path)}), "
                         f"so amp-suite will not {what}; left alone: {fix}")
+
+
+def _marker_state(folder: Path) -> str:
+    """Why ``folder``'s marker does not make it amp-suite's: none, a link, something else, or other text."""
+    try:
+        mode = os.lstat(folder / MARKER).st_mode
+    except OSError:
+        return f"it holds no {MARKER} marker"
+    if stat.S_ISLNK(mode):
+        return f"its {MARKER} marker is a symbolic link, where amp-suite writes a file"
+    if not stat.S_ISREG(mode):
+        return f"its {MARKER} is {_kind(mode)}, where amp-suite writes a file"
+    if not is_real_directory(folder):
+        return f"it is no real directory, so its {MARKER} marker is not read"
+    return f"its {MARKER} marker does not hold what amp-suite writes"
 
 
 def _kind(mode: int) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -70,6 +71,21 @@ def test_env_list_does_not_call_a_foreign_folder_a_half_finished_build(tmp_path)
     assert "never finished" not in listed.stdout and "leaves it alone" in listed.stdout
 
 
+@pytest.mark.parametrize("kind", ["file", "broken link"])
+def test_env_list_says_when_the_environments_folder_is_no_folder(tmp_path, kind):
+    """A file (or a link to nothing) named by AMP_SUITE_ENVS: env list said 'managed ones in' it, as of a folder."""
+    envs = tmp_path / "envs"
+    if kind == "file":
+        envs.write_text("mine")
+    else:
+        envs.symlink_to(tmp_path / "nowhere")
+    listed = run_cli("env", "list", "--config", str(_config(tmp_path, ENVIRONMENT)), env={"AMP_SUITE_ENVS": str(envs)})
+    what = "a regular file" if kind == "file" else "a link that leads nowhere"
+    assert listed.returncode == 0 and (f"managed ones would be in {envs}, but it is {what}, not a folder: none can be "
+                                       "built there; set AMP_SUITE_ENVS to a folder") in listed.stdout, listed.stdout
+    assert envs.is_symlink() or envs.read_text() == "mine"
+
+
 def test_a_failed_build_removes_only_the_folder_it_made(tmp_path):
     """HIGH: a failed build left a foreign folder gone; it removes its own, marked folder only."""
     with pytest.raises(Exception, match="could not be built"):
@@ -84,15 +100,26 @@ def test_a_link_in_place_of_an_environment_or_its_marker_is_not_ours(tmp_path):
     envs = tmp_path / "envs"
     envs.mkdir()
     (envs / SPEC.name).symlink_to(elsewhere)
-    with pytest.raises(NotOursError):
+    with pytest.raises(NotOursError, match=r"is a symbolic link amp-suite did not make \(it is no real directory"):
         remove(SPEC, envs)
     assert (elsewhere / MARKER).exists() and (envs / SPEC.name).is_symlink()
     (envs / SPEC.name).unlink()
     (envs / SPEC.name).mkdir()
     (envs / SPEC.name / MARKER).symlink_to(elsewhere / MARKER)
-    with pytest.raises(NotOursError):
+    # the refusal says what is wrong with the marker there, not that there is none
+    with pytest.raises(NotOursError, match=f"its {re.escape(MARKER)} marker is a symbolic link, where amp-suite "
+                                           "writes a file"):
         remove(SPEC, envs)
     assert (envs / SPEC.name / MARKER).is_symlink()
+    (envs / SPEC.name / MARKER).unlink()
+    (envs / SPEC.name / MARKER).write_text("mine\n")
+    with pytest.raises(NotOursError, match="marker does not hold what amp-suite writes"):
+        remove(SPEC, envs)
+    (envs / SPEC.name / MARKER).unlink()
+    (envs / SPEC.name / "keep.txt").write_text("keep")
+    with pytest.raises(NotOursError, match=f"it holds no {re.escape(MARKER)} marker"):
+        remove(SPEC, envs)
+    assert (envs / SPEC.name / "keep.txt").read_text() == "keep"
 
 
 def test_a_marked_or_stamped_environment_is_still_removed(tmp_path):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from amp_suite.config.catalog import find_config, load_config
-from amp_suite.config.environments import EnvironmentSpec, environments_dir
+from amp_suite.config.environments import ENVS_DIR_ENV, EnvironmentSpec, environments_dir
 from amp_suite.envs.build import create, remove, state_of
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, UsageError
 from amp_suite.owned_paths import NotOursError
@@ -120,7 +120,14 @@ def _list(environments: dict[str, EnvironmentSpec], envs_dir: Path, say: Callabl
     if not environments and not orphans:
         say("no environments declared ([environments.\"NAME\"] in benchmarks.toml; docs/environments.md)")
         return EXIT_OK
-    say(f"environments (managed ones in {envs_dir}):")
+    if os.path.lexists(envs_dir) and not envs_dir.is_dir():  # a file, or a link that leads nowhere
+        from amp_suite.safe_files import describe_mode
+
+        what = "a link that leads nowhere" if envs_dir.is_symlink() else describe_mode(os.lstat(envs_dir).st_mode)
+        say(f"environments (managed ones would be in {envs_dir}, but it is {what}, not a folder: none can be built "
+            f"there; set {ENVS_DIR_ENV} to a folder):")
+    else:
+        say(f"environments (managed ones in {envs_dir}):")
     width = max(map(len, [*environments, *orphans]))
     for spec in environments.values():
         state = state_of(spec, envs_dir)

@@ -361,9 +361,10 @@ def compare(base: str | Path, new: str | Path) -> pd.DataFrame:
     and ``new_only`` (cell keys present in one directory only) and
     ``markdown`` (what ``amp-suite compare`` prints).
     """
-    from amp_suite.sweep.stored import load_results
+    from amp_suite.sweep.stored import UNKNOWN_IN_COMPARISON, load_results
 
-    base_loaded, new_loaded = load_results(base), load_results(new)
+    base_loaded, new_loaded = (load_results(base, missing_environment=UNKNOWN_IN_COMPARISON),
+                               load_results(new, missing_environment=UNKNOWN_IN_COMPARISON))
     # within each folder, a cell a later run of its row superseded with other settings is left out, and named
     (base_kept, base_superseded), (new_kept, new_superseded) = (current_results(base_loaded[0]),
                                                                 current_results(new_loaded[0]))

@@ -207,6 +207,10 @@ def test_a_sweep_without_its_environment_is_not_described_as_this_machine_now(tw
         "BASE's environment.json is missing: its machine, versions and settings are unknown, so none is compared "
         "(this machine's are not the sweep's)"]
     assert "cpu_flags" not in markdown and "(none) → (none)" not in markdown
+    # the warning says what follows for a comparison, not that this machine stands in, as a report's does
+    err = capsys.readouterr().err
+    assert (f"warning: {base / 'environment.json'} is missing; its machine, versions and settings are unknown, and "
+            "the comparison says so") in err and "stands in" not in err, err
     from amp_suite.report.context import environment_lines
     from amp_suite.sweep.stored import stored_environment
 

@@ -59,8 +59,14 @@ def _shown_setting(value: Any) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
-def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
-    """A sweep's ``environment.json``; this machine's environment, with a warning, if it is unusable."""
+# What the warning for an unusable environment.json says follows from it, per reader.
+STANDS_IN = "this machine's environment stands in for it, and the report says so"
+UNKNOWN_IN_COMPARISON = "its machine, versions and settings are unknown, and the comparison says so"
+
+
+def stored_environment(directory: Path, *, warn: bool = True, consequence: str = STANDS_IN) -> dict[str, Any]:
+    """A sweep's ``environment.json``; this machine's environment, with a warning (ending in ``consequence``),
+    if it is unusable."""
     from amp_suite.machine.environment import host_environment
 
     path = Path(directory) / ENVIRONMENT_FILE
@@ -77,8 +83,7 @@ def stored_environment(directory: Path, *, warn: bool = True) -> dict[str, Any]:
         except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             problem = "is unreadable or truncated"
     if warn:
-        print(f"amp-suite: warning: {path} {problem}; this machine's environment stands in for it, and the "
-              "report says so", file=sys.stderr)
+        print(f"amp-suite: warning: {path} {problem}; {consequence}", file=sys.stderr)
     environment = host_environment()
     # said in the report (and compare) too, not only on stderr: the machine and the date are not the sweep's
     environment["environment_substituted"] = f"{ENVIRONMENT_FILE} {problem}"
@@ -94,14 +99,16 @@ def _drop_unusable_fields(path: Path, environment: dict[str, Any], warn: bool) -
         print(f"amp-suite: warning: {path}: ignoring {'; '.join(dropped)}", file=sys.stderr)
 
 
-def load_results(directory: str | Path, *, strict: bool = False) -> tuple[list[CellResult], dict[str, Any]]:
+def load_results(directory: str | Path, *, strict: bool = False,
+                 missing_environment: str = STANDS_IN) -> tuple[list[CellResult], dict[str, Any]]:
     """The latest result of every cell in ``DIR/results.jsonl`` and the sweep's environment.
 
     The environment gains this machine's calibration when the sweep's has none
     (``amp-suite calibrate`` after the sweep).  Raises :class:`UsageError`
     when ``DIR`` holds no readable ``results.jsonl``; with ``strict``,
     :class:`StoredValueError` naming the first stored value a report cannot
-    use (instead of dropping it with a warning).
+    use (instead of dropping it with a warning).  ``missing_environment``: what the warning for an unusable
+    ``environment.json`` says follows for the caller.
     """
     from amp_suite.calibration.ceiling import attach_calibration
     from amp_suite.sweep.store import RESULTS_FILE, ResultStore
@@ -134,7 +141,7 @@ def load_results(directory: str | Path, *, strict: bool = False) -> tuple[list[C
         raise StoredValueError(f"{store.path}: {contents.describe_dropped(limit=1)} (load(..., strict=False) "
                                "drops such values with a warning)")
     warn_skipped_lines(store, contents)
-    environment = stored_environment(directory)
+    environment = stored_environment(directory, consequence=missing_environment)
     attach_calibration(environment)
     latest = {result.key: result for result in contents.results}
     return list(latest.values()), environment

@@ -190,3 +190,33 @@ def test_a_forced_command_stopped_before_any_run_keeps_the_earlier_results(tmp_p
         _numerics(tmp_path, inline=True, force=True)
     assert {name: (out / name).read_bytes() for name in before} == before
     assert "no run finished: the earlier numerics.jsonl and numerics.md" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ending", ["stopped", "timed out"])
+def test_a_run_stopped_or_timed_out_leaves_no_order_for_its_worker(tmp_path: Path, monkeypatch, ending: str) -> None:
+    """A hostile user's trial: numerics stopped by Ctrl-C left traces/KEY.request.json (the worker's order) behind;
+    it is removed however the run ends."""
+    import subprocess
+
+    from amp_suite.shadow import command
+    from amp_suite.shadow.traces import TRACES_DIR
+
+    class Worker:
+        returncode = None
+
+        def wait(self, timeout=None):
+            if ending == "stopped":
+                raise KeyboardInterrupt
+            raise subprocess.TimeoutExpired("worker", timeout)
+
+    ended = []
+    monkeypatch.setattr(command.process_tree, "start", lambda *args, **kwargs: Worker())
+    monkeypatch.setattr(command.process_tree, "end", ended.append)
+    if ending == "stopped":
+        with pytest.raises(KeyboardInterrupt):
+            _numerics(tmp_path, precisions="amp_bf16")
+    else:
+        _numerics(tmp_path, precisions="amp_bf16")
+    traces = tmp_path / "numerics" / TRACES_DIR
+    assert ended, "the worker was not ended"
+    assert not list(traces.glob("*.request.json")), sorted(p.name for p in traces.iterdir())

@@ -152,18 +152,20 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
     child_env.update(one_gpu_visible(run, child_env))
     child_env.update(gpu_numbering(run))
     failed = NumericsRun(run.framework, run.workload, run.precision, "failed", log=str(log_path))
-    with open_for_writing(log_path) as log:
-        proc = process_tree.start([sys.executable, "-c", BOOTSTRAP, "amp_suite.shadow.worker", str(request_path)],
-                                  stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
-        try:
-            proc.wait(timeout=run.timeout_s)
-        except subprocess.TimeoutExpired:
-            process_tree.end(proc)
-            return replace(failed, status="timeout", error=f"no traces after {run.timeout_s:g} s; process killed")
-        except BaseException:
-            process_tree.end(proc)
-            raise
-    request_path.unlink(missing_ok=True)
+    try:
+        with open_for_writing(log_path) as log:
+            proc = process_tree.start([sys.executable, "-c", BOOTSTRAP, "amp_suite.shadow.worker", str(request_path)],
+                                      stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
+            try:
+                proc.wait(timeout=run.timeout_s)
+            except subprocess.TimeoutExpired:
+                process_tree.end(proc)
+                return replace(failed, status="timeout", error=f"no traces after {run.timeout_s:g} s; process killed")
+            except BaseException:
+                process_tree.end(proc)
+                raise
+    finally:  # the worker's order serves one run: gone however the run ends (a stop, a time limit, a crash)
+        request_path.unlink(missing_ok=True)
     try:
         record = json.loads(read_regular(outcome))
     except (OSError, ValueError):

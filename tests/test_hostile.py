@@ -723,6 +723,8 @@ def test_a_resumed_run_counts_the_cells_it_ran_apart_from_those_it_kept(tiny_con
     again = run_cli(*argv, "--resume")
     assert again.returncode == 0 and "amp-suite: 1 cell run (1 kept from the last run) in " in again.stderr, \
         again.stderr
+    # the opening line, too, says what the run will do, not only what it plans (a re-check: it said "2 cells")
+    assert f"amp-suite: 2 cells (1 kept from the last run, 1 to run) -> {out}/" in again.stderr, again.stderr
 
 
 def test_a_refusal_of_several_report_files_gives_each_its_own_reason(tmp_path):

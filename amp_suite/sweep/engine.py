@@ -126,6 +126,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     from amp_suite.machine.environment import host_environment
     from amp_suite.safe_files import write_file_atomically
     from amp_suite.sweep.executors.select import run_cells
+    from amp_suite.sweep.runner import resumable
     from amp_suite.sweep.store import ResultStore
 
     request, host, config, settings, cells, datasets = (plan.request, plan.host, plan.config, plan.settings,
@@ -162,7 +163,9 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
         write_environment()
     kept = store.latest_by_key() if request.resume and earlier else {}
 
-    print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)} -> "
+    keeping = sum(resumable(kept, cell, say=False) is not None for cell in cells)
+    to_run = f" ({keeping} kept from the last run, {len(cells) - keeping} to run)" if keeping else ""
+    print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)}{to_run} -> "
           f"{path_text(out_dir)}/{plan.synthetic_note}", file=sys.stderr)
     if datasets and len({choice.dataset for choice in datasets.values()}) > 1:
         print("amp-suite: datasets: " + "; ".join(f"{name}: {choice.text}" for name, choice in datasets.items()),

@@ -122,12 +122,12 @@ def iter_sweep(
         yield result
 
 
-def resumable(done: dict[str, CellResult], cell: Cell) -> CellResult | None:
+def resumable(done: dict[str, CellResult], cell: Cell, *, say: bool = True) -> CellResult | None:
     """The stored result that ``--resume`` keeps for ``cell``: ``ok`` with the cell's fingerprint; else None.
 
     A stored ``ok`` result that is not kept gets one line on standard error
     saying why (``torch/mnist_cnn/fp32/r0: rerun, its workload changed
-    (input_size 28 -> 56)``).
+    (input_size 28 -> 56)``), unless ``say`` is false.
     """
     from amp_suite.sweep.fingerprint import resume_reason
 
@@ -137,7 +137,8 @@ def resumable(done: dict[str, CellResult], cell: Cell) -> CellResult | None:
     reason = resume_reason(previous, cell.definition)
     if not reason:
         return previous
-    print(f"amp-suite: {cell.run.key}: {reason}", file=sys.stderr)
+    if say:
+        print(f"amp-suite: {cell.run.key}: {reason}", file=sys.stderr)
     return None
 
 

@@ -81,6 +81,7 @@ from amp_suite_plugins.jax.model import JaxModel, _scale_value
 from amp_suite_plugins.jax.optax_optimizer import optax_optimizer
 from amp_suite_plugins.jax.options import OPTIONS, _option, _token_notes
 from amp_suite_plugins.jax.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
+from amp_suite_plugins.jax.train_step import train_step_functions
 from amp_suite_plugins.jax.variables import (
     _canonical_key,
     _decay_mask,
@@ -173,7 +174,6 @@ def build_model(
     import jax
     import jax.numpy as jnp
     import jmp
-    import optax
 
     hk = import_haiku()
     dev = jax.devices("gpu")[0] if device.kind == "gpu" else jax.devices("cpu")[0]
@@ -217,10 +217,7 @@ def build_model(
     dynamic = applied.loss_scaling == "dynamic"
     scaled = applied.loss_scaling in ("dynamic", "static")  # static: jmp.StaticLossScale, steps still checked
     period = loss_scale_growth_interval(run)
-    # The loss scale crosses the jit boundary as plain arrays (scale, counter) and becomes
-    # jmp's DynamicLossScale only inside the trace: jmp 0.0.4 runs jax.eval_shape twice in the
-    # class's __post_init__, at every unflatten of the step's outputs, which cost 0.5 ms a step
-    # on a CPU host and 1.6 ms on an H100's (JAX amp_fp16 ran at 0.2x fp32 on mnist_cnn).
+    # the loss scale crosses the jit boundary as plain arrays (scale, counter): see train_step.py
     loss_scale = ((jnp.asarray(applied.initial_loss_scale, jnp.float32), jnp.zeros((), jnp.int32))
                   if scaled else ())
     # Everything the step takes is committed to the device from the start, as its
@@ -232,49 +229,8 @@ def build_model(
     else:
         opt_state, loss_scale = put(jax.device_get((init_optimizer(params), loss_scale)))
     trace_count = [0]
-
-    def scaler(arrays: Any) -> Any:
-        if not scaled:
-            return jmp.NoOpLossScale()
-        return jmp.DynamicLossScale(arrays[0], arrays[1], period=period) if dynamic else jmp.StaticLossScale(arrays[0])
-
-    def loss_fn(p: Any, s: Any, images: Any, labels: Any, masks: Any, scale: Any) -> tuple[Any, Any]:
-        logits, new_state = net.apply(p, s, None, images, True, sync, masks)
-        loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(stored), labels).mean()
-        return scale.scale(loss), (loss, new_state)
-
-    def step(p: Any, s: Any, opt: Any, scale_arrays: Any, images: Any, labels: Any, masks: Any):
-        trace_count[0] += 1  # runs only while tracing
-        scale = scaler(scale_arrays)
-        grads, (loss, new_s) = jax.grad(loss_fn, has_aux=True)(p, s, images, labels, masks, scale)
-        if mesh is not None:
-            # The gradient of replicated parameters comes out of shard_map's autodiff already summed
-            # over the mesh (JAX's varying-manual-axes rule: a replicated input's cotangent is psum'd);
-            # divided by N it is the global batch's mean gradient.  Loss and BatchNorm state are averaged.
-            grads = jax.tree_util.tree_map(lambda g: g / run.devices, grads)
-            loss, new_s = jax.lax.pmean((loss, new_s), AXIS)
-        grads = scale.unscale(grads)
-        updates, new_opt = optimizer.update(grads, opt, p)
-        new_p = optax.apply_updates(p, updates)
-        if not scaled:  # fp32, tf32, bf16, loss_scaling none: every step is applied, as in PyTorch and Keras
-            return new_p, new_s, new_opt, scale_arrays, loss, jnp.asarray(True)
-        finite = jmp.all_finite(grads)
-        # A step whose gradients overflowed changes no parameter (the running
-        # statistics of its forward pass are kept, as in PyTorch and Keras).
-        new_p, new_opt = jmp.select_tree(finite, (new_p, new_opt), (p, opt))
-        if not dynamic:  # static: the scale and its counter stay as they came in
-            return new_p, new_s, new_opt, scale_arrays, loss, finite
-        adjusted = scale.adjust(finite)
-        return new_p, new_s, new_opt, (adjusted.loss_scale, adjusted.counter), loss, finite
-
-    def forward(p: Any, s: Any, images: Any, is_training: bool) -> Any:
-        return net.apply(p, s, None, images, is_training)[0].astype(stored)
-
-    if mesh is not None:
-        from jax.sharding import PartitionSpec as P
-
-        step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P(), P(), P(), P(AXIS), P(AXIS), P(AXIS)),
-                             out_specs=P())
+    step, forward = train_step_functions(net, optimizer, stored, applied.loss_scaling, period, sync, mesh,
+                                         run.devices, trace_count)
     train_step = jax.jit(step, donate_argnums=(0, 1, 2))
     return JaxModel(params, state, opt_state, loss_scale, train_step,
                     jax.jit(forward, static_argnums=3), dev, trace_count, net_class, mesh, process,

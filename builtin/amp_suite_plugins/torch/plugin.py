@@ -91,11 +91,10 @@ from amp_suite_plugins.torch.compile_counters import _compile_figures
 from amp_suite_plugins.torch.data_parallel import (
     _across_ranks,
     _data_parallel,
-    _data_parallel_notes,
     _meet,
     _per_rank_memory,
 )
-from amp_suite_plugins.torch.fp8 import fp8_note, use_fp8
+from amp_suite_plugins.torch.fp8 import use_fp8
 from amp_suite_plugins.torch.inputs import _stage_masks, _to_tensor
 from amp_suite_plugins.torch.layers import (
     TORCH_KINDS,
@@ -107,12 +106,12 @@ from amp_suite_plugins.torch.layers import (
 from amp_suite_plugins.torch.loss_scaling import grad_scaler
 from amp_suite_plugins.torch.model import TorchModel
 from amp_suite_plugins.torch.optimizer import (
-    COMPILED_LR_NOTE,
     _make_optimizer,
     create_momentum_buffers,
     optimizer_implementation,
 )
-from amp_suite_plugins.torch.options import ATTENTION_NOTES, COMPILE_MODES, MODES, OPTIONS, mode_of, option
+from amp_suite_plugins.torch.options import COMPILE_MODES, MODES, OPTIONS, mode_of, option
+from amp_suite_plugins.torch.precision_notes import precision_notes
 from amp_suite_plugins.torch.step import FoundInf, _autocast, _clip, _fetch, _step_marks, _whole_step, make_step  # noqa: F401 - re-exported (trace.py, tests)
 from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
 
@@ -172,51 +171,9 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
-    notes = [f"allow_tf32={tf32}", f"float32_matmul_precision={torch.get_float32_matmul_precision()}"]
     if device.kind == "gpu":
         torch.backends.cudnn.benchmark = bool(option(run, "cudnn_benchmark"))
-        notes.append(f"cudnn.benchmark={torch.backends.cudnn.benchmark}")
-    notes.append(f"channels_last={bool(option(run, 'channels_last'))}")
-    mode = mode_of(run)
-    if mode == "compiled":
-        notes.append("mode=compiled: the whole training step (forward, backward, optimizer) through torch.compile "
-                     "(inductor), compiled in the warm-up steps" + COMPILED_LR_NOTE)
-    elif mode == "cudagraphs":
-        notes.append("mode=cudagraphs: the whole training step through torch.compile(mode='reduce-overhead'), "
-                     "replayed as CUDA graphs, compiled and recorded in the warm-up steps" + COMPILED_LR_NOTE)
-    elif option(run, "compile"):
-        notes.append("torch.compile=inductor on the forward pass only (option compile; compiled in the warm-up "
-                     "steps); mode compiled compiles the whole step")
-    if option(run, "fused"):
-        notes.append("optimizer=fused (torch.optim ... fused=True: one kernel per step; the figure "
-                     "optimizer_implementation confirms it)")
-    else:
-        notes.append("optimizer=torch's default implementation (foreach on CUDA, for-loop on the CPU; "
-                     "the figure optimizer_implementation says which ran)")
-    attention = str(option(run, "attention"))
-    notes.append(ATTENTION_NOTES.get(attention, f"attention={attention}"))  # build_model refuses an unknown one
-    if applied.compute_dtype == "float64":
-        notes.append("dtype=float64 parameters, BatchNorm statistics, optimizer state, images, dropout masks, "
-                     "logits and loss (the module built and loaded in float32, then cast; no autocast)")
-    elif applied.compute_dtype != "float32":
-        notes.append("batch_norm=float32 weights and running statistics, float32 accumulation (autocast)")
-        notes.append(f"sigmoid={applied.compute_dtype} (autocast leaves sigmoid, swish and relu6 to their "
-                     "reduced-precision input: the squeeze-and-excitation gate computes in the compute dtype); "
-                     f"dropout masks multiplied in {applied.compute_dtype}")
-        notes.append(f"layer_norm, rms_norm=float32 statistics and normalization, output cast to "
-                     f"{applied.compute_dtype} (forced: CPU autocast leaves both to their reduced-precision input, "
-                     "CUDA autocast runs layer_norm in float32)")
-        notes.append("attention_softmax=" + (
-            "inside scaled_dot_product_attention, which autocast runs on compute-dtype q, k, v (its fused "
-            "kernels keep scores and softmax in float32; see docs/layers.md)" if option(run, "attention") == "fused" else
-            f"float32 (forced: CPU autocast leaves softmax to its input), probabilities cast to "
-            f"{applied.compute_dtype} for the weighted sum"))
-        notes.append(f"token tables=cast to {applied.compute_dtype} where used (class token, positions, looked-up "
-                     "rows); logits cast to float32 before the loss")
-    if applied.fp8_matmul:
-        notes.append(fp8_note(applied.fp8_matmul))
-    if run.distributed:
-        notes += _data_parallel_notes(run, device)
+    notes = precision_notes(torch, run, device, applied)
     return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 
 

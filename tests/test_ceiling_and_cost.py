@@ -85,19 +85,10 @@ def test_cost_per_epoch_per_million_images_and_saving():
 @pytest.mark.parametrize("table,needle", [({"price_per_hour": -1.0}, "must be >= 0"),
                                           ({"price_per_hour": "2"}, "must be a number"),
                                           ({"price": 2.0}, "unknown key 'price'"),
-                                          ({"price_per_hour": 1.0, "currency": "U S D"},
-                                           "currency 'U S D' is not a currency's name"),
-                                          ({"price_per_hour": 1.0, "currency": "U$D"}, "'U\\$D' is not"),
-                                          ({"price_per_hour": 1.0, "currency": "@"}, "for example USD, EUR"),
-                                          ({"price_per_hour": 1.0, "currency": 5}, "currency must be a string")])
+                                          ({"price_per_hour": 1.0, "currency": "U S D"}, "may hold only")])
 def test_cost_settings_are_checked(table, needle):
     with pytest.raises(UsageError, match=needle):
         cost_settings(table)
-
-
-@pytest.mark.parametrize("currency", ["USD", "EUR", "credits", "GPU-h", "eur.cents"])
-def test_a_currency_code_or_word_is_kept(currency):
-    assert cost_settings({"price_per_hour": 2.0}, currency=currency) == {"price_per_hour": 2.0, "currency": currency}
 
 
 def test_synthetic_data_has_no_accuracy():

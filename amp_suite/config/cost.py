@@ -14,19 +14,15 @@ from every other figure.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
-from amp_suite.errors import UsageError
-from amp_suite.schema import Field, check_table, check_value, shown
+from amp_suite.schema import Field, check_table, check_value
 
 DEFAULT_CURRENCY = "USD"
-# What a currency may be called: a code or a word (USD, EUR, credits, GPU-h), written beside every cost.
-CURRENCY_PATTERN = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,15}")
 # Keys of the [cost] table (and the --price-per-hour / --currency flags).
 COST_FIELDS: dict[str, Field] = {
     "price_per_hour": Field(float, minimum=0, maximum=1_000_000),
-    "currency": Field(str),
+    "currency": Field(str, names=True),
 }
 
 
@@ -38,10 +34,6 @@ def cost_settings(table: dict[str, Any] | None, **overrides: Any) -> dict[str, A
             check_value(key, value, COST_FIELDS[key])
     merged = {**(table or {}), **given}
     checked = check_table(merged, COST_FIELDS, "[cost]")
-    currency = checked.get("currency")
-    if currency is not None and not CURRENCY_PATTERN.fullmatch(currency):
-        raise UsageError(f"currency {shown(currency)} is not a currency's name: a letter, then up to 15 letters, "
-                         "digits, '_', '-' or '.' (for example USD, EUR, credits)")
     if checked.get("price_per_hour") is None:
         return {}
     return {"price_per_hour": checked["price_per_hour"], "currency": checked.get("currency", DEFAULT_CURRENCY)}

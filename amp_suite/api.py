@@ -204,7 +204,7 @@ def learning_curves(directory: str | Path, *, strict: bool = True) -> pd.DataFra
     from amp_suite.sweep import request_checks
 
     directory = request_checks.directory_path("directory", directory)
-    results, _ = load_results(directory, strict=request_checks.flag("strict", strict))
+    results, _ = load_results(directory, strict=request_checks.flag("strict", strict), missing_environment=None)
     frame = curve_points(results)
     frame.attrs["out_dir"] = str(directory)
     return frame

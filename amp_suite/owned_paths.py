@@ -95,8 +95,10 @@ def refusal(path: Path, what: str, fix: str) -> NotOursError:
 
 
 def _marker_state(folder: Path) -> str:
-    """Why ``folder``'s marker does not make it amp-suite's: none, a link, something else, or other text."""
+    """Why ``folder`` is not amp-suite's: not a real folder, or a folder whose marker is missing or not amp-suite's."""
     try:
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):  # a file, a link (to a folder too): amp-suite made no such
+            return f"amp-suite makes a real folder with its {MARKER} marker in it, and follows no link to one"
         mode = os.lstat(folder / MARKER).st_mode
     except OSError:
         return f"it holds no {MARKER} marker"
@@ -104,8 +106,8 @@ def _marker_state(folder: Path) -> str:
         return f"its {MARKER} marker is a symbolic link, where amp-suite writes a file"
     if not stat.S_ISREG(mode):
         return f"its {MARKER} is {_kind(mode)}, where amp-suite writes a file"
-    if not is_real_directory(folder):
-        return f"it is no real directory, so its {MARKER} marker is not read"
+    if _read_in(folder, MARKER, _MARKER_BYTES) is None:
+        return f"its {MARKER} marker cannot be read"
     return f"its {MARKER} marker does not hold what amp-suite writes"
 
 

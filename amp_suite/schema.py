@@ -167,8 +167,8 @@ def _allowed(field: Field) -> str:
 
 
 def number_parser(field: Field) -> Callable[[str], Any]:
-    """An argparse ``type`` for a number ``field``: its error names the value and the range allowed
-    (``'abc' is not a whole number (allowed: 1 to 1000000)``); the range itself is checked with the field."""
+    """An argparse ``type`` for a number ``field``: its error names the value and the values allowed
+    (``'abc' is not a whole number (allowed: 1 to 1000000)``); the bounds themselves are checked with the field."""
     kind = field.kind
 
     def parse(text: str) -> Any:
@@ -176,10 +176,21 @@ def number_parser(field: Field) -> Callable[[str], Any]:
             return kind(text)
         except (TypeError, ValueError):
             what = "a whole number" if kind is int else "a number"
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}{_allowed(field)}") from None
+            raise FlagValueError(f"{shown(text)} is not {what}{_range_text(field)}") from None
 
-    parse.__name__ = kind.__name__  # argparse names a type by it in its own messages
     return parse
+
+
+def _range_text(field: Field) -> str:
+    """`` (allowed: 1 to 1000000)``, `` (allowed: 0 or more)``, `` (allowed: above 0)``: what a number field takes."""
+    low = (_bound(field.minimum) if field.minimum is not None
+           else f"above {_bound(field.above)}" if field.above is not None else None)
+    if low is not None and field.maximum is not None:
+        joint = " to " if field.minimum is not None else ", up to "
+        return f" (allowed: {low}{joint}{_bound(field.maximum)})"
+    if low is not None:
+        return f" (allowed: {low}{' or more' if field.minimum is not None else ''})"
+    return f" (allowed: up to {_bound(field.maximum)})" if field.maximum is not None else ""
 
 
 def _check_text(name: str, value: Any, field: Field) -> str:

@@ -71,19 +71,23 @@ def test_env_list_does_not_call_a_foreign_folder_a_half_finished_build(tmp_path)
     assert "never finished" not in listed.stdout and "leaves it alone" in listed.stdout
 
 
-@pytest.mark.parametrize("kind", ["file", "broken link"])
+@pytest.mark.parametrize("kind", ["file", "broken link", "link to a file"])
 def test_env_list_says_when_the_environments_folder_is_no_folder(tmp_path, kind):
     """A file (or a link to nothing) named by AMP_SUITE_ENVS: env list said 'managed ones in' it, as of a folder."""
     envs = tmp_path / "envs"
     if kind == "file":
         envs.write_text("mine")
     else:
-        envs.symlink_to(tmp_path / "nowhere")
+        if kind == "link to a file":
+            (tmp_path / "target").write_text("mine")
+        envs.symlink_to(tmp_path / ("target" if kind == "link to a file" else "nowhere"))
     listed = run_cli("env", "list", "--config", str(_config(tmp_path, ENVIRONMENT)), env={"AMP_SUITE_ENVS": str(envs)})
-    what = "a regular file" if kind == "file" else "a link that leads nowhere"
+    what = {"file": "a regular file", "broken link": "a link that leads nowhere",
+            "link to a file": "a link to a regular file"}[kind]
     assert listed.returncode == 0 and (f"managed ones would be in {envs}, but it is {what}, not a folder: none can be "
                                        "built there; set AMP_SUITE_ENVS to a folder") in listed.stdout, listed.stdout
     assert envs.is_symlink() or envs.read_text() == "mine"
+    assert kind != "link to a file" or (tmp_path / "target").read_text() == "mine"
 
 
 def test_a_failed_build_removes_only_the_folder_it_made(tmp_path):
@@ -100,7 +104,8 @@ def test_a_link_in_place_of_an_environment_or_its_marker_is_not_ours(tmp_path):
     envs = tmp_path / "envs"
     envs.mkdir()
     (envs / SPEC.name).symlink_to(elsewhere)
-    with pytest.raises(NotOursError, match=r"is a symbolic link amp-suite did not make \(it is no real directory"):
+    with pytest.raises(NotOursError, match=r"is a symbolic link amp-suite did not make \(amp-suite makes a real "
+                                           "folder with its .* marker in it, and follows no link to one"):
         remove(SPEC, envs)
     assert (elsewhere / MARKER).exists() and (envs / SPEC.name).is_symlink()
     (envs / SPEC.name).unlink()

@@ -72,7 +72,7 @@ def test_keep_fp32_from_the_config_computes_the_named_layer_in_float32_in_the_tr
     ('loss_scaling = "none"', "amp_bf16", "[frameworks.shadowfw] loss_scaling = 'none': only amp_fp16"),
     ('loss_scaling = "off"', "amp_fp16", "'off'"),
     ('keep_fp32 = ["conv3"]', "amp_bf16", "'conv3' is neither a layer of workload 'tiny' nor a layer kind"),
-    ('keep_fp32 = ["conv2"]', "fp32", "only amp_fp16, amp_bf16"),
+    ('keep_fp32 = ["conv2"]', "fp32", "precision 'fp32' is one of the shadows"),  # no fp32 run to keep layers of
 ])
 def test_bad_framework_options_are_refused_in_one_line_before_anything_runs(tmp_path: Path, table: str,
                                                                             precisions: str, expected: str) -> None:

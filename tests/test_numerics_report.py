@@ -184,8 +184,8 @@ def test_a_run_whose_process_dies_is_a_failed_run_with_its_exit_code(tmp_path: P
     ({"batch_size": 0}, "batch size must be a whole number from 1 to 65536, got 0"),
     ({"timeout": -1.0}, "timeout must be a positive number of seconds, got -1.0"),
     # the shadows themselves are no precision to set beside them: compared with itself, fp32 would say nothing
-    ({"precisions": "fp32"}, "precision 'fp32' is a shadow every run is compared with"),
-    ({"precisions": "amp_bf16,fp64"}, "precision 'fp64' is a shadow every run is compared with"),
+    ({"precisions": "fp32"}, "precision 'fp32' is one of the shadows (fp32, fp64)"),
+    ({"precisions": "amp_bf16,fp64"}, "precision 'fp64' is one of the shadows (fp32, fp64)"),
 ])
 def test_bad_input_is_refused_in_one_line_before_anything_runs(tmp_path: Path, keywords, expected: str) -> None:
     message = one_line_error(lambda: _numerics(tmp_path, **keywords))
@@ -331,7 +331,7 @@ def test_a_run_with_declared_choices_records_them_and_the_runs_table_names_them(
 @pytest.mark.parametrize(("flag", "value", "expected"), [
     ("--steps", "abc", "argument --steps: 'abc' is not a whole number (allowed: 1 to 1000)"),
     ("--batch-size", "1.5", "argument --batch-size: '1.5' is not a whole number (allowed: 1 to 65536)"),
-    ("--timeout", "10s", "argument --timeout: '10s' is not a number"),
+    ("--timeout", "10s", "argument --timeout: '10s' is not a number (allowed: above 0)"),
 ])
 def test_a_flag_that_is_no_number_is_refused_with_the_range_it_allows(tmp_path: Path, capsys, monkeypatch,
                                                                       flag: str, value: str, expected: str) -> None:

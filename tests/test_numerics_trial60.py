@@ -121,7 +121,7 @@ def test_the_batch_size_has_the_bound_of_amp_suite_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("keywords", "expected"), [
-    ({"precisions": "fp32,fp32"}, "precisions lists 'fp32' more than once"),
+    ({"precisions": "amp_bf16,amp_bf16"}, "precisions lists 'amp_bf16' more than once"),
     ({"workloads": "tiny,tiny"}, "workloads lists 'tiny' more than once"),
     ({"frameworks": "shadowfw,shadowfw"}, "frameworks lists 'shadowfw' more than once"),
 ])

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from amp_suite.schema import Field, check_name, check_table, check_value
+from amp_suite.schema import Field, FlagValueError, check_name, check_table, check_value, number_parser
 from suite_cli import one_line_error as _error
 
 FIELDS = {
@@ -82,3 +82,27 @@ def test_names_fit_file_names_and_tables(name, ok):
 def test_long_values_are_cut_in_messages():
     message = _error(lambda: check_value("out", "x" * 10_000, Field(int)))
     assert len(message) < 200
+
+
+@pytest.mark.parametrize(("field", "text", "message"), [
+    (Field(int, minimum=1, maximum=1000), "abc", "'abc' is not a whole number (allowed: 1 to 1000)"),
+    (Field(int, minimum=1, maximum=1000), "2.5", "'2.5' is not a whole number (allowed: 1 to 1000)"),
+    (Field(int, minimum=0), "-", "'-' is not a whole number (allowed: 0 or more)"),
+    (Field(float, above=0), "10s", "'10s' is not a number (allowed: above 0)"),
+    (Field(float, above=0, maximum=60), "x", "'x' is not a number (allowed: above 0, up to 60)"),
+    (Field(float), "", "'' is not a number"),
+])
+def test_a_flag_text_that_is_no_number_names_what_the_field_allows(field, text, message):
+    with pytest.raises(FlagValueError) as refused:
+        number_parser(field)(text)
+    assert str(refused.value) == message
+
+
+def test_a_number_flag_parses_its_kind_and_leaves_the_bounds_to_the_field_check():
+    assert number_parser(Field(int, minimum=1))("7") == 7
+    assert number_parser(Field(float, above=0))("0.5") == 0.5
+    assert number_parser(Field(int, minimum=1))("0") == 0  # the range is judged with the field, naming the setting
+    long_text = "9" * 5000  # past Python's digit limit for int(): refused, and shown cut short
+    with pytest.raises(FlagValueError) as refused:
+        number_parser(Field(int, minimum=1, maximum=10))(long_text)
+    assert len(str(refused.value)) < 200

@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
+from amp_suite.config.cost import COST_FIELDS
 from amp_suite.config.settings import add_setting_flags
 from amp_suite.errors import UsageError
 from amp_suite.markers import __version__
+from amp_suite.schema import Field, number_parser
+
+# The argparse type of a flag of seconds or of a percentage: a text that is no number names what is allowed.
+SECONDS = number_parser(Field(float, above=0))
+PERCENT = number_parser(Field(float, minimum=0, maximum=100))
+PRICE = number_parser(COST_FIELDS["price_per_hour"])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,7 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="run cells in this process (debugging; frameworks then share a process)")
     run.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                      help="load an extra plugin module (repeatable)")
-    run.add_argument("--price-per-hour", type=float, help="price of this machine per hour: cost columns")
+    run.add_argument("--price-per-hour", type=PRICE, help="price of this machine per hour: cost columns")
     run.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.add_argument("--executor", metavar="local|ray|slurm",
@@ -49,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = sub.add_parser("report", help="re-render the report from DIR/results.jsonl")
     report.add_argument("directory", help="a sweep's output directory")
-    report.add_argument("--price-per-hour", type=float, help="price of the machine per hour: cost columns")
+    report.add_argument("--price-per-hour", type=PRICE, help="price of the machine per hour: cost columns")
     report.add_argument("--currency", help="currency of --price-per-hour (default USD)")
     report.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")
@@ -64,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "slower, no measurable difference); the environments' differences first.")
     cmp.add_argument("base", metavar="BASE", help="the reference sweep's output directory")
     cmp.add_argument("new", metavar="NEW", help="the sweep to judge against it")
-    cmp.add_argument("--fail-above", type=float, metavar="PCT",
+    cmp.add_argument("--fail-above", type=PERCENT, metavar="PCT",
                      help="exit 1 when a throughput or speed-up is slower by more than PCT percent, outside the noise")
     cmp.add_argument("--out", metavar="FILE", help="also write the markdown to FILE (an existing FILE only if "
                                                    "amp-suite compare wrote it)")
@@ -76,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     cal.add_argument("--frameworks", help="comma-separated (default: every installed framework)")
     cal.add_argument("--device", default="auto", choices=("auto", "cpu", "gpu"),
                      help="the device to measure: auto (a GPU when there is one), cpu or gpu (default auto)")
-    cal.add_argument("--budget", type=float, default=1.0,
+    cal.add_argument("--budget", type=SECONDS, default=1.0,
                      help="seconds of timing per measurement (default 1)")
     cal.add_argument("--force", action="store_true", help="measure again even if cached")
     cal.add_argument("--config", help="configuration declaring [environments]: each framework is measured in the "
@@ -107,7 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
                                              "framework plugin and every declared environment)")
     doctor.add_argument("--config", help="configuration declaring [environments] (default: ./benchmarks.toml "
                                          "when there is one)")
-    doctor.add_argument("--timeout", type=float, default=600.0, help="seconds per framework probe")
+    doctor.add_argument("--timeout", type=SECONDS, default=600.0, help="seconds per framework probe")
     doctor.add_argument("--acceptance", action="store_true",
                         help="run the whole acceptance checklist (doctor, TF32 through XLA, calibration, a "
                              "four-precision ResNet-18 sweep, the fused fp16 optimizer, data parallel), skipping "
@@ -119,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="with --acceptance: the checks to run, by key or number, comma-separated (devices, "
                              "doctor, tf32, sweep-torch or sweep for every sweep, calibration, fused, data-parallel; "
                              "default: all)")
-    doctor.add_argument("--budget", type=float, metavar="SECONDS",
+    doctor.add_argument("--budget", type=SECONDS, metavar="SECONDS",
                         help="with --acceptance: the seconds this phase may take; checks that do not fit are "
                              "skipped, to run with --resume")
     doctor.add_argument("--resume", action="store_true",

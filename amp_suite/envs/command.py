@@ -123,7 +123,9 @@ def _list(environments: dict[str, EnvironmentSpec], envs_dir: Path, say: Callabl
     if os.path.lexists(envs_dir) and not envs_dir.is_dir():  # a file, or a link that leads nowhere
         from amp_suite.safe_files import describe_mode
 
-        what = "a link that leads nowhere" if envs_dir.is_symlink() else describe_mode(os.lstat(envs_dir).st_mode)
+        what = ("a link that leads nowhere" if not envs_dir.exists() else
+                f"a link to {describe_mode(os.stat(envs_dir).st_mode)}" if envs_dir.is_symlink()
+                else describe_mode(os.lstat(envs_dir).st_mode))
         say(f"environments (managed ones would be in {envs_dir}, but it is {what}, not a folder: none can be built "
             f"there; set {ENVS_DIR_ENV} to a folder):")
     else:

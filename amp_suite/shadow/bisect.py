@@ -26,12 +26,10 @@ from amp_suite.numerics.compare import compare_steps
 from amp_suite.numerics.records import BisectOutcome, BisectTrial, LayerNumerics, NumericsRun, StepTrace
 from amp_suite.precision import AMP_PRECISIONS
 from amp_suite.schema import shown
-from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, NumericsRequest, PlannedRun
+from amp_suite.shadow.plan import DEFAULT_MAX_RUNS, DEFAULT_TOLERANCE, MAX_RUNS, NumericsRequest, PlannedRun
 from amp_suite.shadow.traces import TRACES_DIR, load_traces
 from amp_suite.workloads.kept import layer_names
 
-# The most runs a search may ask for (--max-runs).
-MAX_RUNS = 100
 REFERENCE = "fp32"
 
 

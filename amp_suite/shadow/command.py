@@ -13,6 +13,7 @@ beside each shadow of its framework and workload
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -144,8 +145,6 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
     log_path = out_dir / LOGS_DIR / f"{planned.key}.log"
     for stale in (traces, outcome):
         stale.unlink(missing_ok=True)
-    write_file_atomically(request_path, json.dumps({"run": asdict(planned.run), "workload": asdict(planned.workload),
-                                                    "traces": str(traces), "outcome": str(outcome)}))
     run = planned.run
     child_env = {**os.environ, **env, "AMP_SUITE_WORKER_PATH": os.pathsep.join(worker_import_path(run.plugin_modules)),
                  HOST_PID_ENV: str(os.getpid())}
@@ -153,6 +152,9 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
     child_env.update(gpu_numbering(run))
     failed = NumericsRun(run.framework, run.workload, run.precision, "failed", log=str(log_path))
     try:
+        write_file_atomically(request_path, json.dumps({"run": asdict(planned.run),
+                                                        "workload": asdict(planned.workload),
+                                                        "traces": str(traces), "outcome": str(outcome)}))
         with open_for_writing(log_path) as log:
             proc = process_tree.start([sys.executable, "-c", BOOTSTRAP, "amp_suite.shadow.worker", str(request_path)],
                                       stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env)
@@ -165,7 +167,8 @@ def run_in_process(planned: PlannedRun, out_dir: Path, env: dict[str, str]) -> N
                 process_tree.end(proc)
                 raise
     finally:  # the worker's order serves one run: gone however the run ends (a stop, a time limit, a crash)
-        request_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never in place of the error or stop that ended the run
+            request_path.unlink(missing_ok=True)
     try:
         record = json.loads(read_regular(outcome))
     except (OSError, ValueError):

@@ -13,6 +13,7 @@ from amp_suite.shadow.plan import (
     DEFAULT_STEPS,
     DEFAULT_TOLERANCE,
     MAX_BATCH_SIZE,
+    MAX_RUNS,
     MAX_SEED,
     MAX_STEPS,
     NumericsRequest,
@@ -54,7 +55,7 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
     # default None: a --tolerance or --max-runs given without --bisect is refused; the real defaults apply after
     parser.add_argument("--tolerance", type=number_parser(Field(float, above=0)),
                         help=f"--bisect: the largest relative loss gap accepted (default {DEFAULT_TOLERANCE:g})")
-    parser.add_argument("--max-runs", type=number_parser(Field(int, minimum=1)),
+    parser.add_argument("--max-runs", type=number_parser(Field(int, minimum=1, maximum=MAX_RUNS)),
                         help=f"--bisect: the most AMP runs the search makes (default {DEFAULT_MAX_RUNS})")
     parser.add_argument("-p", "--plugin", action="append", default=[], metavar="MODULE",
                         help="load an extra plugin module (repeatable)")

@@ -33,6 +33,8 @@ DEFAULT_OUT = "amp-suite-numerics"
 # --bisect: the relative loss gap accepted, and the AMP runs a search makes, unless the request says otherwise.
 DEFAULT_TOLERANCE = 0.01
 DEFAULT_MAX_RUNS = 6
+# The most runs a --bisect search may ask for (--max-runs).
+MAX_RUNS = 100
 
 
 def _run_maximum(setting: str) -> int:
@@ -107,12 +109,12 @@ def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dic
     check_names("workload", request.workloads, config.workloads)
     declared = list(dict.fromkeys(name for framework in request.frameworks
                                   for names in frameworks[framework].precisions.values() for name in names))
-    check_names("precision", request.precisions, declared)
+    beside = [name for name in declared if name not in SHADOWS]
     shadow = next((name for name in request.precisions if name in SHADOWS), None)
-    if shadow is not None:
-        beside = [name for name in declared if name not in SHADOWS]
-        raise UsageError(f"precision {shown(shadow)} is a shadow every run is compared with, not a precision to set "
-                         f"beside the shadows (allowed: {', '.join(beside) or 'none'})")
+    if shadow is not None:  # set beside itself a shadow would compare nothing
+        raise UsageError(f"precision {shown(shadow)} is one of the shadows ({', '.join(SHADOWS)}) amp-suite numerics "
+                         f"runs of itself, not a precision to set beside them (allowed: {', '.join(beside) or 'none'})")
+    check_names("precision", request.precisions, beside)
     for label, names in (("frameworks", request.frameworks), ("workloads", request.workloads),
                          ("precisions", request.precisions)):
         twice = next((name for index, name in enumerate(names) if name in names[:index]), None)

@@ -161,7 +161,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     earlier = os.path.lexists(out_dir / ENVIRONMENT_FILE)
     if not earlier:
         write_environment()
-    kept = store.latest_by_key() if request.resume and earlier else {}
+    kept = store.latest_by_key() if request.resume else {}  # what the runner keeps, environment.json or not
 
     keeping = sum(resumable(kept, cell, say=False) is not None for cell in cells)
     to_run = f" ({keeping} kept from the last run, {len(cells) - keeping} to run)" if keeping else ""

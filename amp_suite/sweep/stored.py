@@ -100,7 +100,7 @@ def _drop_unusable_fields(path: Path, environment: dict[str, Any], warn: bool) -
 
 
 def load_results(directory: str | Path, *, strict: bool = False,
-                 missing_environment: str = STANDS_IN) -> tuple[list[CellResult], dict[str, Any]]:
+                 missing_environment: str | None = STANDS_IN) -> tuple[list[CellResult], dict[str, Any]]:
     """The latest result of every cell in ``DIR/results.jsonl`` and the sweep's environment.
 
     The environment gains this machine's calibration when the sweep's has none
@@ -108,7 +108,7 @@ def load_results(directory: str | Path, *, strict: bool = False,
     when ``DIR`` holds no readable ``results.jsonl``; with ``strict``,
     :class:`StoredValueError` naming the first stored value a report cannot
     use (instead of dropping it with a warning).  ``missing_environment``: what the warning for an unusable
-    ``environment.json`` says follows for the caller.
+    ``environment.json`` says follows for the caller (None: no warning, for a caller that reads no environment).
     """
     from amp_suite.calibration.ceiling import attach_calibration
     from amp_suite.sweep.store import RESULTS_FILE, ResultStore
@@ -141,7 +141,8 @@ def load_results(directory: str | Path, *, strict: bool = False,
         raise StoredValueError(f"{store.path}: {contents.describe_dropped(limit=1)} (load(..., strict=False) "
                                "drops such values with a warning)")
     warn_skipped_lines(store, contents)
-    environment = stored_environment(directory, consequence=missing_environment)
+    environment = stored_environment(directory, warn=missing_environment is not None,
+                                     consequence=missing_environment or STANDS_IN)
     attach_calibration(environment)
     latest = {result.key: result for result in contents.results}
     return list(latest.values()), environment

@@ -36,6 +36,14 @@ def test_list_shows_frameworks_workloads_and_precisions():
     assert "torch" in out.stdout and "keras" in out.stdout and "jax" in out.stdout
     assert "ghost" in out.stdout and "not installed (pip install 'amp-suite[ghost]')" in out.stdout
     assert "mnist_cnn_128" in out.stdout and "amp_bf16" in out.stdout
+    # each framework row names every installed distribution with its version (the keras row said 2.21.0 alone,
+    # TensorFlow's version, beside Keras 3)
+    from amp_suite.machine.environment import package_version
+
+    keras_row = next(line for line in out.stdout.splitlines() if line.split()[:1] == ["keras"])
+    for distribution in ("tensorflow", "tensorflow-cpu", "keras"):
+        version = package_version(distribution)
+        assert (f"{distribution} {version}" in keras_row) == bool(version), (distribution, keras_row)
 
 
 def test_list_with_a_bad_config_still_lists_the_frameworks_and_exits_2(tmp_path):

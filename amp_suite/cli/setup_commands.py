@@ -31,8 +31,9 @@ def cmd_list(args: argparse.Namespace) -> int:
     display = max([12, *(len(info.display_name) for info in frameworks.values())])
     for name, info in frameworks.items():
         missing = info.missing_modules()
-        version = next((v for d in info.distributions if (v := package_version(d))), None)
-        state = f"installed {version or ''}".strip() if not missing else f"not installed ({info.install_hint()})"
+        # every installed distribution by name: keras's row is TensorFlow 2.21 and Keras 3, not one version
+        versions = ", ".join(f"{d} {v}" for d in info.distributions if (v := package_version(d)))
+        state = f"installed {versions}".strip() if not missing else f"not installed ({info.install_hint()})"
         precisions = "; ".join(f"{kind}: {', '.join(p)}" for kind, p in info.precisions.items())
         modes = "; ".join(f"{kind}: {', '.join(m)}" for kind, m in info.modes.items())
         print(f"  {name:<{width}} {info.display_name:<{display}} {state}  [{precisions}]"

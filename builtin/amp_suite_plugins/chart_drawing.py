@@ -38,7 +38,7 @@ def _figure(width_in: float, height_in: float):
 
 def _style(ax, *, title: str, ylabel: str, xlabel: str = "") -> None:
     ax.set_facecolor(BACKGROUND)
-    ax.set_title(title, color=TEXT, fontsize=12)
+    ax.set_title(title, color=TEXT, fontsize=12, loc="left")  # centred, a long title left the figure beside a legend
     ax.set_ylabel(ylabel, color=TEXT)
     if xlabel:
         ax.set_xlabel(xlabel, color=TEXT)

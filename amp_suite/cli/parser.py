@@ -35,7 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--preset", metavar="NAME",
                      help="fill the sweep from [presets.NAME] (amp-suite list shows them); flags still win")
     add_setting_flags(run)  # one flag per sweep setting, declared in amp_suite/config/settings.py
-    run.add_argument("--resume", action="store_true", help="skip cells already ok in OUT/results.jsonl")
+    run.add_argument("--resume", action="store_true",
+                     help="keep the cells already ok in OUT/results.jsonl with the same definition (fingerprint); "
+                          "run the rest")
     run.add_argument("--force", action="store_true",
                      help="replace report files in OUT that amp-suite did not write (your own results.csv, a "
                           "report.md whose first line changed; left alone otherwise)")

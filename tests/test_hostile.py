@@ -725,6 +725,10 @@ def test_a_resumed_run_counts_the_cells_it_ran_apart_from_those_it_kept(tiny_con
         again.stderr
     # the opening line, too, says what the run will do, not only what it plans (a re-check: it said "2 cells")
     assert f"amp-suite: 2 cells (1 kept from the last run, 1 to run) -> {out}/" in again.stderr, again.stderr
+    # a dry run of --resume with other settings warns as the run does, and says why each stored cell runs again
+    dry = run_cli(*argv, "--resume", "--steps", "5", "--dry-run")
+    assert dry.returncode == 0 and "warning: --resume plans this command's sweep, which differs from the one " \
+        "stored in" in dry.stderr and "rerun, its options changed (steps " in dry.stdout, dry.stdout + dry.stderr
 
 
 def test_a_refusal_of_several_report_files_gives_each_its_own_reason(tmp_path):

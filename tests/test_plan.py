@@ -107,6 +107,11 @@ def test_a_cell_measured_before_is_estimated_from_its_stored_time_and_resume_mar
     assert [(e.source, e.seconds) for e in again.estimates[:2]] == [("measured", 43.0), ("rough", rough)]
     resumed = resolve(replace(request, resume=True))
     assert resumed.estimates[0].source == "done" and resumed.seconds == pytest.approx(2 * rough)
+    # the stored ok cell of another definition runs again, and the dry run says why, as the run will
+    assert resumed.estimates[1].source == "rough" and resumed.estimates[1].rerun.startswith("rerun, ")
+    assert resumed.estimates[0].rerun == resumed.estimates[2].rerun == ""
+    assert f"{other.run.key}: 4 steps x 1 epoch, batch 8, 1 device, this interpreter, ~{rough:.0f} s (rough), " \
+           f"{resumed.estimates[1].rerun}" in "\n".join(resumed.lines())
     text = "\n".join(again.lines())
     assert "fake/tiny/fp32/r0: 4 steps x 1 epoch, batch 8, 1 device, this interpreter, ~43 s (measured)" in text
     assert "1 measured before, same definition; 2 rough" in text

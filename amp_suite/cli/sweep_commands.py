@@ -38,6 +38,12 @@ def cmd_run(args: argparse.Namespace) -> int:
                            executor=args.executor, ray_address=args.ray_address)
     plan = resolve(request)
     if args.dry_run:  # the plan alone: no output directory, no data, no worker
+        if args.resume:  # the warning the run itself gives when its settings differ from the stored sweep's
+            from dataclasses import asdict
+
+            from amp_suite.sweep.stored import warn_about_other_settings
+
+            warn_about_other_settings(plan.out_dir, asdict(plan.settings))
         print("\n".join(plan.lines()))
         return EXIT_OK
     return execute(plan, progress=SweepProgress()).exit_code

@@ -30,11 +30,14 @@ class CellEstimate:
     time plus the workload's training FLOPs at an assumed rate,
     :mod:`amp_suite.sweep.estimate`), ``"done"`` (``--resume`` keeps its
     stored result) or ``"unavailable"`` (its environment cannot run it); the
-    last two start no worker and take no time.
+    last two start no worker and take no time.  ``rerun``: why ``--resume``
+    runs a cell whose stored result was ok again (``rerun, its options changed
+    (steps 6 -> 7)``), as the run itself will say; else "".
     """
 
     seconds: float
     source: str
+    rerun: str = ""
 
 
 # Seconds every cell's process spends before its first step: interpreter, framework import, first compile.
@@ -90,6 +93,7 @@ def estimate_cells(cells: Iterable, device_kind: str, stored: list[CellResult], 
                    resume: bool) -> tuple[CellEstimate, ...]:
     """One :class:`CellEstimate` per cell, in order."""
     from amp_suite.records.definition import fingerprint
+    from amp_suite.sweep.fingerprint import resume_reason
 
     measured = measured_seconds(stored)
     kept: Mapping[str, CellResult] = {r.key: r for r in stored} if resume else {}
@@ -102,10 +106,12 @@ def estimate_cells(cells: Iterable, device_kind: str, stored: list[CellResult], 
             estimates.append(CellEstimate(0.0, "unavailable"))
         elif previous is not None and previous.status == "ok" and previous.fingerprint == definition:
             estimates.append(CellEstimate(0.0, "done"))
-        elif same in measured:
-            estimates.append(CellEstimate(measured[same], "measured"))
         else:
-            estimates.append(CellEstimate(rough_seconds(cell, device_kind), "rough"))
+            rerun = resume_reason(previous, cell.definition) if previous is not None and previous.status == "ok" else ""
+            if same in measured:
+                estimates.append(CellEstimate(measured[same], "measured", rerun))
+            else:
+                estimates.append(CellEstimate(rough_seconds(cell, device_kind), "rough", rerun))
     return tuple(estimates)
 
 

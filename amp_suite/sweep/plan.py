@@ -125,6 +125,8 @@ class SweepPlan:
             state = f"  [unavailable: {cell.unavailable}]" if cell.unavailable else ""
             time_text = (estimate.source if estimate.source in ("done", "unavailable")
                          else f"~{duration_text(estimate.seconds)} ({estimate.source})")
+            if estimate.rerun:  # what --resume will say as it runs the cell again
+                time_text += f", {estimate.rerun}"
             lines.append(f"  {run.key}: {run.steps} steps x {run.epochs} epoch{'' if run.epochs == 1 else 's'}, batch {run.batch_size}, "
                          f"{launch}, {where}{pool}, {time_text}{state}")
         if self.request.auto_repeats:

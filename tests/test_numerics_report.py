@@ -342,3 +342,23 @@ def test_a_flag_that_is_no_number_is_refused_with_the_range_it_allows(tmp_path: 
     err = capsys.readouterr().err
     assert code == 2 and err.strip() == f"amp-suite: error: {expected}", err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_precision_the_device_does_not_run_is_refused_before_anything_runs(tmp_path: Path, monkeypatch) -> None:
+    """A new user's trial: numerics offered tf32 on a CPU (declared for GPUs), then ran the shadows and exited 1 with
+    nothing compared; it is refused in one line, naming what the device runs."""
+    from amp_suite.config.catalog import load_config
+    from amp_suite.records import FrameworkInfo
+    from amp_suite.shadow.plan import NumericsRequest, check_request
+
+    info = FrameworkInfo(name="gpufw", display_name="GPU fw", modules=(), extra="gpufw",
+                         precisions={"cpu": ("fp32", "amp_bf16", "fp64"), "gpu": ("fp32", "tf32", "amp_bf16")})
+    config = load_config(None)
+    request = NumericsRequest(workloads=("mnist_cnn",), frameworks=("gpufw",), precisions=("tf32",), device="cpu")
+    message = one_line_error(lambda: check_request(request, config, {"gpufw": info}))
+    assert message == "precision 'tf32' does not run on the CPU (allowed there: amp_bf16)", message
+    gpu = NumericsRequest(workloads=("mnist_cnn",), frameworks=("gpufw",), precisions=("tf32",), device="gpu")
+    check_request(gpu, config, {"gpufw": info})  # on a GPU it is one to set beside the shadows
+    assert "allowed: amp_bf16" in one_line_error(lambda: check_request(
+        NumericsRequest(workloads=("mnist_cnn",), frameworks=("gpufw",), precisions=("amp_bf61",), device="cpu"),
+        config, {"gpufw": info}))

@@ -107,13 +107,21 @@ def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dic
     """
     check_names("framework", request.frameworks, frameworks)
     check_names("workload", request.workloads, config.workloads)
+    check_names("device", (request.device,), ("auto", "cpu", "gpu"))
+    kind = device_kind(request.device)
     declared = list(dict.fromkeys(name for framework in request.frameworks
-                                  for names in frameworks[framework].precisions.values() for name in names))
+                                  for name in frameworks[framework].precisions.get(kind, ())))
+    elsewhere = {name for framework in request.frameworks
+                 for names in frameworks[framework].precisions.values() for name in names} - set(declared)
     beside = [name for name in declared if name not in SHADOWS]
     shadow = next((name for name in request.precisions if name in SHADOWS), None)
     if shadow is not None:  # set beside itself a shadow would compare nothing
         raise UsageError(f"precision {shown(shadow)} is one of the shadows ({', '.join(SHADOWS)}) amp-suite numerics "
                          f"runs of itself, not a precision to set beside them (allowed: {', '.join(beside) or 'none'})")
+    other = next((name for name in request.precisions if name in elsewhere), None)
+    if other is not None:  # tf32 on a CPU: run would record it unsupported, numerics would compare nothing
+        raise UsageError(f"precision {shown(other)} does not run on the {kind.upper()} (allowed there: "
+                         f"{', '.join(beside) or 'none'})")
     check_names("precision", request.precisions, beside)
     for label, names in (("frameworks", request.frameworks), ("workloads", request.workloads),
                          ("precisions", request.precisions)):
@@ -124,12 +132,21 @@ def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dic
     _count("seed", request.seed, 0, MAX_SEED)
     if request.batch_size is not None:
         _count("batch size", request.batch_size, 1, MAX_BATCH_SIZE)
-    check_names("device", (request.device,), ("auto", "cpu", "gpu"))
     if request.dataset is not None:
         check_names("dataset", (request.dataset,), DATASETS)
     if isinstance(request.timeout, bool) or not isinstance(request.timeout, (int, float)) \
             or not math.isfinite(request.timeout) or request.timeout <= 0:
         raise UsageError(f"timeout must be a positive number of seconds, got {shown(request.timeout)}")
+
+
+def device_kind(device: str) -> str:
+    """``cpu`` or ``gpu``: the kind of device ``--device`` (auto, cpu, gpu) asks for; auto is a GPU where the machine
+    has an NVIDIA one (no framework imported)."""
+    if device in ("cpu", "gpu"):
+        return device
+    from amp_suite.machine.devices import detect_nvidia
+
+    return "gpu" if detect_nvidia().present else "cpu"
 
 
 def has_fp64(info: FrameworkInfo) -> bool:

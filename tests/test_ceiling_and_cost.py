@@ -66,6 +66,11 @@ def test_report_shows_peak_fraction_and_ceiling_beside_the_speedup():
     assert "50 (0.50x; ceiling 0.12x)" in text
     assert "0.100 (40.0% of 0.25)" in text  # fp32: 0.1 TFLOP/s of a 0.25 peak
     assert "torch 2.13.0 on cpu (cpu): fp32 0.25, fp16 0.01, bf16 0.03" in text
+    assert "## Achieved training TFLOP/s (% of the measured peak of the precision's dtype, TFLOP/s)" in text
+    # without a calibration the heading promises no share of a peak (a new user's trial found one with none)
+    uncalibrated = render_markdown(results, {"gpus": []})
+    assert "% of the measured peak" not in uncalibrated and "% of " not in uncalibrated.split("Achieved")[1][:400]
+    assert "## Achieved training TFLOP/s (no measured peak: `amp-suite calibrate` adds each dtype's)" in uncalibrated
 
 
 def test_cost_per_epoch_per_million_images_and_saving():

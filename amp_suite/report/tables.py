@@ -217,6 +217,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         return text
 
     has_tf32 = bool(((summary["precision"] == "tf32") & (summary["status"] == "ok")).any())
+    # the share of the peak is in the heading only where a calibration gave one (amp-suite calibrate)
+    has_peak = bool(summary["peak_fraction"].notna().any()) if "peak_fraction" in summary else False
     has_modes = bool(summary["speedup_over_base_mode"].notna().any()) if "speedup_over_base_mode" in summary else False
     has_busy = bool(((summary["device_kind"] == "gpu") & summary["gpu_busy_pct"].notna()).any()) \
         if "gpu_busy_pct" in summary else False
@@ -229,7 +231,8 @@ def comparison_tables(summary: pd.DataFrame, environment: dict[str, Any] | None 
         "Peak memory, MiB (ratio to fp32)": _pivot(summary, memory),
         "Validation accuracy (difference from fp32)": _pivot(summary, accuracy),
         "Final training loss": _pivot(summary, lambda row: _fmt(row["final_loss"], "{:.4f}")),
-        "Achieved training TFLOP/s (% of the measured peak of the precision's dtype, TFLOP/s)":
+        "Achieved training TFLOP/s" + (" (% of the measured peak of the precision's dtype, TFLOP/s)" if has_peak
+                                       else " (no measured peak: `amp-suite calibrate` adds each dtype's)"):
             _pivot(summary, achieved),
     }
     if summary["energy_per_image_mj"].notna().any():

@@ -191,10 +191,10 @@ def _line(row: Any, cells: pd.DataFrame, place: str) -> VerdictLine:
         if mark:
             marks.append(mark)
         if mark == TOO_WIDE_MARK:
-            cautions.append("its repeats disagree too much to tell anything")
+            cautions.append("its runs (repeats, seeds) disagree too much to tell anything")
         if row.get("speedup_noisier"):
             marks.append(NOISIER_MARK)
-            cautions.append("its repeats disagree far more than the rest of the sweep's")
+            cautions.append("its runs (repeats, seeds) disagree far more than the rest of the sweep's")
     accuracy = _number(row.get("accuracy_delta")) if ok else None
     paired = _number(row.get("accuracy_difference_pt")) if ok else None  # the paired mean over seeds, in points
     return VerdictLine(

@@ -304,6 +304,8 @@ def test_a_defaults_table_without_a_dataset_says_its_cells_train_on_synthetic_da
     first = out.stderr.splitlines()[0]
     assert first.startswith("amp-suite: 1 cell -> ") and "; synthetic data: the [defaults] of " in first, first
     assert 'add dataset = "mnist" to it, or pass --dataset' in first
+    dry = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--dry-run")
+    assert dry.returncode == 0 and "note: synthetic data: the [defaults] of " in dry.stdout, dry.stdout  # as the run
     asked = run_cli("run", "--config", str(tiny_config), "-p", "fakefw", "--precisions", "fp32", "--quiet",
                     "--dataset", "synthetic")
     assert asked.returncode == 0 and "synthetic data:" not in asked.stderr.splitlines()[0], asked.stderr

@@ -132,6 +132,8 @@ class SweepPlan:
         if self.request.auto_repeats:
             lines.append(f"--repeats auto may add repeats up to {self.request.auto_repeats} per cell")
         lines += [f"note: {note}" for note in self.notes]
+        if self.synthetic_note:  # what the run's first line would add
+            lines.append(f"note: {self.synthetic_note.removeprefix('; ')}")
         return lines
 
     def _estimate_sources(self) -> str:

@@ -182,14 +182,14 @@ def number_parser(field: Field) -> Callable[[str], Any]:
 
 
 def _range_text(field: Field) -> str:
-    """`` (allowed: 1 to 1000000)``, `` (allowed: 0 or more)``, `` (allowed: above 0)``: what a number field takes."""
-    low = (_bound(field.minimum) if field.minimum is not None
-           else f"above {_bound(field.above)}" if field.above is not None else None)
-    if low is not None and field.maximum is not None:
-        joint = " to " if field.minimum is not None else ", up to "
-        return f" (allowed: {low}{joint}{_bound(field.maximum)})"
-    if low is not None:
-        return f" (allowed: {low}{' or more' if field.minimum is not None else ''})"
+    """`` (allowed: 1 to 1000000)``, `` (allowed: 0 or more)``, `` (allowed: above 0)``: what a number field takes
+    (a range bounded on both sides as every other message gives it, :func:`_allowed`)."""
+    if _allowed(field):
+        return _allowed(field)
+    if field.minimum is not None:
+        return f" (allowed: {_bound(field.minimum)} or more)"
+    if field.above is not None:
+        return f" (allowed: above {_bound(field.above)})"
     return f" (allowed: up to {_bound(field.maximum)})" if field.maximum is not None else ""
 
 

@@ -89,7 +89,7 @@ def test_long_values_are_cut_in_messages():
     (Field(int, minimum=1, maximum=1000), "2.5", "'2.5' is not a whole number (allowed: 1 to 1000)"),
     (Field(int, minimum=0), "-", "'-' is not a whole number (allowed: 0 or more)"),
     (Field(float, above=0), "10s", "'10s' is not a number (allowed: above 0)"),
-    (Field(float, above=0, maximum=60), "x", "'x' is not a number (allowed: above 0, up to 60)"),
+    (Field(float, above=0, maximum=60), "x", "'x' is not a number (allowed: above 0 to 60)"),  # as check_value says
     (Field(float), "", "'' is not a number"),
 ])
 def test_a_flag_text_that_is_no_number_names_what_the_field_allows(field, text, message):

@@ -8,14 +8,14 @@ import sys
 from amp_suite.errors import UsageError
 from amp_suite.schema import Field, comma_separated, number_parser
 from amp_suite.shadow.plan import (
+    BATCH_SIZE_FIELD,
     DEFAULT_MAX_RUNS,
     DEFAULT_OUT,
     DEFAULT_STEPS,
     DEFAULT_TOLERANCE,
-    MAX_BATCH_SIZE,
     MAX_RUNS,
-    MAX_SEED,
-    MAX_STEPS,
+    SEED_FIELD,
+    STEPS_FIELD,
     NumericsRequest,
 )
 
@@ -34,12 +34,12 @@ def add_numerics_parser(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--precisions", default="amp_fp16,amp_bf16",
                         help="comma-separated precisions to set beside the shadows (default amp_fp16,amp_bf16; "
                              "any precision a requested framework runs)")
-    parser.add_argument("--steps", type=number_parser(Field(int, minimum=1, maximum=MAX_STEPS)), default=DEFAULT_STEPS,
+    parser.add_argument("--steps", type=number_parser(STEPS_FIELD), default=DEFAULT_STEPS,
                         help=f"training steps to trace (default {DEFAULT_STEPS})")
-    parser.add_argument("--batch-size", type=number_parser(Field(int, minimum=1, maximum=MAX_BATCH_SIZE)), help="examples per step (default: each workload's own)")
+    parser.add_argument("--batch-size", type=number_parser(BATCH_SIZE_FIELD), help="examples per step (default: each workload's own)")
     parser.add_argument("--dataset", help="the dataset every workload trains on (default: each workload's own, "
                                           "else the catalog's default)")
-    parser.add_argument("--seed", type=number_parser(Field(int, minimum=0, maximum=MAX_SEED)), default=0, help="seed of the initial weights and batches (default 0)")
+    parser.add_argument("--seed", type=number_parser(SEED_FIELD), default=0, help="seed of the initial weights and batches (default 0)")
     parser.add_argument("--device", default="auto", help="auto, cpu or gpu (default auto)")
     parser.add_argument("--timeout", type=number_parser(Field(float, above=0)), default=600.0, help="seconds each run may take (default 600)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"output directory (default {DEFAULT_OUT})")

@@ -22,7 +22,7 @@ from amp_suite.datasets import DATASETS
 from amp_suite.datasets import check_request as check_dataset
 from amp_suite.errors import UsageError
 from amp_suite.records import FrameworkInfo, RunSpec, Workload
-from amp_suite.schema import shown
+from amp_suite.schema import Field, shown
 
 # The shadows every AMP step is set beside, most exact last.
 SHADOWS = ("fp32", "fp64")
@@ -47,6 +47,10 @@ def _run_maximum(setting: str) -> int:
 # The largest seed (2**32 - 1: numpy's, PyTorch's and JAX's seeds all take it) and batch size, as amp-suite run.
 MAX_SEED = _run_maximum("seed")
 MAX_BATCH_SIZE = _run_maximum("batch_size")
+# What each count of a request may be: checked by check_request, named by the command line's flags.
+STEPS_FIELD = Field(int, minimum=1, maximum=MAX_STEPS)
+SEED_FIELD = Field(int, minimum=0, maximum=MAX_SEED)
+BATCH_SIZE_FIELD = Field(int, minimum=1, maximum=MAX_BATCH_SIZE)
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,8 @@ class PlannedRun:
         return f"{self.run.framework}__{self.run.workload}__{self.run.precision}"
 
 
-def _count(name: str, value: Any, low: int, high: int) -> int:
+def _count(name: str, value: Any, field: Field) -> int:
+    low, high = int(field.minimum or 0), int(field.maximum or 0)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise UsageError(f"{name} must be a whole number from {low} to {high}, got {shown(value)}")
     return value
@@ -108,7 +113,9 @@ def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dic
     check_names("framework", request.frameworks, frameworks)
     check_names("workload", request.workloads, config.workloads)
     check_names("device", (request.device,), ("auto", "cpu", "gpu"))
-    kind = device_kind(request.device)
+    from amp_suite.machine.devices import sweep_device_kind
+
+    kind = sweep_device_kind(request.device)  # auto: the GPU where the machine has an NVIDIA one
     declared = list(dict.fromkeys(name for framework in request.frameworks
                                   for name in frameworks[framework].precisions.get(kind, ())))
     elsewhere = {name for framework in request.frameworks
@@ -128,25 +135,15 @@ def check_request(request: NumericsRequest, config: SuiteConfig, frameworks: dic
         twice = next((name for index, name in enumerate(names) if name in names[:index]), None)
         if twice is not None:
             raise UsageError(f"{label} lists {shown(twice)} more than once")
-    _count("steps", request.steps, 1, MAX_STEPS)
-    _count("seed", request.seed, 0, MAX_SEED)
+    _count("steps", request.steps, STEPS_FIELD)
+    _count("seed", request.seed, SEED_FIELD)
     if request.batch_size is not None:
-        _count("batch size", request.batch_size, 1, MAX_BATCH_SIZE)
+        _count("batch size", request.batch_size, BATCH_SIZE_FIELD)
     if request.dataset is not None:
         check_names("dataset", (request.dataset,), DATASETS)
     if isinstance(request.timeout, bool) or not isinstance(request.timeout, (int, float)) \
             or not math.isfinite(request.timeout) or request.timeout <= 0:
         raise UsageError(f"timeout must be a positive number of seconds, got {shown(request.timeout)}")
-
-
-def device_kind(device: str) -> str:
-    """``cpu`` or ``gpu``: the kind of device ``--device`` (auto, cpu, gpu) asks for; auto is a GPU where the machine
-    has an NVIDIA one (no framework imported)."""
-    if device in ("cpu", "gpu"):
-        return device
-    from amp_suite.machine.devices import detect_nvidia
-
-    return "gpu" if detect_nvidia().present else "cpu"
 
 
 def has_fp64(info: FrameworkInfo) -> bool:

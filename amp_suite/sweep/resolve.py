@@ -104,11 +104,9 @@ def sweep_device_kind(config: SuiteConfig, request: SweepRequest) -> str:
     if device is None and request.preset is not None and request.preset in config.presets:
         device = config.presets[request.preset].settings.get("device")
     device = device or config.settings.device
-    if device in ("cpu", "gpu"):
-        return device
-    from amp_suite.machine.devices import detect_nvidia
+    from amp_suite.machine.devices import sweep_device_kind
 
-    return "gpu" if detect_nvidia().present else "cpu"
+    return sweep_device_kind(device if device in ("cpu", "gpu") else "auto")
 
 
 def _fit_preset_devices(config: SuiteConfig, settings: SweepSettings, record: dict[str, Any]) -> SweepSettings:

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # One GPU visit for what no GPU has run yet, most important first, inside one time budget. Its steps are what
-# the visit of 2026-11-27 (docs/gpu.md) left to check; that visit ran the first version of this script (542 s):
-#   1. the fp8 precision's layer in PyTorch and JAX against the NumPy recipe, and its speed against bfloat16
-#      (benchmarks/fp8_native_check.py): JAX's must now say fp8_rounding "kept" (the optimization barrier);
-#   2. PyTorch's modes side by side on ResNet-18 amp_bf16: eager, compiled and cudagraphs (failed on SGD's momentum
-#      buffers in 2026-11-27's visit, fixed since);
-#   3. the character GPT in PyTorch, amp_bf16 and fp8, eager and compiled: does torch.compile fuse fp8's scaling?
-#   4. Keras 3 on PyTorch, the character GPT, fp32 and amp_bf16 (2026-11-27's budget ended before its amp_bf16).
-#   The visit of 2026-11-27 also ran the calibration (22 s) and Keras on JAX. The limits add up to 580 s against the
-#   default budget of 540: the fp8 checks took 23 s of their 60 each on an H100.
+# the visits of 2026-11-26 and 2026-11-27 (docs/gpu.md) left to check; the visit of 2026-11-27 ran an earlier
+# version of this script (542 s):
+#   1. JAX's fp8 layer against the NumPy recipe (benchmarks/fp8_native_check.py): it must now say fp8_rounding
+#      "kept" (the optimization barrier; on 2026-11-27 XLA dropped the rounding);
+#   2. the suite's PyTorch step against an idiomatic loop (benchmarks/torch_gpu_speed.py), ResNet-18 eager, tf32
+#      and amp_bf16, two interleaved rounds: on 2026-11-26 the suite's tf32 cell ran 0.805 of the loop's speed;
+#   3. PyTorch's modes side by side on ResNet-18 amp_bf16: eager, compiled and cudagraphs (cudagraphs failed on
+#      SGD's momentum buffers on 2026-11-27, fixed since);
+#   4. the character GPT in PyTorch, amp_bf16 and fp8, eager and compiled: does torch.compile fuse fp8's scaling?
+#   5. Keras 3 on PyTorch, the character GPT, fp32 and amp_bf16 (2026-11-27's budget ended before its amp_bf16);
+#   6. where the eager tf32 step's time goes (benchmarks/profile_torch_step.py), if step 2 still shows a gap;
+#   7. PyTorch's fp8 layer against the recipe again (it matched on 2026-11-27: last, a check on a new GPU).
+#   The limits add up to 670 s against the default budget of 575: the last steps run only if the first ones end
+#   early (on an H100: fp8 checks 22-23 s of their limits, the modes sweep 137 s without its cudagraphs cell).
 #
 #   benchmarks/gpu_visit_first_runs.sh [--out DIR] [--budget SECONDS] [--wheels DIR] [--pack-to DIR] [--rehearse]
 #
-# Each step runs under its own limit and under what is left of --budget (default 540 s); a step that no longer
+# Each step runs under its own limit and under what is left of --budget (default 575 s); a step that no longer
 # fits is skipped and says so. A sweep stopped by its limit gets SIGTERM, keeps its finished cells and writes its
 # report. Everything lands under --out (default ./gpu-visit-first-runs): visit.log, one log per step, the
 # sweeps' folders, and visit.tar.gz, packed again after every step so a visit cut short still brings it back
@@ -24,7 +29,7 @@
 set -u
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
-out="$PWD/gpu-visit-first-runs" budget=540 wheels="" rehearse="" pack_to=""
+out="$PWD/gpu-visit-first-runs" budget=575 wheels="" rehearse="" pack_to=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
@@ -32,7 +37,7 @@ while [ $# -gt 0 ]; do
     --wheels) wheels="$2"; shift 2 ;;
     --pack-to) pack_to="$2"; shift 2 ;;
     --rehearse) rehearse=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "gpu_visit_first_runs.sh: unknown option '$1'; allowed: --out DIR, --budget SECONDS, --wheels DIR, --pack-to DIR, --rehearse" >&2
        exit 2 ;;
   esac
@@ -73,8 +78,12 @@ step() {
 if [ -n "$rehearse" ]; then
   device=cpu; cells=(--steps 8 --warmup 2 --no-extend-timing); gpt_steps=(--steps 8 --warmup 2 --no-extend-timing)
   shapes=gpt_mlp  # the large matmul, emulated on a CPU, takes minutes
+  speed=(--device cpu --workloads mnist_cnn --precisions fp32,amp_bf16 --batch-size 16 --steps 6 --warmup 2)
+  profile=(--device cpu --workload mnist_cnn --precision fp32 --batch-size 16 --warmup 2 --steps 4 --profile-steps 2)
 else
   device=gpu; cells=(--steps 200 --epochs 1); gpt_steps=(); shapes=gpt_mlp,large
+  speed=(--device cuda --workloads cifar10_resnet18 --precisions tf32,amp_bf16 --steps 80 --warmup 20)
+  profile=(--device cuda --workload cifar10_resnet18 --precision tf32)
 fi
 
 if [ -n "$wheels" ]; then
@@ -92,23 +101,29 @@ for name in ("torch", "jax", "jaxlib", "keras", "dm-haiku", "jmp", "nvidia-ml-py
 } >"$out/versions.txt" 2>&1
 cat "$out/versions.txt" | tee -a "$log"
 
-# 1. FP8's layer, each framework in its own process (23 and 22 s on an H100).
-step fp8-torch 60 "$python" "$here/benchmarks/fp8_native_check.py" --framework torch --shapes "$shapes" \
-  --json "$out/fp8-torch.json"
-step fp8-jax 60 env XLA_PYTHON_CLIENT_PREALLOCATE=false \
+# 1. JAX's fp8 layer (22 s on an H100).
+step fp8-jax 50 env XLA_PYTHON_CLIENT_PREALLOCATE=false \
   "$python" "$here/benchmarks/fp8_native_check.py" --framework jax --shapes "$shapes" --json "$out/fp8-jax.json"
-# 2. PyTorch's modes side by side, ResNet-18 amp_bf16 (3 cells; 137 s on an H100, compiled 40 s of it).
-step sweep-modes 180 "$python" -m amp_suite run --frameworks torch --workloads cifar10_resnet18 \
+# 2. The suite's eager step against an idiomatic loop (four fresh processes a row; about a minute on an H100).
+step speed-eager 110 "$python" "$here/benchmarks/torch_gpu_speed.py" "${speed[@]}" --modes eager --rounds 2
+# 3. PyTorch's modes side by side, ResNet-18 amp_bf16 (3 cells; 137 s on an H100 without cudagraphs).
+step sweep-modes 170 "$python" -m amp_suite run --frameworks torch --workloads cifar10_resnet18 \
   --modes eager,compiled,cudagraphs --precisions amp_bf16 --device "$device" --repeats 1 --timeout 150 \
   --dataset synthetic "${cells[@]}" --out "$out/sweep-modes" -q
-# 3. The character GPT in PyTorch, amp_bf16 and fp8, eager and compiled (4 cells).
-step sweep-fp8-modes 170 "$python" -m amp_suite run --frameworks torch --workloads text_gpt_nano \
+# 4. The character GPT in PyTorch, amp_bf16 and fp8, eager and compiled (4 cells).
+step sweep-fp8-modes 150 "$python" -m amp_suite run --frameworks torch --workloads text_gpt_nano \
   --modes eager,compiled --precisions amp_bf16,fp8 --device "$device" --repeats 1 --timeout 120 \
   "${gpt_steps[@]}" --out "$out/sweep-fp8-modes" -q
-# 4. Keras 3 on PyTorch, the character GPT, fp32 / amp_bf16 (2 cells; its fp32 cell ran on 2026-11-27).
-step sweep-keras-torch 110 "$python" -m amp_suite run --frameworks keras@torch --workloads text_gpt_nano \
-  --precisions fp32,amp_bf16 --device "$device" --repeats 1 --timeout 100 "${gpt_steps[@]}" \
+# 5. Keras 3 on PyTorch, the character GPT, fp32 / amp_bf16 (2 cells; its fp32 cell ran on 2026-11-27).
+step sweep-keras-torch 100 "$python" -m amp_suite run --frameworks keras@torch --workloads text_gpt_nano \
+  --precisions fp32,amp_bf16 --device "$device" --repeats 1 --timeout 90 "${gpt_steps[@]}" \
   --out "$out/sweep-keras-torch" -q
+# 6. Where the eager tf32 step's time goes: host dispatch against wall time, kernels, GPU idle (about 20 s).
+step profile-eager-tf32 45 "$python" "$here/benchmarks/profile_torch_step.py" "${profile[@]}" --mode eager \
+  --out "$out"
+# 7. PyTorch's fp8 layer (23 s on an H100).
+step fp8-torch 45 "$python" "$here/benchmarks/fp8_native_check.py" --framework torch --shapes "$shapes" \
+  --json "$out/fp8-torch.json"
 for report in "$out"/sweep-*/report.md; do  # the reports beside the logs, for a quick read
   [ -f "$report" ] && cp "$report" "$out/$(basename "$(dirname "$report")")-report.md"
 done

@@ -246,3 +246,26 @@ def test_only_shapes_that_torchs_scaled_mm_takes_go_native() -> None:
     # a shape _scaled_mm would refuse runs the emulated recipe even when native is asked (here: no GPU at all)
     x, w = torch.randn(3, 5, 24), torch.randn(8, 24)
     assert torch.equal(fp8_linear(torch, x, w, None, native=True), fp8_linear(torch, x, w, None, native=False))
+
+
+def test_torch_compile_traces_the_fp8_linears_without_a_graph_break() -> None:
+    """On an H200 the character GPT's compiled fp8 step broke its graph at every FP8 layer (31 breaks against
+    amp_bf16's 4): dynamo could not trace the cached call that made the autograd function.  A forward through
+    two FP8 linears must now be one graph, as through two plain ones."""
+    torch = pytest.importorskip("torch")
+    from amp_suite_plugins.torch.fp8 import use_fp8
+
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.first, self.second = torch.nn.Linear(32, 32), torch.nn.Linear(32, 16)
+            self.named = {"first": self.first, "second": self.second}
+
+        def forward(self, x: Any) -> Any:
+            return self.second(torch.relu(self.first(x)))
+
+    net = Net()
+    assert use_fp8(torch, net, ("first", "second"), native=False) == 2
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lambda x: net(x).float().sum())(torch.randn(16, 32))
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

@@ -159,3 +159,19 @@ def test_the_compiled_mode_trains_like_eager_through_torch_compile():
     assert figures["recompiles"] == 0  # the tensor learning rate kept the schedule from recompiling
     # every graph inductor compiled was either loaded from its cache or compiled, and the record says which
     assert figures["inductor_cache_hits"] + figures["inductor_cache_misses"] >= 1, figures
+
+
+def test_the_memory_peak_of_a_cudagraphs_cell_keeps_the_graphs_recording(monkeypatch):
+    """CUDA graphs allocate when recorded, in warm-up, and replays allocate nothing: on an H200 a peak restarted
+    after warm-up read 94 MiB for ResNet-18's cudagraphs cell against eager's 484.  That mode keeps its peak from
+    the build on (the recording included) and says so; the others restart it after warm-up.  The GPU is faked."""
+    from types import SimpleNamespace
+
+    resets: list[str] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: resets.append("reset"))
+    for mode in ("eager", "compiled", "cudagraphs"):
+        resets.clear()
+        torch_plugin.reset_memory_peak(None, SimpleNamespace(device_type="cuda", mode=mode), None)
+        assert resets == ([] if mode == "cudagraphs" else ["reset"]), mode
+    assert "recorded" in torch_plugin.CUDAGRAPHS_PEAK_METHOD

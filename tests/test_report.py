@@ -199,3 +199,18 @@ def test_keras_on_a_backend_is_compared_with_that_backends_own_framework():
     backends = next(line for line in report.splitlines() if line.startswith("- Keras backends: "))
     assert "keras@jax: Keras on jax" in backends and "keras: Keras on tensorflow" in backends
     assert "## Keras against" not in render_markdown(RESULTS, {})  # no Keras, no section
+
+
+def test_a_timeout_stored_without_its_mode_stands_in_its_rows_mode():
+    """Folders written before the sweep recorded a killed cell's mode hold timeouts with none: each takes its
+    row's one mode, so it sits beside the cells that ran, not in a row of its own; two modes in the row are not
+    guessed between."""
+    import dataclasses
+
+    fp32 = dataclasses.replace(cell("torch", "fp32", throughput=100.0, memory_mib=400, accuracy=0.9), mode="eager")
+    killed = dataclasses.replace(cell("torch", "amp_bf16", status="timeout", error="no result after 60 s"), mode=None)
+    summary = summary_frame([fp32, killed])
+    assert len(summary) == 2 and set(summary["mode"]) == {"eager"}
+    assert _row(summary, "torch", "amp_bf16").status == "timeout"
+    compiled = dataclasses.replace(fp32, key="torch/w/fp32/compiled", mode="compiled")
+    assert set(results_frame([fp32, compiled, killed])["mode"]) == {"eager", "compiled", ""}

@@ -236,6 +236,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
     frame = pd.DataFrame(rows, columns=columns)
     _fill_device_kind(frame)
     _fill_batch_size(frame)
+    _fill_mode(frame)
     return frame
 
 
@@ -253,6 +254,15 @@ def _fill_device_kind(cells: pd.DataFrame) -> None:
         kinds = {k for k in group["device_kind"] if k}
         if len(kinds) == 1:
             cells.loc[group.index[group["device_kind"] == ""], "device_kind"] = kinds.pop()
+
+
+def _fill_mode(cells: pd.DataFrame) -> None:
+    """Give a cell stored without its mode (a timeout or a dead worker, written before the sweep recorded the mode
+    it would have run in) its row's one mode, so it stands beside the cells that ran instead of in a row of its own."""
+    for _, group in cells.groupby(["workload", "framework", "device_kind", "devices"], sort=False, dropna=False):
+        modes = {m for m in group["mode"] if m}
+        if len(modes) == 1:
+            cells.loc[group.index[group["mode"] == ""], "mode"] = modes.pop()
 
 
 def device_label(kind: str, names: list[str]) -> str:

@@ -337,3 +337,23 @@ def test_the_package_root_hands_out_its_markers_on_first_use():
             "print('ok')\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout == "ok\n", done.stderr
+
+
+def test_run_help_shows_the_default_each_setting_takes_here_and_where_it_comes_from(tmp_path):
+    """A newcomer's `run --help` showed no default at all: each setting now ends with what a plain run takes from
+    the catalog (and the directory's benchmarks.toml), both values where a GPU's differ; an unreadable
+    benchmarks.toml leaves the help whole and says why."""
+    out = run_cli("run", "--help", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # argparse wraps lines
+    assert "[default: fp32,amp_fp16,amp_bf16; on a GPU: fp32,tf32,amp_fp16,amp_bf16]" in text
+    assert "[default: 20; on a GPU: 1500]" in text and "[default: mnist]" in text and "[default: 2]" in text
+    assert "Defaults: what a plain run takes from the packaged catalog ([defaults]" in text
+    (tmp_path / "benchmarks.toml").write_text("[defaults]\nsteps = 7\ndataset = 'mnist'\n")
+    local = " ".join(run_cli("run", "--help", cwd=tmp_path).stdout.split())
+    # a local [defaults] replaces the packaged table whole, its [defaults.on_gpu] too
+    assert "unless given here) [default: 7] --epochs" in local and "catalog extended by /" in local
+    (tmp_path / "benchmarks.toml").write_text("[defaults\n")
+    broken = run_cli("run", "--help", cwd=tmp_path)
+    assert broken.returncode == 0 and "--steps N" in broken.stdout and "[default:" not in broken.stdout
+    assert "Defaults: not shown, the configuration cannot be read" in " ".join(broken.stdout.split())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import NoReturn
 
+from amp_suite.cli.setting_defaults import RunHelpFormatter, run_defaults
 from amp_suite.config.cost import COST_FIELDS
 from amp_suite.config.settings import add_setting_flags
 from amp_suite.errors import UsageError
@@ -18,8 +20,16 @@ PRICE = number_parser(COST_FIELDS["price_per_hour"])
 
 
 class _Parser(argparse.ArgumentParser):
+    # A command whose closing lines are worked out only when its help is printed (run's defaults).
+    closing: Callable[[], str] | None = None
+
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         raise UsageError(message)
+
+    def format_help(self) -> str:
+        if self.closing is not None:
+            self.epilog = self.closing()
+        return super().format_help()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"amp-suite {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
-    run = sub.add_parser("run", help="run a sweep and write report.md, results.jsonl, results.csv")
+    run = sub.add_parser("run", help="run a sweep and write report.md, results.jsonl, results.csv",
+                         formatter_class=RunHelpFormatter)
+    run.closing = lambda: run_defaults()[1]
     run.add_argument("--config", help="configuration extending the packaged catalog (default: ./benchmarks.toml "
                                       "when there is one)")
     run.add_argument("--preset", metavar="NAME",

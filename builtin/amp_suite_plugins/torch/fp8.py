@@ -207,6 +207,28 @@ def use_fp8(torch: Any, net: Any, names: tuple[str, ...], native: bool) -> int:
     return turned
 
 
+# What an fp8 cell's notes say when inductor compiles its step (keep_roundings_under_compile).
+COMPILED_ROUNDING_NOTE = ("fp8 under torch.compile: inductor rounds every cast as eager does "
+                          "(emulate_precision_casts), so the recipe's bfloat16 products stay rounded")
+
+
+def keep_roundings_under_compile(torch: Any, fp8: bool) -> None:
+    """Set inductor's ``emulate_precision_casts`` for this process: on for an fp8 cell, off (its default) else.
+
+    A fused inductor kernel keeps a bfloat16 intermediate in float32 unless
+    told to round it as eager does: compiled, the fp8 layer's products (the
+    recipe's bfloat16 output, and its gradients) skipped that rounding and the
+    bias was added to the unrounded product, so on a CPU the compiled layer
+    left the recipe (28% of the outputs off, every gradient element
+    unrounded) where eager matches it exactly.  With the switch on it matches
+    again, bit for bit (tests/test_fp8_frameworks.py).  A process-global
+    switch, like TF32's: set both ways, before the step is compiled.
+    """
+    import torch._inductor.config as inductor_config
+
+    inductor_config.emulate_precision_casts = fp8
+
+
 def fp8_note(matmul: str) -> str:
     """The ``PrecisionApplied`` note of the fp8 layers' matmuls (``matmul``: native or emulated)."""
     if matmul == "native":

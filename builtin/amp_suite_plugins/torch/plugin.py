@@ -94,7 +94,7 @@ from amp_suite_plugins.torch.data_parallel import (
     _meet,
     _per_rank_memory,
 )
-from amp_suite_plugins.torch.fp8 import use_fp8
+from amp_suite_plugins.torch.fp8 import keep_roundings_under_compile, use_fp8
 from amp_suite_plugins.torch.inputs import _stage_masks, _to_tensor
 from amp_suite_plugins.torch.layers import (
     TORCH_KINDS,
@@ -173,6 +173,8 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     if device.kind == "gpu":
         torch.backends.cudnn.benchmark = bool(option(run, "cudnn_benchmark"))
+    if mode_of(run) in COMPILE_MODES or option(run, "compile"):
+        keep_roundings_under_compile(torch, bool(applied.fp8_matmul))
     notes = precision_notes(torch, run, device, applied)
     return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first
 

@@ -161,17 +161,34 @@ def test_the_compiled_mode_trains_like_eager_through_torch_compile():
     assert figures["inductor_cache_hits"] + figures["inductor_cache_misses"] >= 1, figures
 
 
-def test_the_memory_peak_of_a_cudagraphs_cell_keeps_the_graphs_recording(monkeypatch):
-    """CUDA graphs allocate when recorded, in warm-up, and replays allocate nothing: on an H200 a peak restarted
-    after warm-up read 94 MiB for ResNet-18's cudagraphs cell against eager's 484.  That mode keeps its peak from
-    the build on (the recording included) and says so; the others restart it after warm-up.  The GPU is faked."""
-    from types import SimpleNamespace
+def test_the_memory_peak_of_a_cudagraphs_cell_adds_the_graph_pools_free_blocks(monkeypatch):
+    """CUDA graphs allocate when recorded, in warm-up, and a replay allocates nothing: on an H200 the allocator's
+    peak since warm-up read 94 MiB for ResNet-18's cudagraphs cell against eager's 484.  The peak still restarts
+    after warm-up in every mode (staged batches and autotuning stay out as in eager), and a cudagraphs cell adds
+    its private pools' unallocated blocks, which each replay writes into.  The GPU's allocator is faked."""
+    import dataclasses
 
+    mib = 1 << 20
+    snapshot = [{"segment_pool_id": (0, 0), "total_size": 64 * mib, "allocated_size": 8 * mib},  # default pool
+                {"segment_pool_id": (1, 2), "total_size": 300 * mib, "allocated_size": 20 * mib},  # a graph's
+                {"segment_pool_id": (1, 2), "total_size": 2 * mib, "allocated_size": 2 * mib}]
+    assert torch_plugin.graph_pool_free_bytes(snapshot) == 280 * mib
     resets: list[str] = []
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: resets.append("reset"))
-    for mode in ("eager", "compiled", "cudagraphs"):
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 94 * mib)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 786 * mib)
+    monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: snapshot)
+    for mode in ("", "cudagraphs"):
+        run, model, device, _, _ = _build(mode)
+        model = dataclasses.replace(model, device_type="cuda")
         resets.clear()
-        torch_plugin.reset_memory_peak(None, SimpleNamespace(device_type="cuda", mode=mode), None)
-        assert resets == ([] if mode == "cudagraphs" else ["reset"]), mode
-    assert "recorded" in torch_plugin.CUDAGRAPHS_PEAK_METHOD
+        torch_plugin.reset_memory_peak(run, model, device)
+        assert resets == ["reset"], mode
+        figures = torch_plugin.measure(run, model, device)
+        if mode == "cudagraphs":
+            assert figures["device_peak_memory_bytes"] == (94 + 280) * mib
+            assert figures["cudagraph_pool_free_bytes"] == 280 * mib
+            assert figures["device_peak_memory_method"] == torch_plugin.CUDAGRAPHS_PEAK_METHOD
+        else:
+            assert figures["device_peak_memory_bytes"] == 94 * mib and "cudagraph_pool_free_bytes" not in figures

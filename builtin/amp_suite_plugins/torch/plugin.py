@@ -288,18 +288,26 @@ def train_epoch(run: RunSpec, model: TorchModel, staged: list[tuple[Any, Any, An
     return result
 
 
-# CUDA graphs take a step's memory when they are recorded, in warm-up; a replay allocates nothing. A peak restarted
-# after warm-up missed it (the H200 of 2026-11-28: ResNet-18's cudagraphs cell read 94 MiB, eager 484), so that
-# mode's peak counts from the model's build, the recording included.
-CUDAGRAPHS_PEAK_METHOD = ("torch.cuda.max_memory_allocated since the model was built: CUDA graphs allocate when "
-                          "recorded, in warm-up, and replays allocate nothing")
+# CUDA graphs take a step's memory when they are recorded, in warm-up, and hand it back to their private pool; a
+# replay allocates nothing, so the allocator's peak since warm-up missed it (the H200 of 2026-11-28: ResNet-18's
+# cudagraphs cell read 94 MiB, eager 484). That mode's peak adds the pool's blocks no tensor holds: what each replay
+# writes into.
+CUDAGRAPHS_PEAK_METHOD = ("torch.cuda.max_memory_allocated since warm-up plus the CUDA graphs' private pools' "
+                          "unallocated blocks, which each replay writes into without allocating")
+
+
+def graph_pool_free_bytes(snapshot: list[dict[str, Any]]) -> int:
+    """The bytes of ``torch.cuda.memory_snapshot()``'s segments in a private pool (a CUDA graph's; the default
+    pool is ``(0, 0)``) that the allocator does not count as allocated."""
+    return sum(int(segment.get("total_size", 0)) - int(segment.get("allocated_size", 0)) for segment in snapshot
+               if tuple(segment.get("segment_pool_id") or (0, 0)) != (0, 0))
 
 
 @hookimpl
 def reset_memory_peak(run: RunSpec, model: TorchModel, device: DeviceInfo) -> None:
     import torch
 
-    if model.device_type == "cuda" and model.mode != "cudagraphs":
+    if model.device_type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
 
@@ -350,6 +358,9 @@ def measure(run: RunSpec, model: TorchModel, device: DeviceInfo) -> dict[str, An
         figures["device_peak_memory_bytes"] = int(torch.cuda.max_memory_allocated())
         figures["device_peak_reserved_bytes"] = int(torch.cuda.max_memory_reserved())
         if model.mode == "cudagraphs":
+            pools = graph_pool_free_bytes(torch.cuda.memory_snapshot())
+            figures["cudagraph_pool_free_bytes"] = pools
+            figures["device_peak_memory_bytes"] += pools
             figures["device_peak_memory_method"] = CUDAGRAPHS_PEAK_METHOD
     if model.process is not None:
         figures.update(_per_rank_memory(torch, figures))

@@ -144,10 +144,12 @@ def test_keras_fp8_casts_pass_an_optimization_barrier_where_xla_compiles(backend
     assert json.loads(done.stdout.strip().splitlines()[-1]) == {"backend": backend, "barriers": 1}
 
 
-@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch"])
+@pytest.mark.parametrize("backend", ["tensorflow", "jax", "torch", "torch-compiled"])
 def test_keras_fp8_dense_is_the_recipes_reference_on_every_backend(backend: str) -> None:
+    """torch-compiled: the layer through torch.compile after a compiled keras@torch fp8 cell's set_precision (without
+    its rounding switch 14% of the outputs left the recipe on a CPU: inductor skipped the bfloat16 rounding)."""
     pytest.importorskip("keras")
-    pytest.importorskip(backend)
+    pytest.importorskip(backend.removesuffix("-compiled"))
     done = subprocess.run([sys.executable, str(HELPERS / "fp8_layer_check.py"), f"keras-{backend}", "float64",
                            "float32"], capture_output=True, text=True, timeout=300, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -302,7 +304,7 @@ def test_a_compiled_torch_fp8_cell_keeps_the_recipes_roundings(dtype: str) -> No
 
     from amp_suite.records import DeviceInfo
     from amp_suite_plugins.torch import plugin as torch_plugin
-    from amp_suite_plugins.torch.fp8 import COMPILED_ROUNDING_NOTE
+    from amp_suite_plugins.torch.fp8 import COMPILED_ROUNDING_NOTE, keep_roundings_under_compile
 
     cpu = DeviceInfo(kind="cpu", platform="cpu", name="cpu", count=1)
     try:
@@ -314,4 +316,4 @@ def test_a_compiled_torch_fp8_cell_keeps_the_recipes_roundings(dtype: str) -> No
         assert inductor_config.emulate_precision_casts is True and COMPILED_ROUNDING_NOTE in applied.notes
         _check(compare(torch_compiled_layer, dtype), dtype)
     finally:
-        inductor_config.emulate_precision_casts = False
+        keep_roundings_under_compile(torch, False)  # the value the process started with

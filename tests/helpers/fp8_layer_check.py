@@ -1,7 +1,9 @@
 """One FP8 dense layer, forward and backward, in one framework against the NumPy reference of the recipe.
 
 Run as ``python fp8_layer_check.py keras-BACKEND DTYPE...`` (``tensorflow``,
-``jax`` or ``torch``; ``float32`` and/or ``float64`` operands): prints one
+``jax``, ``torch``, or ``torch-compiled``: the layer through torch.compile as a
+compiled keras@torch fp8 cell sets it up; ``float32`` and/or ``float64``
+operands): prints one
 JSON line, per dtype and output (``out``, ``grad_x``, ``grad_w``), the
 share of elements equal to the reference's and the largest difference in
 units of the reference's bfloat16 spacing.  A process per Keras backend
@@ -25,6 +27,9 @@ from amp_suite.numerics.fp8 import dense_backward, dense_forward
 X_SHAPE, OUT = (3, 5, 24), 16
 # The output gradient's scale: tiny, so that without its own scale e5m2 would flush much of it to zero.
 GRADIENT_SCALE = 1e-6
+
+# keras-torch-compiled: the PyTorch backend's layer runs through torch.compile (set by main).
+COMPILED: list[bool] = []
 
 Layer = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, str], tuple[Any, Any, Any]]
 
@@ -85,9 +90,15 @@ def keras_layer(x: np.ndarray, w: np.ndarray, b: np.ndarray, grad: np.ndarray, d
         out, pullback = jax.vjp(lambda a, c: fp8_dense(a, c, bt), xt, wt)
         grad_x, grad_w = pullback(upstream)
     else:
+        import torch
+
         xt.requires_grad_(True)
         wt.requires_grad_(True)
-        out = fp8_dense(xt, wt, bt)
+        forward = lambda a, c: fp8_dense(a, c, bt)  # noqa: E731
+        if COMPILED:
+            torch._dynamo.reset()
+            forward = torch.compile(forward)
+        out = forward(xt, wt)
         out.backward(upstream)
         grad_x, grad_w = xt.grad, wt.grad
 
@@ -101,9 +112,19 @@ def keras_layer(x: np.ndarray, w: np.ndarray, b: np.ndarray, grad: np.ndarray, d
 
 def main(argv: list[str]) -> None:
     framework, dtypes = argv[0], (argv[1:] or ["float32"])
-    if not framework.startswith("keras-"):
-        raise SystemExit(f"unknown framework {framework!r}; allowed: keras-tensorflow, keras-jax, keras-torch")
-    os.environ["KERAS_BACKEND"] = framework.removeprefix("keras-")
+    if framework not in ("keras-tensorflow", "keras-jax", "keras-torch", "keras-torch-compiled"):
+        raise SystemExit(f"unknown framework {framework!r}; allowed: keras-tensorflow, keras-jax, keras-torch, "
+                         "keras-torch-compiled")
+    os.environ["KERAS_BACKEND"] = framework.removeprefix("keras-").removesuffix("-compiled")
+    if framework == "keras-torch-compiled":  # as a compiled keras@torch fp8 cell: its set_precision, then compile
+        from amp_suite.records import DeviceInfo, RunSpec
+        from amp_suite_plugins.keras import on_torch
+        from amp_suite_plugins.torch.fp8 import COMPILED_ROUNDING_NOTE
+
+        applied = on_torch.set_precision(RunSpec(framework="keras@torch", workload="w", precision="fp8",
+                                                 mode="compiled"), DeviceInfo(kind="cpu", platform="cpu", name="cpu"))
+        assert COMPILED_ROUNDING_NOTE in applied.notes, applied.notes
+        COMPILED.append(True)
     if "float64" in dtypes and os.environ["KERAS_BACKEND"] == "jax":
         import jax
 

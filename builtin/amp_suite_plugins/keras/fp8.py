@@ -91,8 +91,8 @@ def fake_quantize(values: Any, format_name: str, max_finite: float) -> Any:
 def _held(q: Any) -> Any:
     """``q`` behind an optimization barrier where XLA may compile it (JAX; TensorFlow), so that no compiler pass
     can fold a narrowing cast and the cast back into nothing; ``q`` itself on PyTorch, whose eager layers run as
-    written (inductor's pass for such chains leaves FP8 alone; under ``jit_compile`` it could drop the bfloat16
-    rounding of a float32 weight's gradient, as XLA would)."""
+    written (inductor leaves the FP8 casts alone, but its fused kernels skip bfloat16 roundings unless
+    ``emulate_precision_casts`` is on, which a compiled keras@torch fp8 cell turns on in ``set_precision``)."""
     backend = keras.backend.backend()
     if backend == "jax":
         import jax

@@ -164,6 +164,11 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
         f"jit_compile={_jit(run)} ({'torch.compile of the train step' if _jit(run) else 'eager'}; "
         "no XLA on the PyTorch backend)",
     )
+    if _jit(run):  # inductor would skip the fp8 recipe's bfloat16 roundings, as it does in the torch plugin
+        from amp_suite_plugins.torch.fp8 import COMPILED_ROUNDING_NOTE, keep_roundings_under_compile
+
+        keep_roundings_under_compile(torch, bool(applied.fp8_matmul))
+        notes += (COMPILED_ROUNDING_NOTE,) if applied.fp8_matmul else ()
     if device.kind == "gpu":  # torch's own cells turn cuDNN's benchmark on by default: a difference between the two
         notes += (f"cudnn.benchmark={torch.backends.cudnn.benchmark} (Keras leaves torch's default; the torch "
                   "plugin's cells turn it on by default)",)

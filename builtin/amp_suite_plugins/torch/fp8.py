@@ -209,11 +209,18 @@ def use_fp8(torch: Any, net: Any, names: tuple[str, ...], native: bool) -> int:
 
 # What an fp8 cell's notes say when inductor compiles its step (keep_roundings_under_compile).
 COMPILED_ROUNDING_NOTE = ("fp8 under torch.compile: inductor rounds every cast as eager does "
-                          "(emulate_precision_casts), so the recipe's bfloat16 products stay rounded")
+                          "(emulate_precision_casts, for the whole step), so the recipe's bfloat16 products stay "
+                          "rounded")
+
+
+# inductor's emulate_precision_casts as this process started (its default, or the user's
+# TORCHINDUCTOR_EMULATE_PRECISION_CASTS), kept at the first change so that a cell that is not fp8 gets it back.
+_FIRST_EMULATE_PRECISION_CASTS: list[bool] = []
 
 
 def keep_roundings_under_compile(torch: Any, fp8: bool) -> None:
-    """Set inductor's ``emulate_precision_casts`` for this process: on for an fp8 cell, off (its default) else.
+    """Turn inductor's ``emulate_precision_casts`` on for an fp8 cell whose step it compiles; any other compiled
+    cell gets the value the process started with.
 
     A fused inductor kernel keeps a bfloat16 intermediate in float32 unless
     told to round it as eager does: compiled, the fp8 layer's products (the
@@ -221,12 +228,18 @@ def keep_roundings_under_compile(torch: Any, fp8: bool) -> None:
     bias was added to the unrounded product, so on a CPU the compiled layer
     left the recipe (28% of the outputs off, every gradient element
     unrounded) where eager matches it exactly.  With the switch on it matches
-    again, bit for bit (tests/test_fp8_frameworks.py).  A process-global
-    switch, like TF32's: set both ways, before the step is compiled.
+    again (tests/test_fp8_frameworks.py).  The switch covers the whole
+    compiled step, not the FP8 layers alone: the rest of an fp8 cell's step
+    rounds as eager does too, where a compiled amp_bf16 cell's keeps inductor's
+    float32 intermediates.  A process-global switch, like TF32's, set before
+    the step is compiled (compilation happens at its first call); cells share a
+    process only under ``--inline``, and each compiled cell sets it.
     """
     import torch._inductor.config as inductor_config
 
-    inductor_config.emulate_precision_casts = fp8
+    if not _FIRST_EMULATE_PRECISION_CASTS:
+        _FIRST_EMULATE_PRECISION_CASTS.append(bool(inductor_config.emulate_precision_casts))
+    inductor_config.emulate_precision_casts = True if fp8 else _FIRST_EMULATE_PRECISION_CASTS[0]
 
 
 def fp8_note(matmul: str) -> str:

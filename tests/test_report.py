@@ -212,5 +212,8 @@ def test_a_timeout_stored_without_its_mode_stands_in_its_rows_mode():
     summary = summary_frame([fp32, killed])
     assert len(summary) == 2 and set(summary["mode"]) == {"eager"}
     assert _row(summary, "torch", "amp_bf16").status == "timeout"
-    compiled = dataclasses.replace(fp32, key="torch/w/fp32/compiled", mode="compiled")
+    compiled = dataclasses.replace(fp32, key="torch/w/fp32/compiled/r0", mode="compiled")
     assert set(results_frame([fp32, compiled, killed])["mode"]) == {"eager", "compiled", ""}
+    # a mode sweep's key names the mode: a killed compiled cell stays compiled, though only eager cells ran
+    killed_compiled = dataclasses.replace(killed, key="torch/w/amp_bf16/compiled/r0")
+    assert list(results_frame([fp32, killed_compiled])["mode"]) == ["eager", "compiled"]

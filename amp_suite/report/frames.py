@@ -17,6 +17,7 @@ import pandas as pd
 from amp_suite.calibration.ceiling import ceiling_ratio, peak_tflops
 from amp_suite.config.cost import cell_cost
 from amp_suite.machine.noise import is_busy_flag
+from amp_suite.modes import MODES
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figure_names, added_figures, column_name
 from amp_suite.report.text import flat_text
@@ -142,7 +143,7 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             "label": r.framework,
             "pool": pool,
             "precision": r.precision,
-            "mode": r.mode or "",
+            "mode": r.mode or mode_in_key(r.key),
             "mode_axis": bool((r.config or {}).get("mode")),
             "gpu_busy_pct": as_number(m.get("gpu_utilization_pct_mean")),
             "compile_time_s": as_number(m.get("compile_time_s")),
@@ -256,9 +257,16 @@ def _fill_device_kind(cells: pd.DataFrame) -> None:
             cells.loc[group.index[group["device_kind"] == ""], "device_kind"] = kinds.pop()
 
 
+def mode_in_key(key: str) -> str:
+    """The mode a mode sweep's cell key names (``torch/mnist_cnn/fp32/compiled/r0``), else ``""``."""
+    parts = key.split("/")
+    return parts[3] if len(parts) > 4 and parts[3] in MODES else ""
+
+
 def _fill_mode(cells: pd.DataFrame) -> None:
     """Give a cell stored without its mode (a timeout or a dead worker, written before the sweep recorded the mode
-    it would have run in) its row's one mode, so it stands beside the cells that ran instead of in a row of its own."""
+    it would have run in) its row's one mode, so it stands beside the cells that ran instead of in a row of its own.
+    A mode sweep's cell named its mode in its key, read first (:func:`mode_in_key`)."""
     for _, group in cells.groupby(["workload", "framework", "device_kind", "devices"], sort=False, dropna=False):
         modes = {m for m in group["mode"] if m}
         if len(modes) == 1:

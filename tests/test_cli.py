@@ -357,3 +357,21 @@ def test_run_help_shows_the_default_each_setting_takes_here_and_where_it_comes_f
     broken = run_cli("run", "--help", cwd=tmp_path)
     assert broken.returncode == 0 and "--steps N" in broken.stdout and "[default:" not in broken.stdout
     assert "Defaults: not shown, the configuration cannot be read" in " ".join(broken.stdout.split())
+
+
+def test_only_printing_the_help_reads_the_defaults():
+    """Python 3.14's argparse formats each help string as its flag is added: outside a printed help the run
+    formatter must hand back the plain text, so building the parser loads no configuration."""
+    import argparse
+
+    from amp_suite.cli import build_parser
+    from amp_suite.cli.setting_defaults import RunHelpFormatter, run_defaults
+
+    run_defaults.cache_clear()
+    parser = build_parser()
+    parser.parse_args(["run", "--steps", "3"])
+    steps = argparse.Action(["--steps"], "steps", help="training steps per epoch")
+    assert RunHelpFormatter("amp-suite run")._get_help_string(steps) == "training steps per epoch"
+    assert run_defaults.cache_info().currsize == 0
+    run = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["run"]
+    assert "[default: " in run.format_help() and run_defaults.cache_info().currsize == 1

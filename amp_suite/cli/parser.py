@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
-from amp_suite.cli.setting_defaults import RunHelpFormatter, run_defaults
+from amp_suite.cli.setting_defaults import PRINTING_HELP, RunHelpFormatter, run_defaults
 from amp_suite.config.cost import COST_FIELDS
 from amp_suite.config.settings import add_setting_flags
 from amp_suite.errors import UsageError
@@ -29,7 +29,11 @@ class _Parser(argparse.ArgumentParser):
     def format_help(self) -> str:
         if self.closing is not None:
             self.epilog = self.closing()
-        return super().format_help()
+        PRINTING_HELP[0] = True
+        try:
+            return super().format_help()
+        finally:
+            PRINTING_HELP[0] = False
 
 
 def build_parser() -> argparse.ArgumentParser:

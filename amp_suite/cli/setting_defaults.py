@@ -54,8 +54,14 @@ def run_defaults() -> tuple[dict[str, str], str]:
             f"{on_cpu or 'unset'}; on a GPU: {on_gpu or 'unset'}"
     source = f"the packaged catalog extended by {path}" if path is not None else "the packaged catalog"
     return shown, (f"Defaults: what a plain run takes from {source} ([defaults], with [defaults.on_cpu] or "
-                   "[defaults.on_gpu] on that device); a preset, --config and the flags replace them. "
+                   "[defaults.on_gpu] on that device); a preset, --config and the flags replace them, and these lines do not "
+                   "follow --config or --preset. "
                    "--dry-run prints the plan a command would run.")
+
+
+# True while a help text is being printed (the parser's format_help): Python 3.14's argparse formats each help
+# string as its flag is added, and that check must not load the configuration for every command.
+PRINTING_HELP: list[bool] = [False]
 
 
 class RunHelpFormatter(argparse.HelpFormatter):
@@ -63,6 +69,8 @@ class RunHelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
+        if not PRINTING_HELP[0]:
+            return text
         default = run_defaults()[0].get(action.dest)
         if text and default is not None:
             return f"{text} [default: {default.replace('%', '%%')}]"

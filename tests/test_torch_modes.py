@@ -179,9 +179,10 @@ def test_the_memory_peak_of_a_cudagraphs_cell_adds_the_graph_pools_free_blocks(m
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 94 * mib)
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 786 * mib)
     monkeypatch.setattr(torch.cuda, "memory_snapshot", lambda: snapshot)
-    for mode in ("", "cudagraphs"):
-        run, model, device, _, _ = _build(mode)
-        model = dataclasses.replace(model, device_type="cuda")
+    run, graphs, device, _, _ = _build("cudagraphs")
+    for mode in ("eager", "cudagraphs"):  # one build: an eager cell is the same model with no compiled step
+        model = dataclasses.replace(graphs, device_type="cuda", mode=mode,
+                                    compiled_step=graphs.compiled_step if mode == "cudagraphs" else None)
         resets.clear()
         torch_plugin.reset_memory_peak(run, model, device)
         assert resets == ["reset"], mode

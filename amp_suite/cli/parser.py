@@ -6,7 +6,7 @@ import argparse
 from collections.abc import Callable
 from typing import NoReturn
 
-from amp_suite.cli.setting_defaults import PRINTING_HELP, RunHelpFormatter, run_defaults
+from amp_suite.cli.setting_defaults import RunHelpFormatter, run_defaults
 from amp_suite.config.cost import COST_FIELDS
 from amp_suite.config.settings import add_setting_flags
 from amp_suite.errors import UsageError
@@ -20,20 +20,28 @@ PRICE = number_parser(COST_FIELDS["price_per_hour"])
 
 
 class _Parser(argparse.ArgumentParser):
-    # A command whose closing lines are worked out only when its help is printed (run's defaults).
-    closing: Callable[[], str] | None = None
+    # A command whose help ends each setting with its default and closes naming where those come from (run's),
+    # worked out only when its help is printed: (setting name -> shown default, closing lines).
+    help_defaults: Callable[[], tuple[dict[str, str], str]] | None = None
+    _shown_defaults: dict[str, str] = {}  # replaced while help prints, never mutated
 
     def error(self, message: str) -> NoReturn:  # one line, exit 2
         raise UsageError(message)
 
     def format_help(self) -> str:
-        if self.closing is not None:
-            self.epilog = self.closing()
-        PRINTING_HELP[0] = True
+        if self.help_defaults is None:
+            return super().format_help()
+        self._shown_defaults, self.epilog = self.help_defaults()
         try:
             return super().format_help()
         finally:
-            PRINTING_HELP[0] = False
+            self._shown_defaults = {}
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        formatter = super()._get_formatter()
+        if isinstance(formatter, RunHelpFormatter):
+            formatter.defaults = self._shown_defaults
+        return formatter
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a sweep and write report.md, results.jsonl, results.csv",
                          formatter_class=RunHelpFormatter)
-    run.closing = lambda: run_defaults()[1]
+    run.help_defaults = run_defaults
     run.add_argument("--config", help="configuration extending the packaged catalog (default: ./benchmarks.toml "
                                       "when there is one)")
     run.add_argument("--preset", metavar="NAME",

@@ -59,19 +59,17 @@ def run_defaults() -> tuple[dict[str, str], str]:
                    "--dry-run prints the plan a command would run.")
 
 
-# True while a help text is being printed (the parser's format_help): Python 3.14's argparse formats each help
-# string as its flag is added, and that check must not load the configuration for every command.
-PRINTING_HELP: list[bool] = [False]
-
-
 class RunHelpFormatter(argparse.HelpFormatter):
-    """``amp-suite run --help``: each setting's help ends with the default a plain run here takes."""
+    """``amp-suite run --help``: each setting's help ends with the default a plain run here takes.
+
+    ``defaults`` (setting name -> shown default) is empty until the parser fills it for the help it prints: Python
+    3.14's argparse formats each help string as its flag is added, and that check must load no configuration."""
+
+    defaults: dict[str, str] = {}  # replaced per formatter, never mutated
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help
-        if not PRINTING_HELP[0]:
-            return text
-        default = run_defaults()[0].get(action.dest)
+        default = self.defaults.get(action.dest)
         if text and default is not None:
             return f"{text} [default: {default.replace('%', '%%')}]"
         return text

@@ -235,42 +235,31 @@ def results_frame(results: list[CellResult], environment: dict[str, Any] | None 
             row.update({names[k]: v for k, v in added_figures(r, added).items()})
         columns += list(names.values())
     frame = pd.DataFrame(rows, columns=columns)
-    _fill_device_kind(frame)
-    _fill_batch_size(frame)
-    _fill_mode(frame)
+    # A cell stored without a value (killed, never on a device, written before the sweep recorded it) takes its
+    # row's one value, so it stands beside the cells that ran instead of in a row of its own: its row's device kind;
+    # its workload's batch size; its row's mode (a mode sweep's cell named its mode in its key, read first,
+    # mode_in_key).
+    _fill_from_group(frame, "device_kind", ["workload", "framework"])
+    _fill_from_group(frame, "batch_size", ["workload"])
+    _fill_from_group(frame, "mode", ["workload", "framework", "device_kind", "devices"])
     return frame
 
 
-def _fill_batch_size(cells: pd.DataFrame) -> None:
-    """Give a cell stored without its configuration the batch size of its workload, where there is one."""
-    for _, group in cells.groupby("workload", sort=False):
-        sizes = {int(b) for b in group["batch_size"].dropna()}
-        if len(sizes) == 1:
-            cells.loc[group.index[group["batch_size"].isna()], "batch_size"] = sizes.pop()
-
-
-def _fill_device_kind(cells: pd.DataFrame) -> None:
-    """Give a cell that never reached a device (killed, unavailable) its row's one device kind."""
-    for _, group in cells.groupby(["workload", "framework"], sort=False):
-        kinds = {k for k in group["device_kind"] if k}
-        if len(kinds) == 1:
-            cells.loc[group.index[group["device_kind"] == ""], "device_kind"] = kinds.pop()
+def _fill_from_group(cells: pd.DataFrame, column: str, by: list[str]) -> None:
+    """Give the cells that lack a value in ``column`` (empty text, or none) the one value the other cells of their
+    group (the same values in ``by``) hold, where that group holds exactly one."""
+    for _, group in cells.groupby(by, sort=False, dropna=False):
+        values = group[column]
+        missing = values.isna() | (values == "")
+        known = set(values[~missing])
+        if len(known) == 1:
+            cells.loc[group.index[missing], column] = known.pop()
 
 
 def mode_in_key(key: str) -> str:
     """The mode a mode sweep's cell key names (``torch/mnist_cnn/fp32/compiled/r0``), else ``""``."""
     parts = key.split("/")
     return parts[3] if len(parts) > 4 and parts[3] in MODES else ""
-
-
-def _fill_mode(cells: pd.DataFrame) -> None:
-    """Give a cell stored without its mode (a timeout or a dead worker, written before the sweep recorded the mode
-    it would have run in) its row's one mode, so it stands beside the cells that ran instead of in a row of its own.
-    A mode sweep's cell named its mode in its key, read first (:func:`mode_in_key`)."""
-    for _, group in cells.groupby(["workload", "framework", "device_kind", "devices"], sort=False, dropna=False):
-        modes = {m for m in group["mode"] if m}
-        if len(modes) == 1:
-            cells.loc[group.index[group["mode"] == ""], "mode"] = modes.pop()
 
 
 def device_label(kind: str, names: list[str]) -> str:

@@ -49,6 +49,11 @@ def mode_of(run: RunSpec) -> str:
     return run.mode or "eager"
 
 
+def compiles_step(run: RunSpec) -> bool:
+    """Whether inductor compiles this cell's training step: a compiled execution mode, or option ``compile``."""
+    return mode_of(run) in COMPILE_MODES or bool(option(run, "compile"))
+
+
 def option(run: RunSpec, name: str) -> Any:
     """``run.options[name]``, else the default :data:`OPTIONS` declares."""
     return run.options.get(name, OPTIONS[name].default)

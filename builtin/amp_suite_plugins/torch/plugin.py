@@ -110,7 +110,7 @@ from amp_suite_plugins.torch.optimizer import (
     create_momentum_buffers,
     optimizer_implementation,
 )
-from amp_suite_plugins.torch.options import COMPILE_MODES, MODES, OPTIONS, mode_of, option
+from amp_suite_plugins.torch.options import COMPILE_MODES, MODES, OPTIONS, compiles_step, mode_of, option
 from amp_suite_plugins.torch.precision_notes import precision_notes
 from amp_suite_plugins.torch.step import FoundInf, _autocast, _clip, _fetch, _step_marks, _whole_step, make_step  # noqa: F401 - re-exported (trace.py, tests)
 from amp_suite_plugins.torch.trace import trace_step  # noqa: F401 - this plugin's trace_step hook (amp-suite numerics)
@@ -173,7 +173,7 @@ def set_precision(run: RunSpec, device: DeviceInfo) -> PrecisionApplied:
     torch.set_float32_matmul_precision("high" if tf32 else "highest")
     if device.kind == "gpu":
         torch.backends.cudnn.benchmark = bool(option(run, "cudnn_benchmark"))
-    if mode_of(run) in COMPILE_MODES or option(run, "compile"):
+    if compiles_step(run):
         keep_roundings_under_compile(torch, bool(applied.fp8_matmul))
     notes = precision_notes(torch, run, device, applied)
     return dataclasses.replace(applied, notes=(*applied.notes, *notes))  # the kit's own notes first

@@ -16,7 +16,7 @@ from amp_suite.records import DeviceInfo, PrecisionApplied, RunSpec
 from amp_suite_plugins.torch.data_parallel import _data_parallel_notes
 from amp_suite_plugins.torch.fp8 import COMPILED_ROUNDING_NOTE, fp8_note
 from amp_suite_plugins.torch.optimizer import COMPILED_LR_NOTE
-from amp_suite_plugins.torch.options import ATTENTION_NOTES, COMPILE_MODES, mode_of, option
+from amp_suite_plugins.torch.options import ATTENTION_NOTES, compiles_step, mode_of, option
 
 
 def precision_notes(torch: Any, run: RunSpec, device: DeviceInfo, applied: PrecisionApplied) -> list[str]:
@@ -64,7 +64,7 @@ def precision_notes(torch: Any, run: RunSpec, device: DeviceInfo, applied: Preci
                      "rows); logits cast to float32 before the loss")
     if applied.fp8_matmul:
         notes.append(fp8_note(applied.fp8_matmul))
-        if mode in COMPILE_MODES or option(run, "compile"):
+        if compiles_step(run):
             notes.append(COMPILED_ROUNDING_NOTE)
     if run.distributed:
         notes += _data_parallel_notes(run, device)

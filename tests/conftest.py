@@ -16,6 +16,7 @@ import pytest
 
 # Test modules import the helpers (suite_cli, processes, ...) as top-level modules: pytest puts
 # tests/helpers on sys.path (``pythonpath`` in pyproject.toml) before it reads this file.
+from amp_suite.plugins.loading import DISABLE_ENV
 from amp_suite.testing.shared_probes import PROBE_CACHE_ENV
 from suite_cli import TINY_CONFIG, XLA_LLVM_LEVEL_FLAG, nvidia_gpu_present
 
@@ -23,6 +24,8 @@ HELPERS = Path(__file__).parent / "helpers"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The environment variables this session sets, undone when it ends.
 _SESSION_ENVIRONMENT = pytest.StashKey[pytest.MonkeyPatch]()
+# The chart-drawing reporters, off in the session's sweeps unless a test asks for them (the report_charts fixture).
+CHART_REPORTERS = "charts,html"
 # The cache folders (compiles, probe results) this process made (the controller's), removed when the session ends.
 _CACHES_MADE = pytest.StashKey[list[str]]()
 # TensorFlow's flag that keeps its XLA compiles (jit_compile=True functions) in a folder, read from TF_XLA_FLAGS.
@@ -69,6 +72,13 @@ def pytest_configure(config: pytest.Config) -> None:
     # a lane and the Flax example's own suite (its reference is the built-in JAX plugin), ask for runs once.
     if PROBE_CACHE_ENV not in os.environ:
         environment.setenv(PROBE_CACHE_ENV, _session_folder("probes", made))
+    # The charts and the HTML page (which embeds the charts) are drawn by matplotlib in the host after every sweep,
+    # whatever the test checks: a three-cell sweep of the fake framework used 5.4 s of CPU with them and 3.7 s
+    # without (AMD EPYC, AVX2; three runs each), and the suite runs about 170 sweeps.  They are off in the session's
+    # sweeps, as a user turns them off (AMP_SUITE_DISABLE_PLUGINS, docs/reports.md); the tests of what they draw and
+    # of the files they write ask for them with the report_charts fixture.  A value the caller exported is kept.
+    if DISABLE_ENV not in os.environ:
+        environment.setenv(DISABLE_ENV, CHART_REPORTERS)
     # The same for TensorFlow's XLA: its persistent cache keys a compile by the program, so the Keras probes that
     # compile a step another probe compiled (the conformance kit's, in one server process or several) load it
     # instead.  Measured on a Keras resnet8 probe of 3 steps: 12.7 s of CPU cold, 8.8 s with its step cached; the
@@ -194,6 +204,18 @@ def tiny_config(tmp_path: Path) -> Path:
     path = tmp_path / "benchmarks.toml"
     path.write_text(TINY_CONFIG.format(out=(tmp_path / "out").as_posix()))
     return path
+
+
+@pytest.fixture
+def report_charts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """This test's sweeps and reports draw the charts and write report.html, as a plain run does: the plugins the
+    session leaves out (CHART_REPORTERS) are loaded again; any other plugin the variable names stays out."""
+    kept = [name for name in os.environ.get(DISABLE_ENV, "").split(",")
+            if name.strip() and name.strip() not in CHART_REPORTERS.split(",")]
+    if kept:
+        monkeypatch.setenv(DISABLE_ENV, ",".join(kept))
+    else:
+        monkeypatch.delenv(DISABLE_ENV, raising=False)
 
 
 @pytest.fixture

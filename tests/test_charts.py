@@ -15,6 +15,9 @@ from amp_suite.records import CellResult
 pytest.importorskip("matplotlib")
 from amp_suite_plugins import charts, reporters  # noqa: E402
 
+# The session leaves the chart-drawing reporters out of its sweeps (tests/conftest.py); these tests are about them.
+pytestmark = pytest.mark.usefixtures("report_charts")
+
 MIB = 2**20
 CALIBRATION = {"frameworks": {fw: {"cpu": {"version": "1", "device": "cpu", "matmul": {"fp32": 1.0, "bf16": 4.0, "fp16": 2.0}}}
                               for fw in ("torch", "jax")}}

@@ -109,6 +109,7 @@ def test_sigterm_and_sighup_stop_like_ctrl_c(tiny_config, tmp_path, clean_fake_e
     assert "Incomplete sweep" not in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.usefixtures("report_charts")
 @pytest.mark.parametrize("how", ["ctrl-c", "ctrl-c with --resume", "sigkill"])
 def test_a_rerun_stopped_before_any_cell_finished_leaves_the_earlier_report_as_it_was(tiny_config, tmp_path,
                                                                                        clean_fake_env, how):

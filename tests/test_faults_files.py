@@ -263,6 +263,7 @@ def test_report_refuses_a_report_md_it_did_not_write(tmp_path, capsys):
     assert main(["report", str(sweep)]) == 0  # its own report: rebuilt freely
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_report_of_no_valid_result_keeps_the_good_report_unless_forced(tmp_path, capsys):
     """MEDIUM+LOW: a report rebuilt from zero valid results replaced the good one and kept the old charts."""
     sweep = _sweep(tmp_path / "out")
@@ -279,6 +280,7 @@ def test_a_report_of_no_valid_result_keeps_the_good_report_unless_forced(tmp_pat
         assert not list(sweep.glob("chart-*.png")) and not (sweep / "charts.json").exists()
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_charts_are_written_before_the_report_that_links_them():
     """LOW: a signal while the report was written left a report.md pointing at charts never written."""
     from amp_suite.sweep.resolve import make_host
@@ -356,6 +358,7 @@ def test_the_api_accepts_generators_where_it_declares_iterables():
 # --- 4. text that reaches a report is bounded and escaped --------------------------------------------
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_script_tag_in_a_stored_name_does_not_reach_report_md_raw(tmp_path):
     """LOW: `<script>` in a stored name passed into report.md raw (it will reach the HTML report)."""
     evil = "<script>alert(1)</script>"

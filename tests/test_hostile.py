@@ -279,6 +279,7 @@ def test_files_of_other_programs_with_the_suites_names_do_not_make_a_directory_i
     ("report.md", "# My edited analysis\n", "older folder"), ("results.csv", "my,data\n", "older folder"),
     ("charts.json", '["mine"]', "older folder"), ("chart-speedup.png", "not the suite's chart", "older folder"),
 ])
+@pytest.mark.usefixtures("report_charts")
 def test_a_report_file_amp_suite_did_not_write_is_replaced_only_with_force(tiny_config, tmp_path, clean_fake_env,
                                                                           name, text, digests):
     """In an amp-suite output directory, run (--resume or not) and report leave a report file they did not
@@ -622,6 +623,7 @@ def test_a_report_stopped_half_way_keeps_a_record_true_to_each_file_so_a_later_e
     assert foreign_report_files(out) != []
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_report_file_no_reporter_wrote_this_time_is_removed_as_stale_unless_edited(tmp_path, capsys):
     """A hostile user's trial: with the html and charts reporters turned off, report left the last report.html
     and charts beside the new report.md, showing 0.08x where report.md said 1.80x."""
@@ -731,6 +733,7 @@ def test_a_resumed_run_counts_the_cells_it_ran_apart_from_those_it_kept(tiny_con
         "stored in" in dry.stderr and "rerun, its options changed (steps " in dry.stdout, dry.stdout + dry.stderr
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_refusal_of_several_report_files_gives_each_its_own_reason(tmp_path):
     """A re-check: "'report.html' was changed after amp-suite wrote it (and chart-mine.png too)" called a chart
     amp-suite never wrote "changed"."""

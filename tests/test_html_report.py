@@ -16,6 +16,9 @@ from amp_suite.cli import main
 from amp_suite.records import CellResult
 from amp_suite.report.html import SCRIPT_RAN
 
+# The session leaves the chart-drawing reporters out of its sweeps (tests/conftest.py); these tests are about them.
+pytestmark = pytest.mark.usefixtures("report_charts")
+
 MIB = 2**20
 CHROMIUM = Path("/usr/bin/chromium")
 INJECTED = '<img src=x onerror="alert(1)">'

@@ -168,6 +168,7 @@ def test_a_long_trajectory_is_cut_to_its_first_and_last_points():
     assert points[0] == [0, 2.0 ** 20] and points[-1][0] == MOST_POINTS + 50
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_the_figures_are_stored_read_back_and_reported():
     figures = loss_scale_figures(_parts((2, 512.0), (2, 512.0)), _applied("dynamic"))
     for name, value in figures.items():

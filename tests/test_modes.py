@@ -194,6 +194,7 @@ def test_tables_group_by_mode_and_batch_and_mark_a_launch_bound_gpu():
             "5.71x the fp32 eager baseline at batch 128.") in text
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_the_batch_chart_plots_the_speedup_and_memory_ratio_per_batch(tmp_path):
     pytest.importorskip("matplotlib")
     from amp_suite_plugins import charts

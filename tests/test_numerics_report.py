@@ -132,6 +132,7 @@ def test_the_comparison_names_the_one_layer_whose_output_a_backend_perturbs(tmp_
     assert any(s.startswith(f"layer {planted} adds the most error") for s in sentences), sentences
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_the_command_line_writes_the_report_and_names_the_planted_layer(tmp_path: Path) -> None:
     config = tiny_config_file(tmp_path)
     out = run_cli("numerics", "--workloads", "tiny", "--frameworks", "shadowfw", "--precisions", "amp_fp16",

@@ -40,6 +40,7 @@ def _cli(tmp_path: Path, *flags: str) -> int:
 # --- 1: no all-clear when nothing was compared ---------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_runs_that_all_time_out_are_reported_as_nothing_compared_and_why(tmp_path: Path) -> None:
     frame = _numerics(tmp_path, timeout=0.01)  # no process traces a step in 10 ms
     assert {run["status"] for run in frame.attrs["runs"]} == {"timeout"} and frame.empty
@@ -63,6 +64,7 @@ def test_the_printed_sentences_say_what_was_not_compared(tmp_path: Path, monkeyp
     assert "(only with fp64)" in (tmp_path / "numerics" / "numerics.md").read_text()
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_command_stopped_before_the_float32_shadow_does_not_give_the_all_clear(tmp_path: Path,
                                                                                   monkeypatch) -> None:
     from amp_suite.shadow import command
@@ -84,6 +86,7 @@ def test_a_command_stopped_before_the_float32_shadow_does_not_give_the_all_clear
     assert "numerics-heatmap.png" not in text
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_the_all_clear_is_given_when_layers_were_compared_and_none_is_worth_naming(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     _numerics(tmp_path, inline=True)  # nothing planted: bfloat16 round-off only, no underflow
@@ -93,6 +96,7 @@ def test_the_all_clear_is_given_when_layers_were_compared_and_none_is_worth_nami
     assert "numerics-heatmap.png" in worst and (tmp_path / "numerics" / "numerics-heatmap.png").is_file()
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_replaced_output_keeps_no_heatmap_of_the_earlier_run(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     _numerics(tmp_path, inline=True)

@@ -88,6 +88,7 @@ def test_a_raising_reporter_is_reported_and_the_built_in_report_still_written(pl
     assert errors == ["amp-suite: error: reporter 'raising_reporter' failed: RuntimeError: reporter exploded"]
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_report_into_an_unwritable_place_is_one_line(tmp_path, capsys, monkeypatch):
     from amp_suite import safe_files
     from amp_suite.sweep.store import ResultStore

@@ -363,6 +363,7 @@ def test_a_sweep_with_curve_every_stores_a_curve_per_cell_and_reports_it(tiny_co
     assert bad.returncode == 2 and "curve_every must be >= 0, got -1" in bad.stderr
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_the_html_report_has_the_verdicts_over_seeds():
     from amp_suite.report.html import render_html
 

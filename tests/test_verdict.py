@@ -219,6 +219,7 @@ def test_amp_suite_run_prints_the_verdict_on_stdout(tiny_config, clean_fake_env)
     assert "wrote" in out.stderr and "wrote" not in out.stdout
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_report_md_writes_a_long_verdict_sentence_whole():
     """An ML engineer's trial: report.md cut sentences at 300 characters, so an fp8 sentence lost the clause that
     says its speed is the emulation's (the terminal and report.html had it whole)."""

@@ -84,6 +84,7 @@ def test_list_says_which_dataset_each_workload_uses():
     assert "text" in done.stdout.split("datasets:")[1]
 
 
+@pytest.mark.usefixtures("report_charts")
 def test_a_sweep_mixes_an_image_and_a_text_workload_and_reports_token_figures(tiny_config, tmp_path,
                                                                               clean_fake_env):
     out = tmp_path / "mixed"

@@ -23,7 +23,7 @@ from amp_suite.sweep.executors.ray_scheduler import cell_resources, placement_pr
 from amp_suite.sweep.executors.remote import Finished, run_remote
 from amp_suite.sweep.executors.select import check_executor
 from amp_suite.sweep.executors.slurm_scheduler import job_parameters
-from amp_suite.sweep.runner import Cell
+from amp_suite.sweep.runner import Cell, kept_results
 from amp_suite.sweep.store import ResultStore
 from suite_cli import one_line_error as _error
 from suite_cli import run_cli
@@ -224,7 +224,7 @@ def test_the_loop_stores_every_result_retries_a_preempted_cell_once_and_names_fa
         keys[2]: [Finished(error="Slurm job 8 ended PREEMPTED", preempted=True),
                   Finished(error="Slurm job 9 ended PREEMPTED", preempted=True)],  # twice: failed
     })
-    results = {r.key: r for r in run_remote(scheduler, cells, store, resume=False, env={}, progress=None, pools={})}
+    results = {r.key: r for r in run_remote(scheduler, cells, store, kept={}, env={}, progress=None, pools={})}
     assert results[keys[0]].status == "ok" and results[keys[1]].status == "ok"
     assert results[keys[2]].status == "failed" and "PREEMPTED" in results[keys[2]].error
     assert results[keys[3]].status == "unavailable" and "GPU 8" in results[keys[3]].error
@@ -237,12 +237,13 @@ def test_the_loop_stores_every_result_retries_a_preempted_cell_once_and_names_fa
 def test_resume_skips_finished_cells_and_ctrl_c_cancels_the_rest(tmp_path):
     store = ResultStore(tmp_path / "out")
     cells = [_cell(tmp_path, precision=p, repeat=r) for r in (0, 1) for p in ("fp32", "amp_bf16")]
-    first = list(run_remote(FakeScheduler(), cells[:2], store, resume=False, env={}, progress=None, pools={}))
+    first = list(run_remote(FakeScheduler(), cells[:2], store, kept={}, env={}, progress=None, pools={}))
     assert [r.status for r in first] == ["ok", "ok"]
     scheduler = FakeScheduler(interrupt_after=1)
     seen: list[CellResult] = []
     with pytest.raises(KeyboardInterrupt):
-        for result in run_remote(scheduler, cells, store, resume=True, env={}, progress=None, pools={}):
+        kept, _ = kept_results(store, cells)
+        for result in run_remote(scheduler, cells, store, kept=kept, env={}, progress=None, pools={}):
             seen.append(result)
     assert [r.key for r in seen[:2]] == [cells[0].run.key, cells[1].run.key]  # kept from the store
     assert len(scheduler.submitted) == 2 and not any(h.startswith(cells[0].run.key) for h in scheduler.submitted)
@@ -310,7 +311,7 @@ def test_a_refused_submission_fails_its_cell_and_the_others_go_on(tmp_path):
 
     store = ResultStore(tmp_path / "out")
     cells = [_cell(tmp_path, precision=p) for p in ("fp32", "amp_fp16", "amp_bf16")]
-    results = {r.precision: r for r in run_remote(Refusing(), cells, store, resume=False, env={}, progress=None,
+    results = {r.precision: r for r in run_remote(Refusing(), cells, store, kept={}, env={}, progress=None,
                                                   pools={})}
     assert results["amp_fp16"].status == "failed" and "QOSMaxSubmitJobPerUserLimit" in results["amp_fp16"].error
     assert results["fp32"].status == "ok" and results["amp_bf16"].status == "ok"

@@ -126,7 +126,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     from amp_suite.machine.environment import host_environment
     from amp_suite.safe_files import write_file_atomically
     from amp_suite.sweep.executors.select import run_cells
-    from amp_suite.sweep.runner import resumable
+    from amp_suite.sweep.runner import kept_results
     from amp_suite.sweep.store import ResultStore
 
     request, host, config, settings, cells, datasets = (plan.request, plan.host, plan.config, plan.settings,
@@ -161,12 +161,13 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     earlier = os.path.lexists(out_dir / ENVIRONMENT_FILE)
     if not earlier:
         write_environment()
-    kept = store.latest_by_key() if request.resume else {}  # what the runner keeps, environment.json or not
-
-    keeping = sum(resumable(kept, cell, say=False) is not None for cell in cells)
-    to_run = f" ({keeping} kept from the last run, {len(cells) - keeping} to run)" if keeping else ""
+    # decided once, before any cell runs: the results --resume keeps (environment.json or not), and why it runs others
+    kept, reruns = kept_results(store, cells) if request.resume else ({}, [])
+    to_run = f" ({len(kept)} kept from the last run, {len(cells) - len(kept)} to run)" if kept else ""
     print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)}{to_run} -> "
           f"{path_text(out_dir)}/{plan.synthetic_note}", file=sys.stderr)
+    for line in reruns:
+        print(f"amp-suite: {line}", file=sys.stderr)
     if datasets and len({choice.dataset for choice in datasets.values()}) > 1:
         print("amp-suite: datasets: " + "; ".join(f"{name}: {choice.text}" for name, choice in datasets.items()),
               file=sys.stderr)
@@ -174,10 +175,10 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     outcome = SweepOutcome(out_dir, [], environment, [], [])
     try:
         for result in run_cells(plan.executor, list(cells), store, inline=request.inline,
-                                resume=request.resume, env=worker_env(host),
+                                kept=kept, env=worker_env(host),
                                 progress=None if request.quiet else progress, pools=config.pools,
                                 environment=environment):
-            ran_here = result != kept.get(result.key)  # not a result --resume kept
+            ran_here = result is not kept.get(result.key)  # not a result --resume kept
             if earlier and ran_here and not outcome.ran:  # the first cell this run ran
                 write_environment()
             outcome.ran += ran_here
@@ -286,6 +287,7 @@ def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: 
     """Add repeats of the cells whose speed-ups' intervals are too wide, up to the cap; record what happened."""
     from amp_suite.safe_files import write_file_atomically
     from amp_suite.sweep.executors.select import run_cells
+    from amp_suite.sweep.runner import kept_results
 
     request = plan.request
     cap, width = request.auto_repeats, request.auto_width
@@ -296,12 +298,15 @@ def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: 
         cells = [c for c in plan.repeat_cells(repeat) if (c.run.workload, c.run.label, c.run.devices) in groups]
         print(f"amp-suite: --repeats auto: {len(wide)} speed-up(s) wider than ±{width:.0%}; repeat {repeat} of "
               f"{len(cells)} cells", file=sys.stderr)
+        kept, reruns = kept_results(store, cells) if request.resume else ({}, [])
+        for line in reruns:
+            print(f"amp-suite: {line}", file=sys.stderr)
         for result in run_cells(plan.executor, cells, store, inline=request.inline,
-                                resume=request.resume, env=worker_env(plan.host),
+                                kept=kept, env=worker_env(plan.host),
                                 progress=None if request.quiet else progress, pools=plan.config.pools,
                                 environment=environment):
             outcome.results.append(result)
-            outcome.ran += 1
+            outcome.ran += result is not kept.get(result.key)  # a repeat --resume kept did not run
         repeat += 1
         wide = wide_speedups(outcome.results, environment, width)
     if wide:

@@ -102,7 +102,7 @@ def estimate_cells(cells: Iterable, device_kind: str, stored: list[CellResult], 
         definition = fingerprint(cell.definition)
         same = (_cell_name(cell.run.key), definition)
         previous = kept.get(cell.run.key)
-        # the runner's own rule (amp_suite.sweep.runner.resumable): an ok result is kept when it has no reason to rerun
+        # the sweep's own rule (amp_suite.sweep.runner.kept_results): an ok result is kept when it has no reason to rerun
         rerun = resume_reason(previous, cell.definition) if previous is not None and previous.status == "ok" else None
         if cell.unavailable:  # no worker starts: the cell is stored unavailable at once
             estimates.append(CellEstimate(0.0, "unavailable"))

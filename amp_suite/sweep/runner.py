@@ -19,8 +19,7 @@ traceback; a cell that is not ``ok`` carries the log's path and last lines
 from __future__ import annotations
 
 import io
-import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -48,7 +47,7 @@ from amp_suite.sweep.worker_process import (
 # The worker process is worker_process.py's, the cell it runs planned_cell.py's; the names stay importable here.
 __all__ = [
     "LOG_TAIL_LINES", "RESULT_BYTES", "RESULT_DRAIN_S", "Cell", "ProgressCallback", "cell_log_path", "gpu_numbering",
-    "interpreter_problem", "iter_sweep", "one_gpu_visible", "resumable", "run_in_worker", "run_inline", "run_sweep",
+    "interpreter_problem", "iter_sweep", "kept_results", "one_gpu_visible", "run_in_worker", "run_inline", "run_sweep",
     "signal_name", "store_result", "with_fingerprint", "with_log", "worker_path",
 ]
 
@@ -80,25 +79,24 @@ def iter_sweep(
     store: ResultStore,
     *,
     inline: bool = False,
-    resume: bool = False,
+    kept: Mapping[str, CellResult] | None = None,
     env: dict[str, str] | None = None,
     progress: ProgressCallback | None = None,
 ) -> Iterator[CellResult]:
     """Run every cell in order, appending each result to ``store`` and yielding it.
 
-    With ``resume``, cells whose latest stored result is ``ok`` for the same
-    configuration are skipped and their stored result is yielded.  A
-    ``progress`` callback that has a ``step(done, total)`` method also
-    receives the running cell's step messages.  Raises
+    ``kept``: the stored results ``--resume`` keeps, by cell key
+    (:func:`kept_results`); those cells are not run, and their stored result
+    is yielded.  A ``progress`` callback that has a ``step(done, total)``
+    method also receives the running cell's step messages.  Raises
     :class:`StorageError` (and stops) when a result cannot be stored.
     """
     cells = list(cells)
-    done = store.latest_by_key() if resume else {}
-    kept = [resumable(done, cell) for cell in cells]  # decided first: the rerun notes come before any cell
+    kept_in_order = [(kept or {}).get(cell.run.key) for cell in cells]
     keeping = getattr(progress, "keeping", None)
     if keeping is not None:  # the ETA counts only the cells that run
-        keeping({index for index, previous in enumerate(kept, start=1) if previous is not None})
-    for index, (cell, previous) in enumerate(zip(cells, kept, strict=True), start=1):
+        keeping({index for index, previous in enumerate(kept_in_order, start=1) if previous is not None})
+    for index, (cell, previous) in enumerate(zip(cells, kept_in_order, strict=True), start=1):
         if previous is not None:
             if progress:
                 progress(index, len(cells), cell, previous)
@@ -122,24 +120,27 @@ def iter_sweep(
         yield result
 
 
-def resumable(done: dict[str, CellResult], cell: Cell, *, say: bool = True) -> CellResult | None:
-    """The stored result that ``--resume`` keeps for ``cell``: ``ok`` with the cell's fingerprint; else None.
+def kept_results(store: ResultStore, cells: Iterable[Cell]) -> tuple[dict[str, CellResult], list[str]]:
+    """What ``--resume`` keeps of ``store`` for ``cells``, by cell key: a cell's latest stored result when it is
+    ``ok`` with the cell's fingerprint; and, for each stored ``ok`` result it does not keep, a line saying why
+    (``torch/mnist_cnn/fp32/r0: rerun, its workload changed (input_size 28 -> 56)``).
 
-    A stored ``ok`` result that is not kept gets one line on standard error
-    saying why (``torch/mnist_cnn/fp32/r0: rerun, its workload changed
-    (input_size 28 -> 56)``), unless ``say`` is false.
-    """
+    The sweep decides this once, before any cell runs; the executors run the cells it did not keep."""
     from amp_suite.sweep.fingerprint import resume_reason
 
-    previous = done.get(cell.run.key)
-    if previous is None or previous.status != "ok":
-        return None
-    reason = resume_reason(previous, cell.definition)
-    if not reason:
-        return previous
-    if say:
-        print(f"amp-suite: {cell.run.key}: {reason}", file=sys.stderr)
-    return None
+    done = store.latest_by_key()
+    kept: dict[str, CellResult] = {}
+    reruns: list[str] = []
+    for cell in cells:
+        previous = done.get(cell.run.key)
+        if previous is None or previous.status != "ok":
+            continue
+        reason = resume_reason(previous, cell.definition)
+        if reason:
+            reruns.append(f"{cell.run.key}: {reason}")
+        else:
+            kept[cell.run.key] = previous
+    return kept, reruns
 
 
 def with_fingerprint(cell: Cell, result: CellResult) -> CellResult:

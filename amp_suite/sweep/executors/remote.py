@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,16 +75,16 @@ class Scheduler(Protocol):
         ...
 
 
-def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, resume: bool, env: dict[str, str],
+def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, kept: Mapping[str, CellResult],
+               env: dict[str, str],
                progress: ProgressCallback | None, pools: dict[str, Any]) -> Iterator[CellResult]:
     """Run ``cells`` through ``scheduler``; store and yield each result in the order they finish."""
-    from amp_suite.sweep.runner import cell_log_path, resumable, store_result, with_log
+    from amp_suite.sweep.runner import cell_log_path, store_result, with_log
 
-    done = store.latest_by_key() if resume else {}
     total, count = len(cells), 0
     todo: list[Cell] = []
     for cell in cells:
-        previous = resumable(done, cell)
+        previous = kept.get(cell.run.key)
         if previous is None:
             todo.append(cell)
             continue

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,14 +62,15 @@ def check_executor(executor: ExecutorSettings, pools: tuple[str, ...], declared:
                              "cannot find its nodes")
 
 
-def run_cells(executor: ExecutorSettings, cells: list[Cell], store: ResultStore, *, inline: bool, resume: bool,
-              env: dict[str, str], progress: ProgressCallback | None, pools: dict[str, PoolSpec],
+def run_cells(executor: ExecutorSettings, cells: list[Cell], store: ResultStore, *, inline: bool,
+              kept: Mapping[str, CellResult], env: dict[str, str], progress: ProgressCallback | None, pools: dict[str, PoolSpec],
               environment: dict[str, Any]) -> Iterator[CellResult]:
-    """Every cell's result through ``executor``; a cluster's description of each pool goes into ``environment``."""
+    """Every cell's result through ``executor``, but for the ``kept`` results of ``--resume`` (by cell key), yielded
+    as they are; a cluster's description of each pool goes into ``environment``."""
     if executor.kind == "local":
         from amp_suite.sweep.runner import iter_sweep
 
-        yield from iter_sweep(cells, store, inline=inline, resume=resume, env=env, progress=progress)
+        yield from iter_sweep(cells, store, inline=inline, kept=kept, env=env, progress=progress)
         return
     from amp_suite.sweep.executors.remote import run_remote
 
@@ -85,7 +86,7 @@ def run_cells(executor: ExecutorSettings, cells: list[Cell], store: ResultStore,
     environment["executor"] = {"kind": executor.kind, "ray_address": executor.ray_address} \
         if executor.kind == "ray" else {"kind": executor.kind, "partition": executor.slurm.partition}
     try:
-        yield from run_remote(scheduler, cells, store, resume=resume, env=env, progress=progress, pools=pools)
+        yield from run_remote(scheduler, cells, store, kept=kept, env=env, progress=progress, pools=pools)
     finally:
         if scheduler.pool_info:
             environment["pools"] = {name: {**info, "price_per_hour": pools[name].price_per_hour}

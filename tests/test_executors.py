@@ -23,7 +23,8 @@ from amp_suite.sweep.executors.ray_scheduler import cell_resources, placement_pr
 from amp_suite.sweep.executors.remote import Finished, run_remote
 from amp_suite.sweep.executors.select import check_executor
 from amp_suite.sweep.executors.slurm_scheduler import job_parameters
-from amp_suite.sweep.runner import Cell, kept_results
+from amp_suite.sweep.fingerprint import kept_results
+from amp_suite.sweep.runner import Cell
 from amp_suite.sweep.store import ResultStore
 from suite_cli import one_line_error as _error
 from suite_cli import run_cli
@@ -242,7 +243,7 @@ def test_resume_skips_finished_cells_and_ctrl_c_cancels_the_rest(tmp_path):
     scheduler = FakeScheduler(interrupt_after=1)
     seen: list[CellResult] = []
     with pytest.raises(KeyboardInterrupt):
-        kept, _ = kept_results(store, cells)
+        kept, _ = kept_results(store.latest_by_key(), cells)
         for result in run_remote(scheduler, cells, store, kept=kept, env={}, progress=None, pools={}):
             seen.append(result)
     assert [r.key for r in seen[:2]] == [cells[0].run.key, cells[1].run.key]  # kept from the store

@@ -15,7 +15,8 @@ import pytest
 
 from amp_suite.config.catalog import load_config
 from amp_suite.records import CellResult, RunSpec
-from amp_suite.sweep.runner import Cell, kept_results, run_in_worker, run_sweep
+from amp_suite.sweep.fingerprint import kept_results
+from amp_suite.sweep.runner import Cell, run_in_worker, run_sweep
 from amp_suite.sweep.store import ResultStore
 from suite_cli import REPO
 
@@ -151,7 +152,7 @@ def test_resume_skips_ok_cells_and_reruns_failed_ones(tiny_config, tmp_path, cle
     first = run_sweep(cells, store)
     assert [r.status for r in first] == ["ok", "failed"]
     clean_fake_env.delenv("FAKEFW_MODE")
-    second = run_sweep(cells, store, kept=kept_results(store, cells)[0])
+    second = run_sweep(cells, store, kept=kept_results(store.latest_by_key(), cells)[0])
     assert [r.status for r in second] == ["ok", "ok"]
     assert second[0].started_at == first[0].started_at  # reused, not rerun
     assert len(store.load()) == 3  # one new line, for the rerun cell
@@ -168,7 +169,7 @@ def test_resume_tells_the_progress_which_cells_it_keeps_before_any_runs(tiny_con
         seen.append((index, result is not None))
 
     progress.keeping = lambda indexes: seen.append(("keeping", sorted(indexes)))  # type: ignore[attr-defined]
-    run_sweep(cells, store, kept=kept_results(store, cells)[0], progress=progress)
+    run_sweep(cells, store, kept=kept_results(store.latest_by_key(), cells)[0], progress=progress)
     assert seen[0] == ("keeping", [1])  # before the first cell: the ETA leaves the kept one out
     assert seen[1:] == [(1, True), (2, False), (2, True)]
 
@@ -177,8 +178,8 @@ def test_resume_reruns_a_cell_whose_configuration_changed(tiny_config, tmp_path,
     store = ResultStore(tmp_path / "out")
     run_sweep([_cell(tiny_config)], store)
     changed = _cell(tiny_config, seed=7)
-    kept, reruns = kept_results(store, [changed])
-    assert not kept and reruns == [f"{changed.run.key}: rerun, its options changed (seed 0 -> 7)"]
+    kept, reruns = kept_results(store.latest_by_key(), [changed])
+    assert not kept and reruns == {changed.run.key: "rerun, its options changed (seed 0 -> 7)"}
     again = run_sweep([changed], store, kept=kept)
     assert again[0].config["seed"] == 7
     assert len(store.load()) == 2

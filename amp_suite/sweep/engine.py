@@ -126,7 +126,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     from amp_suite.machine.environment import host_environment
     from amp_suite.safe_files import write_file_atomically
     from amp_suite.sweep.executors.select import run_cells
-    from amp_suite.sweep.runner import kept_results
+    from amp_suite.sweep.fingerprint import kept_results
     from amp_suite.sweep.store import ResultStore
 
     request, host, config, settings, cells, datasets = (plan.request, plan.host, plan.config, plan.settings,
@@ -162,12 +162,12 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     if not earlier:
         write_environment()
     # decided once, before any cell runs: the results --resume keeps (environment.json or not), and why it runs others
-    kept, reruns = kept_results(store, cells) if request.resume else ({}, [])
+    kept, reruns = kept_results(store.latest_by_key(), cells) if request.resume else ({}, {})
     to_run = f" ({len(kept)} kept from the last run, {len(cells) - len(kept)} to run)" if kept else ""
     print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)}{to_run} -> "
           f"{path_text(out_dir)}/{plan.synthetic_note}", file=sys.stderr)
-    for line in reruns:
-        print(f"amp-suite: {line}", file=sys.stderr)
+    for key, reason in reruns.items():
+        print(f"amp-suite: {key}: {reason}", file=sys.stderr)
     if datasets and len({choice.dataset for choice in datasets.values()}) > 1:
         print("amp-suite: datasets: " + "; ".join(f"{name}: {choice.text}" for name, choice in datasets.items()),
               file=sys.stderr)
@@ -287,7 +287,7 @@ def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: 
     """Add repeats of the cells whose speed-ups' intervals are too wide, up to the cap; record what happened."""
     from amp_suite.safe_files import write_file_atomically
     from amp_suite.sweep.executors.select import run_cells
-    from amp_suite.sweep.runner import kept_results
+    from amp_suite.sweep.fingerprint import kept_results
 
     request = plan.request
     cap, width = request.auto_repeats, request.auto_width
@@ -298,9 +298,9 @@ def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: 
         cells = [c for c in plan.repeat_cells(repeat) if (c.run.workload, c.run.label, c.run.devices) in groups]
         print(f"amp-suite: --repeats auto: {len(wide)} speed-up(s) wider than ±{width:.0%}; repeat {repeat} of "
               f"{len(cells)} cells", file=sys.stderr)
-        kept, reruns = kept_results(store, cells) if request.resume else ({}, [])
-        for line in reruns:
-            print(f"amp-suite: {line}", file=sys.stderr)
+        kept, reruns = kept_results(store.latest_by_key(), cells) if request.resume else ({}, {})
+        for key, reason in reruns.items():
+            print(f"amp-suite: {key}: {reason}", file=sys.stderr)
         for result in run_cells(plan.executor, cells, store, inline=request.inline,
                                 kept=kept, env=worker_env(plan.host),
                                 progress=None if request.quiet else progress, pools=plan.config.pools,

@@ -14,7 +14,7 @@ about 13 s.  Under ``--resume`` a cell whose stored result would be kept is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,25 +93,24 @@ def estimate_cells(cells: Iterable, device_kind: str, stored: list[CellResult], 
                    resume: bool) -> tuple[CellEstimate, ...]:
     """One :class:`CellEstimate` per cell, in order."""
     from amp_suite.records.definition import fingerprint
-    from amp_suite.sweep.fingerprint import resume_reason
+    from amp_suite.sweep.fingerprint import kept_results
 
     measured = measured_seconds(stored)
-    kept: Mapping[str, CellResult] = {r.key: r for r in stored} if resume else {}
+    cells = list(cells)
+    # what the sweep itself would keep and rerun (each key's last stored result)
+    kept, reruns = kept_results({r.key: r for r in stored}, cells) if resume else ({}, {})
     estimates = []
     for cell in cells:
-        definition = fingerprint(cell.definition)
-        same = (_cell_name(cell.run.key), definition)
-        previous = kept.get(cell.run.key)
-        # the sweep's own rule (amp_suite.sweep.runner.kept_results): an ok result is kept when it has no reason to rerun
-        rerun = resume_reason(previous, cell.definition) if previous is not None and previous.status == "ok" else None
+        same = (_cell_name(cell.run.key), fingerprint(cell.definition))
+        rerun = reruns.get(cell.run.key, "")
         if cell.unavailable:  # no worker starts: the cell is stored unavailable at once
             estimates.append(CellEstimate(0.0, "unavailable"))
-        elif rerun == "":
+        elif cell.run.key in kept:
             estimates.append(CellEstimate(0.0, "done"))
         elif same in measured:
-            estimates.append(CellEstimate(measured[same], "measured", rerun or ""))
+            estimates.append(CellEstimate(measured[same], "measured", rerun))
         else:
-            estimates.append(CellEstimate(rough_seconds(cell, device_kind), "rough", rerun or ""))
+            estimates.append(CellEstimate(rough_seconds(cell, device_kind), "rough", rerun))
     return tuple(estimates)
 
 

@@ -19,7 +19,7 @@ without a change here.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -109,3 +109,26 @@ def resume_reason(previous: CellResult, definition: Mapping[str, Any]) -> str:
     if not changes:  # the stored definition was cut or edited: the fingerprints alone tell
         return f"rerun, its fingerprint changed ({previous.fingerprint} -> {fingerprint(definition)})"
     return "rerun, " + describe_changes(changes)
+
+
+def kept_results(latest: Mapping[str, CellResult], cells: Iterable[Any]
+                 ) -> tuple[dict[str, CellResult], dict[str, str]]:
+    """What ``--resume`` keeps for ``cells`` (planned cells: ``run.key`` and ``definition``; planned_cell.py
+    imports this module) of the stored results ``latest`` (each key's last), by cell key: a
+    cell's result when it is ``ok`` with the cell's fingerprint; and, for each stored ``ok`` result it does not
+    keep, why it reruns the cell (:func:`resume_reason`).
+
+    A sweep decides this once, before any cell runs, and its executors run the cells it did not keep; the dry run's
+    estimate asks the same."""
+    kept: dict[str, CellResult] = {}
+    reruns: dict[str, str] = {}
+    for cell in cells:
+        previous = latest.get(cell.run.key)
+        if previous is None or previous.status != "ok":
+            continue
+        reason = resume_reason(previous, cell.definition)
+        if reason:
+            reruns[cell.run.key] = reason
+        else:
+            kept[cell.run.key] = previous
+    return kept, reruns

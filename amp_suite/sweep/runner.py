@@ -47,7 +47,7 @@ from amp_suite.sweep.worker_process import (
 # The worker process is worker_process.py's, the cell it runs planned_cell.py's; the names stay importable here.
 __all__ = [
     "LOG_TAIL_LINES", "RESULT_BYTES", "RESULT_DRAIN_S", "Cell", "ProgressCallback", "cell_log_path", "gpu_numbering",
-    "interpreter_problem", "iter_sweep", "kept_results", "one_gpu_visible", "run_in_worker", "run_inline", "run_sweep",
+    "interpreter_problem", "iter_sweep", "one_gpu_visible", "run_in_worker", "run_inline", "run_sweep",
     "signal_name", "store_result", "with_fingerprint", "with_log", "worker_path",
 ]
 
@@ -86,7 +86,7 @@ def iter_sweep(
     """Run every cell in order, appending each result to ``store`` and yielding it.
 
     ``kept``: the stored results ``--resume`` keeps, by cell key
-    (:func:`kept_results`); those cells are not run, and their stored result
+    (:func:`amp_suite.sweep.fingerprint.kept_results`); those cells are not run, and their stored result
     is yielded.  A ``progress`` callback that has a ``step(done, total)``
     method also receives the running cell's step messages.  Raises
     :class:`StorageError` (and stops) when a result cannot be stored.
@@ -118,29 +118,6 @@ def iter_sweep(
         if progress:
             progress(index, len(cells), cell, result)
         yield result
-
-
-def kept_results(store: ResultStore, cells: Iterable[Cell]) -> tuple[dict[str, CellResult], list[str]]:
-    """What ``--resume`` keeps of ``store`` for ``cells``, by cell key: a cell's latest stored result when it is
-    ``ok`` with the cell's fingerprint; and, for each stored ``ok`` result it does not keep, a line saying why
-    (``torch/mnist_cnn/fp32/r0: rerun, its workload changed (input_size 28 -> 56)``).
-
-    The sweep decides this once, before any cell runs; the executors run the cells it did not keep."""
-    from amp_suite.sweep.fingerprint import resume_reason
-
-    done = store.latest_by_key()
-    kept: dict[str, CellResult] = {}
-    reruns: list[str] = []
-    for cell in cells:
-        previous = done.get(cell.run.key)
-        if previous is None or previous.status != "ok":
-            continue
-        reason = resume_reason(previous, cell.definition)
-        if reason:
-            reruns.append(f"{cell.run.key}: {reason}")
-        else:
-            kept[cell.run.key] = previous
-    return kept, reruns
 
 
 def with_fingerprint(cell: Cell, result: CellResult) -> CellResult:

@@ -7,7 +7,7 @@ or job starts the very same worker process (:func:`.node.run_cell_on_node`),
 with the same timeout, statuses and containment.  In every executor the host
 that planned the sweep is the only writer of ``results.jsonl``: it appends
 each result as it comes back, and ``--resume`` skips the finished cells the
-sweep decided to keep before any ran (:func:`amp_suite.sweep.runner.kept_results`).
+sweep decided to keep before any ran (:func:`amp_suite.sweep.fingerprint.kept_results`).
 
 Nothing here imports Ray or submitit until that executor runs.  Which executor
 runs a sweep is chosen by :mod:`.select` (``run_cells``); the local one is

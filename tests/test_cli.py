@@ -30,6 +30,25 @@ def test_help_list_and_plugins_import_no_framework(args):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == []
 
 
+@pytest.mark.parametrize("args", [["run", "--precisions", "fp33"], ["run", "--dry-run", "--device", "cpu"]])
+def test_a_refused_run_and_a_dry_run_answer_without_the_reports_libraries(args, tmp_path):
+    # The report's libraries (pandas ~0.5 s of CPU to import, matplotlib) load when a sweep writes its report: an
+    # answer that writes none (a refused setting, a dry run) does without them.
+    probe = (
+        "import sys, json\nfrom amp_suite.cli import main\n"
+        "try:\n"
+        f"    code = main({args!r})\n"
+        "except SystemExit as exc:\n    code = exc.code\n"
+        "print(json.dumps([code, [m for m in ('pandas', 'matplotlib') if m in sys.modules]]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    code, loaded = json.loads(out.stdout.strip().splitlines()[-1])
+    assert code == (2 if "fp33" in args else 0), out.stderr
+    assert loaded == []
+    if "fp33" in args:
+        assert "fp33" in out.stderr
+
+
 def test_list_shows_frameworks_workloads_and_precisions():
     out = run_cli("list", "-p", "ghostfw")
     assert out.returncode == 0, out.stderr

@@ -20,7 +20,7 @@ from amp_suite.machine.noise import is_busy_flag
 from amp_suite.modes import MODES
 from amp_suite.records import CellResult
 from amp_suite.report.added_figures import added_figure_names, added_figures, column_name
-from amp_suite.report.text import flat_text
+from amp_suite.report.text import flat_text, pooled_label
 from amp_suite.report.tokens import TOKEN_COLUMNS
 
 MIB = 1024 * 1024
@@ -61,11 +61,6 @@ def _peak_memory(metrics: dict[str, Any]) -> tuple[float | None, str]:
     if metrics.get("peak_rss_bytes") is not None:
         return metrics["peak_rss_bytes"] / MIB, "process RSS"
     return None, ""
-
-
-def pooled_label(label: str, pool: str) -> str:
-    """How tables name a cell's framework: its label, and the cluster pool it ran on (``torch on a100``)."""
-    return f"{label} on {pool}" if pool else label
 
 
 def _total_seconds(values: Any) -> float | None:

@@ -64,3 +64,8 @@ def flat_text(value: Any) -> str:
 def table_text(value: Any, limit: int = SHOWN_CHARS) -> str:
     """``value`` as one markdown table cell: on one line, bounded (to ``limit``), ``|`` escaped, no raw HTML."""
     return markdown_cell(str(value), limit)
+
+
+def pooled_label(label: str, pool: str) -> str:
+    """How tables name a cell's framework: its label, and the cluster pool it ran on (``torch on a100``)."""
+    return f"{label} on {pool}" if pool else label

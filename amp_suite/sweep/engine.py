@@ -27,9 +27,8 @@ from amp_suite.config.settings import SweepSettings
 from amp_suite.config.workload_datasets import DatasetChoice
 from amp_suite.errors import EXIT_FAILED, EXIT_OK, EXIT_USAGE, StorageError, SweepInterrupted, UsageError, one_line
 from amp_suite.records import BENIGN_STATUSES, CellResult
-from amp_suite.report.frames import pooled_label
 from amp_suite.report.superseded import without_superseded
-from amp_suite.report.text import path_text
+from amp_suite.report.text import path_text, pooled_label
 from amp_suite.sweep.output_dir import ENVIRONMENT_FILE, RESULTS_FILE
 from amp_suite.sweep.plan import SweepPlan, SweepRequest
 from amp_suite.sweep.report_files import write_recorded_report

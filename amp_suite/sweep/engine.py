@@ -165,8 +165,7 @@ def _run_locked(plan: SweepPlan, out_dir: Path, progress: Callable | None) -> Sw
     to_run = f" ({len(kept)} kept from the last run, {len(cells) - len(kept)} to run)" if kept else ""
     print(f"amp-suite: {cells_announced(len(cells), settings.repeats, request.auto_repeats)}{to_run} -> "
           f"{path_text(out_dir)}/{plan.synthetic_note}", file=sys.stderr)
-    for key, reason in reruns.items():
-        print(f"amp-suite: {key}: {reason}", file=sys.stderr)
+    _say_reruns(reruns)
     if datasets and len({choice.dataset for choice in datasets.values()}) > 1:
         print("amp-suite: datasets: " + "; ".join(f"{name}: {choice.text}" for name, choice in datasets.items()),
               file=sys.stderr)
@@ -281,6 +280,12 @@ def wide_speedups(results: list[CellResult], environment: dict[str, Any], width:
     return wide
 
 
+def _say_reruns(reruns: dict[str, str]) -> None:
+    """A line on standard error for each stored ok result ``--resume`` does not keep, and why it reruns the cell."""
+    for key, reason in reruns.items():
+        print(f"amp-suite: {key}: {reason}", file=sys.stderr)
+
+
 def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: SweepOutcome,
                   progress: Callable | None) -> None:
     """Add repeats of the cells whose speed-ups' intervals are too wide, up to the cap; record what happened."""
@@ -298,8 +303,7 @@ def _auto_repeats(plan: SweepPlan, store, environment: dict[str, Any], outcome: 
         print(f"amp-suite: --repeats auto: {len(wide)} speed-up(s) wider than ±{width:.0%}; repeat {repeat} of "
               f"{len(cells)} cells", file=sys.stderr)
         kept, reruns = kept_results(store.latest_by_key(), cells) if request.resume else ({}, {})
-        for key, reason in reruns.items():
-            print(f"amp-suite: {key}: {reason}", file=sys.stderr)
+        _say_reruns(reruns)
         for result in run_cells(plan.executor, cells, store, inline=request.inline,
                                 kept=kept, env=worker_env(plan.host),
                                 progress=None if request.quiet else progress, pools=plan.config.pools,

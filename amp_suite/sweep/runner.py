@@ -92,7 +92,8 @@ def iter_sweep(
     :class:`StorageError` (and stops) when a result cannot be stored.
     """
     cells = list(cells)
-    kept_in_order = [(kept or {}).get(cell.run.key) for cell in cells]
+    kept = kept or {}
+    kept_in_order = [kept.get(cell.run.key) for cell in cells]
     keeping = getattr(progress, "keeping", None)
     if keeping is not None:  # the ETA counts only the cells that run
         keeping({index for index, previous in enumerate(kept_in_order, start=1) if previous is not None})

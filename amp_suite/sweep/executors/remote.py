@@ -76,8 +76,7 @@ class Scheduler(Protocol):
 
 
 def run_remote(scheduler: Scheduler, cells: list[Cell], store: ResultStore, *, kept: Mapping[str, CellResult],
-               env: dict[str, str],
-               progress: ProgressCallback | None, pools: dict[str, Any]) -> Iterator[CellResult]:
+               env: dict[str, str], progress: ProgressCallback | None, pools: dict[str, Any]) -> Iterator[CellResult]:
     """Run ``cells`` through ``scheduler``; store and yield each result in the order they finish."""
     from amp_suite.sweep.runner import cell_log_path, store_result, with_log
 

@@ -63,8 +63,8 @@ def check_executor(executor: ExecutorSettings, pools: tuple[str, ...], declared:
 
 
 def run_cells(executor: ExecutorSettings, cells: list[Cell], store: ResultStore, *, inline: bool,
-              kept: Mapping[str, CellResult], env: dict[str, str], progress: ProgressCallback | None, pools: dict[str, PoolSpec],
-              environment: dict[str, Any]) -> Iterator[CellResult]:
+              kept: Mapping[str, CellResult], env: dict[str, str], progress: ProgressCallback | None,
+              pools: dict[str, PoolSpec], environment: dict[str, Any]) -> Iterator[CellResult]:
     """Every cell's result through ``executor``, but for the ``kept`` results of ``--resume`` (by cell key), yielded
     as they are; a cluster's description of each pool goes into ``environment``."""
     if executor.kind == "local":

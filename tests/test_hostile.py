@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -488,7 +489,7 @@ def test_a_trickling_mirror_is_abandoned_and_its_partial_file_removed(tmp_path, 
 
     clock = iter(range(0, 10**6, 10))  # ten seconds pass per byte
     monkeypatch.setattr(fetch.time, "monotonic", lambda: float(next(clock)))
-    monkeypatch.setattr(fetch.urllib.request, "urlopen", lambda url, timeout: Trickle())
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Trickle())
     spec = fetch.DatasetFile("file.gz", 10**6, "0" * 64)
     with pytest.raises(fetch.DatasetError, match=r"http://slow.example/file.gz: .* bytes/s, below the minimum"):
         fetch.download("http://slow.example/file.gz", tmp_path / "file.gz", spec)

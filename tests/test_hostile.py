@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -21,10 +22,11 @@ from pathlib import Path
 import pytest
 
 from amp_suite.cli import main
+from amp_suite.plugins.loading import DISABLE_ENV
 from amp_suite.records import CellResult
 from amp_suite.sweep.store import ResultStore
 from processes import alive as _alive
-from suite_cli import HELPERS, run_cli
+from suite_cli import HELPERS, run_cli, tiny_config_file
 
 LONG = "a" * 300
 FAKE = ("-p", "fakefw")
@@ -272,6 +274,17 @@ def test_files_of_other_programs_with_the_suites_names_do_not_make_a_directory_i
         == before
 
 
+@pytest.fixture(scope="module")
+def charted_fp32_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The output folder of one fp32 sweep of the fake framework with its charts and report.html, as a plain run
+    writes it: each test below works on a copy (one sweep for the module, not one a test)."""
+    folder = tmp_path_factory.mktemp("charted")
+    config = tiny_config_file(folder)
+    done = run_cli("run", "--config", str(config), *FAKE, "--precisions", "fp32", "-q", env={DISABLE_ENV: ""})
+    assert done.returncode == 0, done.stderr
+    return folder / "out"
+
+
 @pytest.mark.parametrize("name, text, digests", [
     ("report.md", "# My edited analysis\n", "recorded"), ("results.csv", "my,data\n", "recorded"),
     ("results.json", '{"mine": 1}', "recorded"), ("report.html", "<html><title>my notes</title></html>", "recorded"),
@@ -282,12 +295,12 @@ def test_files_of_other_programs_with_the_suites_names_do_not_make_a_directory_i
 ])
 @pytest.mark.usefixtures("report_charts")
 def test_a_report_file_amp_suite_did_not_write_is_replaced_only_with_force(tiny_config, tmp_path, clean_fake_env,
-                                                                          name, text, digests):
+                                                                          charted_fp32_sweep, name, text, digests):
     """In an amp-suite output directory, run (--resume or not) and report leave a report file they did not
     write alone, naming it in one line before any cell runs; --force replaces it.  A file whose digest the
     folder records is judged by its digest; in a folder from before that record, by how it begins."""
-    assert run_cli("run", "--config", str(tiny_config), *FAKE, "--precisions", "fp32", "-q").returncode == 0
     out = tmp_path / "out"
+    shutil.copytree(charted_fp32_sweep, out, symlinks=True)
     if digests == "older folder":
         (out / "report-digests.json").unlink()
     if name == "chart-speedup.png":

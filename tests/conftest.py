@@ -182,13 +182,14 @@ def _interleaved(items: list[pytest.Item]) -> list[pytest.Item]:
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
-    """Under ``--dist loadgroup`` (pyproject), xdist's scheduler with the tests that start a local cluster as one
-    unit of work, in one lane (``local_clusters.scheduler_with_clusters_in_one_lane``); otherwise xdist's own."""
+    """Under ``--dist loadgroup`` (pyproject), xdist's scheduler with the tests that start a local cluster, and
+    those one probe server answers, each kept in one lane as one unit of work (``lane_units.lane_scheduler``);
+    otherwise xdist's own."""
     if config.getvalue("dist") != "loadgroup":
         return None
-    from local_clusters import scheduler_with_clusters_in_one_lane
+    from lane_units import lane_scheduler
 
-    return scheduler_with_clusters_in_one_lane(config, log)
+    return lane_scheduler(config, log)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -9,9 +9,9 @@ in the temporary directory makes every cluster wait for the one running, across 
 
 That lock left a lane waiting whenever the two lanes reached cluster tests together, which the slow-first
 order made the rule: on an AMD EPYC with AVX2 only, about 70 core-seconds went idle in the suite's first
-two minutes.  :func:`scheduler_with_clusters_in_one_lane` (the session's xdist scheduler, tests/conftest.py)
-hands the modules of :data:`LOCAL_CLUSTER_MODULES` to one lane as one unit of work, so they run one after
-another there while the other lane runs the rest; the lock still guards other sessions and ``-n 0``.
+two minutes.  The session's xdist scheduler (``lane_units.py``, chosen in tests/conftest.py) hands the modules
+of :data:`LOCAL_CLUSTER_MODULES` to one lane as one unit of work, so they run one after another there while the
+other lane runs the rest; the lock still guards other sessions and ``-n 0``.
 """
 
 from __future__ import annotations
@@ -22,13 +22,10 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 LOCK_FILE = Path(tempfile.gettempdir()) / "amp-suite-tests-local-cluster.lock"
 # The test modules that start a local cluster (tests/helpers/ray_cluster.py, slurm_cluster.py), as node ids begin.
 LOCAL_CLUSTER_MODULES = ("tests/test_cluster.py", "tests/test_ray_harness.py", "tests/test_slurm_harness.py")
-# The name of their unit of work.
-LOCAL_CLUSTERS_SCOPE = "local-clusters"
 
 
 @contextmanager
@@ -55,18 +52,3 @@ def named_namespace_with_inode(inode: int) -> str | None:
         except OSError:
             pass
     return None
-
-
-def scheduler_with_clusters_in_one_lane(config: Any, log: Any) -> Any:
-    """xdist's ``loadgroup`` scheduler (each test its own unit of work, handed to the lane that runs dry) with
-    every test of :data:`LOCAL_CLUSTER_MODULES` in one unit.  The scheduler sees node ids only, so the modules
-    are named by path."""
-    from xdist.scheduler import LoadGroupScheduling
-
-    class ClustersInOneLane(LoadGroupScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            if nodeid.startswith(LOCAL_CLUSTER_MODULES):
-                return LOCAL_CLUSTERS_SCOPE
-            return super()._split_scope(nodeid)
-
-    return ClustersInOneLane(config, log)

@@ -18,14 +18,18 @@ import pytest
 # tests/helpers on sys.path (``pythonpath`` in pyproject.toml) before it reads this file.
 from amp_suite.plugins.loading import DISABLE_ENV
 from amp_suite.testing.shared_probes import PROBE_CACHE_ENV
-from suite_cli import TINY_CONFIG, XLA_LLVM_LEVEL_FLAG, nvidia_gpu_present
+from suite_cli import (
+    CHART_REPORTERS,
+    XLA_LLVM_LEVEL_FLAG,
+    disabled_besides_charts,
+    nvidia_gpu_present,
+    tiny_config_file,
+)
 
 HELPERS = Path(__file__).parent / "helpers"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The environment variables this session sets, undone when it ends.
 _SESSION_ENVIRONMENT = pytest.StashKey[pytest.MonkeyPatch]()
-# The chart-drawing reporters, off in the session's sweeps unless a test asks for them (the report_charts fixture).
-CHART_REPORTERS = "charts,html"
 # The cache folders (compiles, probe results) this process made (the controller's), removed when the session ends.
 _CACHES_MADE = pytest.StashKey[list[str]]()
 # TensorFlow's flag that keeps its XLA compiles (jit_compile=True functions) in a folder, read from TF_XLA_FLAGS.
@@ -78,7 +82,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # sweeps, as a user turns them off (AMP_SUITE_DISABLE_PLUGINS, docs/reports.md); the tests of what they draw and
     # of the files they write ask for them with the report_charts fixture.  A value the caller exported is kept.
     if DISABLE_ENV not in os.environ:
-        environment.setenv(DISABLE_ENV, CHART_REPORTERS)
+        environment.setenv(DISABLE_ENV, ",".join(CHART_REPORTERS))
     # The same for TensorFlow's XLA: its persistent cache keys a compile by the program, so the Keras probes that
     # compile a step another probe compiled (the conformance kit's, in one server process or several) load it
     # instead.  Measured on a Keras resnet8 probe of 3 steps: 12.7 s of CPU cold, 8.8 s with its step cached; the
@@ -202,19 +206,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture
 def tiny_config(tmp_path: Path) -> Path:
-    path = tmp_path / "benchmarks.toml"
-    path.write_text(TINY_CONFIG.format(out=(tmp_path / "out").as_posix()))
-    return path
+    return tiny_config_file(tmp_path)
 
 
 @pytest.fixture
 def report_charts(monkeypatch: pytest.MonkeyPatch) -> None:
     """This test's sweeps and reports draw the charts and write report.html, as a plain run does: the plugins the
     session leaves out (CHART_REPORTERS) are loaded again; any other plugin the variable names stays out."""
-    kept = [name for name in os.environ.get(DISABLE_ENV, "").split(",")
-            if name.strip() and name.strip() not in CHART_REPORTERS.split(",")]
+    kept = disabled_besides_charts(os.environ.get(DISABLE_ENV, ""))
     if kept:
-        monkeypatch.setenv(DISABLE_ENV, ",".join(kept))
+        monkeypatch.setenv(DISABLE_ENV, kept)
     else:
         monkeypatch.delenv(DISABLE_ENV, raising=False)
 

@@ -26,7 +26,7 @@ from amp_suite.plugins.loading import DISABLE_ENV
 from amp_suite.records import CellResult
 from amp_suite.sweep.store import ResultStore
 from processes import alive as _alive
-from suite_cli import HELPERS, run_cli, tiny_config_file
+from suite_cli import HELPERS, disabled_besides_charts, run_cli, tiny_config_file
 
 LONG = "a" * 300
 FAKE = ("-p", "fakefw")
@@ -280,7 +280,8 @@ def charted_fp32_sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
     writes it: each test below works on a copy (one sweep for the module, not one a test)."""
     folder = tmp_path_factory.mktemp("charted")
     config = tiny_config_file(folder)
-    done = run_cli("run", "--config", str(config), *FAKE, "--precisions", "fp32", "-q", env={DISABLE_ENV: ""})
+    charts_on = {DISABLE_ENV: disabled_besides_charts(os.environ.get(DISABLE_ENV, ""))}  # as report_charts does
+    done = run_cli("run", "--config", str(config), *FAKE, "--precisions", "fp32", "-q", env=charts_on)
     assert done.returncode == 0, done.stderr
     return folder / "out"
 

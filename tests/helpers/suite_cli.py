@@ -41,6 +41,16 @@ batch_size = 16
 
 # XLA's optimization level of LLVM, read from XLA_FLAGS by JAX and TensorFlow: the test session sets 0
 # (tests/conftest.py); XLA's default is 3.
+# The chart-drawing reporters, which the session's sweeps leave out unless a test asks for them (tests/conftest.py).
+CHART_REPORTERS = ("charts", "html")
+
+
+def disabled_besides_charts(disabled: str) -> str:
+    """A value of AMP_SUITE_DISABLE_PLUGINS with the chart reporters taken out; any other plugin it names stays."""
+    return ",".join(name.strip() for name in disabled.split(",")
+                    if name.strip() and name.strip() not in CHART_REPORTERS)
+
+
 XLA_LLVM_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 

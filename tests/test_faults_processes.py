@@ -192,6 +192,37 @@ def test_the_supervisor_exits_as_its_command_did():
     assert missing.returncode == tree.CANNOT_START and "/nonexistent/program" in missing.stderr
 
 
+# A supervisor ending its tree while its child no longer shows as running but is not yet reapable: a killed
+# multi-threaded process looks so while its threads exit (its main thread a zombie). Run in a process of its own,
+# as the supervisor reaps every child of the process it runs in.
+UNREAPABLE_CHILD = """
+import os, time
+from amp_suite.processes import supervisor
+
+child = os.fork()
+if child == 0:
+    time.sleep(0.3)
+    os._exit(0)
+supervisor.descendants = lambda pid: []
+supervisor.end_tree()
+try:
+    os.waitpid(child, os.WNOHANG)
+except ChildProcessError:
+    print("reaped")
+else:
+    print("left to init")
+"""
+
+
+@linux_only
+def test_the_supervisor_leaves_only_when_it_has_reaped_every_child():
+    """Init reaps orphans only now and then (here every 2 s or so): a child the supervisor left unreaped would
+    still answer to its pid after the sweep that ran it had ended."""
+    done = subprocess.run([sys.executable, "-c", UNREAPABLE_CHILD], capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
+    assert done.stdout.split() == ["reaped"], done.stderr
+
+
 # A probe (doctor) that starts a detached child, writes the child's pid, and hangs.
 HANGING_PROBE = """
 import os, sys, time

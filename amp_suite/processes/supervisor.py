@@ -97,19 +97,25 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
-def _reap_all() -> None:
-    """Reap every child that has exited (never blocks)."""
+def _reap_all() -> bool:
+    """Reap every child that has exited (never blocks); True when this process has no child left."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            return
+            return True
         if pid == 0:
-            return
+            return False
 
 
 def end_tree() -> None:
-    """SIGKILL every descendant until none runs (or :data:`END_TREE_S` passed), reaping them."""
+    """SIGKILL every descendant, and reap, until this process has no child left (or :data:`END_TREE_S` passed).
+
+    A descendant that no longer runs is not yet gone: a killed process whose
+    main thread is a zombie is not reaped until its other threads have exited.
+    Leaving before it is reaped would hand it to init, which reaps orphans only
+    now and then, so its pid would still answer after the sweep ended.
+    """
     if not ON_LINUX:  # no subreaper: the process group is all this supervisor can find
         try:
             signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -122,17 +128,14 @@ def end_tree() -> None:
     me = os.getpid()
     deadline = time.monotonic() + END_TREE_S
     while time.monotonic() < deadline:
-        running = descendants(me)
-        if not running:
-            break
-        for pid in running:
+        for pid in descendants(me):
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        _reap_all()
+        if _reap_all():
+            return
         time.sleep(0.005)
-    _reap_all()
 
 
 def _exit_like(status: int) -> None:

@@ -39,8 +39,6 @@ batch_size = 16
 """
 
 
-# XLA's optimization level of LLVM, read from XLA_FLAGS by JAX and TensorFlow: the test session sets 0
-# (tests/conftest.py); XLA's default is 3.
 # The chart-drawing reporters, which the session's sweeps leave out unless a test asks for them (tests/conftest.py).
 CHART_REPORTERS = ("charts", "html")
 
@@ -51,6 +49,8 @@ def disabled_besides_charts(disabled: str) -> str:
                     if name.strip() and name.strip() not in CHART_REPORTERS)
 
 
+# XLA's optimization level of LLVM, read from XLA_FLAGS by JAX and TensorFlow: the test session sets 0
+# (tests/conftest.py); XLA's default is 3.
 XLA_LLVM_LEVEL_FLAG = "--xla_backend_optimization_level"
 
 

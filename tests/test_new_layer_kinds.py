@@ -390,9 +390,9 @@ def test_the_flax_example_refuses_a_kind_it_does_not_build_in_one_line(monkeypat
     from suite_cli import REPO
 
     monkeypatch.syspath_prepend(str(REPO / "examples" / "amp-suite-flax"))
-    from amp_suite_flax import plugin
+    from amp_suite_flax import net, plugin
 
-    monkeypatch.setattr(plugin, "KINDS", tuple(kind for kind in plugin.KINDS if kind != "zero_pad"))
+    monkeypatch.setattr(net, "KINDS", tuple(kind for kind in net.KINDS if kind != "zero_pad"))
     workload = workload_from_config("mobilenet", TABLES["mobilenet"])
     with pytest.raises(UnsupportedError) as refused:
         plugin.build_model(run=None, workload=workload, initial_weights={}, initial_state={}, applied=None,

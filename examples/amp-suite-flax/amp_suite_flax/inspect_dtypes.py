@@ -13,7 +13,7 @@ def layer_dtypes(model: Any, images: np.ndarray) -> dict[str, list[str]]:
     import jax
     from flax import nnx
 
-    from amp_suite_flax.plugin import run_layers
+    from amp_suite_flax.net import run_layers
 
     keys = {"conv2d": "conv_output", "depthwise_conv2d": "depthwise_output", "dense": "dense_output",
             "sigmoid": "sigmoid_output"}

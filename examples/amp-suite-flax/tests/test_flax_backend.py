@@ -255,7 +255,8 @@ def test_a_parameter_without_a_canonical_value_is_an_error_not_a_placeholder():
     from flax import nnx
 
     from amp_suite.plugin_api import init_variables, workload_from_config
-    from amp_suite_flax.plugin import build_net, load_canonical
+    from amp_suite_flax.canonical import load_canonical
+    from amp_suite_flax.net import build_net
 
     workload = workload_from_config("mnist_cnn", dict(WORKLOADS["mnist_cnn"]))
     weights, state = init_variables(workload, 0)

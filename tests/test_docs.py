@@ -5,7 +5,7 @@ import inspect
 import re
 
 from amp_suite.plugins import hookspecs
-from suite_cli import REPO
+from suite_cli import REPO, source_modules
 
 
 def hook_signatures() -> dict[str, str]:
@@ -131,18 +131,15 @@ def imported_helpers() -> dict[str, set[str]]:
     """Module -> the functions the built-in plugins and the examples import from it by name."""
     public = importlib.import_module("amp_suite.plugin_api")
     names: dict[str, set[str]] = {module: set() for module in HELPER_MODULES}
-    for folder in BACKEND_SOURCES:
-        for path in sorted((REPO / folder).rglob("*.py")):
-            if "tests" in path.relative_to(REPO).parts:
-                continue
-            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-                if isinstance(node, ast.ImportFrom) and node.module in names:
-                    names[node.module].update(alias.name for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module == "amp_suite.plugin_api":
-                    for alias in node.names:  # the public module's name, documented where it is defined
-                        defined = getattr(getattr(public, alias.name), "__module__", None)
-                        if defined in names:
-                            names[defined].add(alias.name)
+    for path in source_modules(*BACKEND_SOURCES):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module in names:
+                names[node.module].update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module == "amp_suite.plugin_api":
+                for alias in node.names:  # the public module's name, documented where it is defined
+                    defined = getattr(getattr(public, alias.name), "__module__", None)
+                    if defined in names:
+                        names[defined].add(alias.name)
     return {module: {name for name in found if inspect.isfunction(getattr(importlib.import_module(module), name, None))}
             for module, found in names.items()}
 

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from suite_cli import REPO
+from suite_cli import REPO, source_modules
 
 MAX_LINES = 400
 ROOTS = ("amp_suite", "builtin", "examples", "benchmarks")
-# Not the product's modules: tests, bytecode, and what a local pip install leaves in an example's folder.
-SKIPPED_PARTS = {"tests", "__pycache__", "build"}
 
 
 def product_modules(repo: Path = REPO) -> list[Path]:
     """Every Python module under the product's folders, tests and build leftovers aside."""
-    return sorted(path for root in ROOTS for path in (repo / root).rglob("*.py")
-                  if not SKIPPED_PARTS.intersection(path.relative_to(repo).parts)
-                  and not any(part.endswith(".egg-info") for part in path.parts))
+    return source_modules(*ROOTS, repo=repo)
 
 
 def line_count(path: Path) -> int:

@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 import amp_suite.plugin_api as api
-from suite_cli import REPO
+from suite_cli import REPO, source_modules
 
 DOC = REPO / "docs" / "writing-a-plugin.md"
 # The modules an author is told to import from: the public module for plugin code, the testing kit for tests.
@@ -83,10 +83,7 @@ def test_every_helper_the_doc_documents_is_in_the_public_module():
 
 
 def test_the_examples_import_amp_suite_only_from_the_public_modules():
-    for path in sorted((REPO / "examples").rglob("*.py")):
-        # an example's own tests, and the build/ copies pip leaves beside a source tree it installed
-        if {"tests", "build"} & set(path.relative_to(REPO).parts):
-            continue
+    for path in source_modules("examples"):  # not an example's own tests, nor the build/ copies pip leaves
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             modules = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
                        else [a.name for a in node.names] if isinstance(node, ast.Import) else [])

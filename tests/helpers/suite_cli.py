@@ -11,6 +11,18 @@ from pathlib import Path
 HELPERS = Path(__file__).resolve().parent
 REPO = HELPERS.parent.parent
 
+# Folders under the repository that hold no source of the product: tests, bytecode, and the build/ copies a local
+# pip install leaves beside an example's source tree (its .egg-info: any part ending so).
+NOT_SOURCE_PARTS = frozenset({"tests", "__pycache__", "build"})
+
+
+def source_modules(*folders: str, repo: Path = REPO) -> list[Path]:
+    """The Python modules under ``repo/FOLDER`` for each of ``folders``, sorted; tests, bytecode and what a local
+    pip install leaves are left out (``NOT_SOURCE_PARTS``)."""
+    return sorted(path for folder in folders for path in (repo / folder).rglob("*.py")
+                  if not any(part in NOT_SOURCE_PARTS or part.endswith(".egg-info")
+                             for part in path.relative_to(repo).parts))
+
 TINY_CONFIG = """
 [defaults]
 frameworks = ["fake"]
